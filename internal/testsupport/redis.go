@@ -1,0 +1,363 @@
+package testsupport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Redis is one redis-server process on a loopback port, without persistence.
+// It can be killed, paused (SIGSTOP) and restarted on the same port, which is
+// how the fault tests simulate a dead or hung Redis.
+type Redis struct {
+	Addr string
+	Port int
+
+	dir   string
+	extra []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartRedis starts a standalone redis-server for one test and stops it when
+// the test ends.
+func StartRedis(tb testing.TB, extraArgs ...string) *Redis {
+	tb.Helper()
+	if _, err := RedisServerPath(); err != nil {
+		Missing(tb, "redis-server", err)
+	}
+	r, err := NewRedis(extraArgs...)
+	if err != nil {
+		tb.Fatalf("starting redis-server: %v", err)
+	}
+	tb.Cleanup(r.Close)
+	return r
+}
+
+// NewRedis starts a standalone redis-server. The caller must Close it.
+func NewRedis(extraArgs ...string) (*Redis, error) {
+	return newRedis(freePort, extraArgs...)
+}
+
+func newRedis(freePort func() (int, error), extraArgs ...string) (*Redis, error) {
+	var lastErr error
+	// A free port can be taken by someone else between our probe and the
+	// server's bind; a few tries make that race harmless.
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		dir, err := os.MkdirTemp("", "slidegate-redis-")
+		if err != nil {
+			return nil, err
+		}
+		r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir, extra: extraArgs}
+		if lastErr = r.start(); lastErr == nil {
+			return r, nil
+		}
+		r.Close()
+	}
+	return nil, lastErr
+}
+
+func (r *Redis) start() error {
+	bin, err := RedisServerPath()
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--port", strconv.Itoa(r.Port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", r.dir,
+		"--logfile", filepath.Join(r.dir, "redis.log"),
+		"--protected-mode", "no",
+	}
+	args = append(args, r.extra...)
+	cmd := exec.Command(bin, args...)
+	// Die with the test binary even if it is killed, so no server outlives a run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	r.mu.Lock()
+	r.cmd, r.done = cmd, done
+	r.mu.Unlock()
+
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return fmt.Errorf("redis-server on port %d exited at start: %s", r.Port, r.logTail())
+		default:
+		}
+		if reply, err := r.Do("PING"); err == nil && reply == "PONG" {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("redis-server on port %d not ready after 10s: %s", r.Port, r.logTail())
+}
+
+func (r *Redis) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Pid is the process id of the running server (0 when it is not running).
+func (r *Redis) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil || r.cmd.Process == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
+func (r *Redis) signal(sig syscall.Signal) error {
+	pid := r.Pid()
+	if pid == 0 {
+		return errors.New("redis-server is not running")
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// Kill sends SIGKILL and waits for the process to end: a crashed Redis.
+func (r *Redis) Kill() error {
+	if err := r.signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	done := r.done
+	r.cmd = nil
+	r.mu.Unlock()
+	<-done
+	return nil
+}
+
+// Pause sends SIGSTOP: the port still accepts connections but nothing
+// answers, like a Redis stuck in a long command or a partitioned network.
+func (r *Redis) Pause() error { return r.signal(syscall.SIGSTOP) }
+
+// Resume sends SIGCONT after Pause.
+func (r *Redis) Resume() error { return r.signal(syscall.SIGCONT) }
+
+// Restart starts the server again on the same port after Kill. The data is
+// gone, as are the cached scripts, like a real restart without persistence.
+func (r *Redis) Restart() error {
+	if r.Pid() != 0 {
+		return errors.New("redis-server is still running")
+	}
+	return r.start()
+}
+
+// Close stops the server and removes its directory.
+func (r *Redis) Close() {
+	if pid := r.Pid(); pid != 0 {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		r.mu.Lock()
+		done := r.done
+		r.cmd = nil
+		r.mu.Unlock()
+		<-done
+	}
+	_ = os.RemoveAll(r.dir)
+}
+
+// Do sends one command over a fresh connection using the inline RESP
+// protocol and returns the reply as text. It exists so that the helpers (and
+// tests checking server state) need no client library; arguments must not
+// contain spaces or newlines.
+func (r *Redis) Do(args ...string) (string, error) {
+	return do(r.Addr, args...)
+}
+
+func do(addr string, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(conn))
+}
+
+func readReply(br *bufio.Reader) (string, error) {
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", errors.New(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", err
+		}
+		buf := make([]byte, n+2)
+		if _, err := ioReadFull(br, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", err
+		}
+		parts := make([]string, 0, max(n, 0))
+		for range n {
+			p, err := readReply(br)
+			if err != nil {
+				return "", err
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, "\n"), nil
+	}
+	return "", fmt.Errorf("unexpected reply %q", line)
+}
+
+func ioReadFull(br *bufio.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := br.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freeClusterPort finds a port p where p and its cluster bus port p+10000
+// are both free; the kernel's ephemeral ports are often too high for that.
+func freeClusterPort() (int, error) {
+	for range 100 {
+		p := 20000 + rand.IntN(20000)
+		if portFree(p) && portFree(p+10000) {
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free port pair for a cluster node")
+}
+
+func portFree(p int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// Cluster is a Redis Cluster of masters only, each a Redis on its own port
+// and directory. Starting one takes several seconds: start it once per test
+// package (in TestMain), not per test.
+type Cluster struct {
+	Nodes []*Redis
+}
+
+// NewCluster starts masters redis-server processes with cluster mode on,
+// joins them with `redis-cli --cluster create` and waits until every node
+// reports cluster_state:ok.
+func NewCluster(masters int) (*Cluster, error) {
+	cli, err := RedisCLIPath()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{}
+	for range masters {
+		n, err := newRedis(freeClusterPort, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.Nodes {
+		for {
+			info, err := n.Do("CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", masters)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				return nil, fmt.Errorf("cluster node %s not ready (%s): %w", n.Addr, info, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return c, nil
+}
+
+// Addrs lists the node addresses, the seed list for a cluster client.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.Addr
+	}
+	return out
+}
+
+// Close stops every node.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		n.Close()
+	}
+}
