@@ -1,13 +1,143 @@
-// Command manager is not built yet (see the open issues); it says so and exits 1
-// so that nothing mistakes it for a working binary.
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command manager runs slidegate's controller manager: the RateLimitPolicy
+// controller (and, later, the sidecar injection webhook). It only wires flags
+// to packages; see package controllers for the behaviour.
 package main
 
 import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/controllers"
+	"github.com/slidegate/slidegate/internal/render"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "slidegate manager: not built yet")
-	os.Exit(1)
+	if err := run(); err != nil {
+		ctrl.Log.WithName("setup").Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		metricsAddr, probeAddr string
+		leaderElect, secure    bool
+		trustedProxies         string
+		redis                  controllers.RedisConnection
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (with --metrics-secure=false); 0 disables it.")
+	flag.BoolVar(&secure, "metrics-secure", true, "Serve metrics over HTTPS, to scrapers authenticated and authorized by the API server.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect one active manager among the replicas (a Lease in the manager's namespace).")
+	flag.StringVar(&trustedProxies, "trusted-proxies", "",
+		"Comma-separated CIDRs (or addresses) of the proxies, e.g. the ingress, whose X-Forwarded-For header sidecars believe for RemoteAddress keys. Empty: none.")
+	redis.BindFlags(flag.CommandLine)
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	proxies, err := render.ParseTrustedProxies(strings.Split(trustedProxies, ","))
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	namespace := managerNamespace()
+	if err := redis.Complete(namespace); err != nil {
+		return err
+	}
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+
+	metricsOpts := metricsserver.Options{
+		BindAddress:   metricsAddr,
+		SecureServing: secure,
+		// HTTP/2 off: CVE-2023-44487 and CVE-2023-39325 (rapid reset).
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
+	}
+	if secure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         controllers.CacheOptions(redis.CredentialsSecret),
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        probeAddr,
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              "slidegate-controller.ratelimit.slidegate.dev",
+		LeaderElectionNamespace:       namespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	ctx := ctrl.SetupSignalHandler()
+	r := &controllers.RateLimitPolicyReconciler{
+		Client:           mgr.GetClient(),
+		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
+		TrustedProxies:   proxies,
+		RedisCredentials: redis.CredentialsSecret,
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+
+	ctrl.Log.WithName("setup").Info("starting the manager",
+		"trustedProxies", len(proxies), "redisMode", redis.Mode, "redisCredentialsSecret", redis.CredentialsSecret.String())
+	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// managerNamespace is the namespace the manager runs in: $POD_NAMESPACE (set
+// from the downward API in config/manager), else the service account's.
+func managerNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

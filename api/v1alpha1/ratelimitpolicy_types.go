@@ -1,0 +1,324 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KeySource says where the client key of a request comes from.
+// +kubebuilder:validation:Enum=RemoteAddress;Header;QueryParameter;JWTClaim;Global
+type KeySource string
+
+const (
+	// KeySourceRemoteAddress identifies clients by IP address. The
+	// X-Forwarded-For header is believed only when the connection comes from
+	// one of the trusted proxy ranges configured on the operator
+	// (--trusted-proxies); otherwise the peer address is used.
+	KeySourceRemoteAddress KeySource = "RemoteAddress"
+	// KeySourceHeader identifies clients by the value of a request header.
+	KeySourceHeader KeySource = "Header"
+	// KeySourceQueryParameter identifies clients by a URL query parameter.
+	KeySourceQueryParameter KeySource = "QueryParameter"
+	// KeySourceJWTClaim identifies clients by a claim of the bearer token.
+	KeySourceJWTClaim KeySource = "JWTClaim"
+	// KeySourceGlobal puts every request in one shared bucket.
+	KeySourceGlobal KeySource = "Global"
+)
+
+// MissingKeyAction says what happens to a request that lacks its client key.
+// +kubebuilder:validation:Enum=Deny;Allow;RemoteAddress
+type MissingKeyAction string
+
+const (
+	// MissingKeyDeny rejects the request (429 in Enforce mode).
+	MissingKeyDeny MissingKeyAction = "Deny"
+	// MissingKeyAllow lets the request through; the policy does not count it.
+	MissingKeyAllow MissingKeyAction = "Allow"
+	// MissingKeyRemoteAddress counts the request against its client IP
+	// address instead, as if the key source were RemoteAddress.
+	MissingKeyRemoteAddress MissingKeyAction = "RemoteAddress"
+)
+
+// FailMode says what a policy does when Redis cannot answer in time.
+// +kubebuilder:validation:Enum=Open;Closed
+type FailMode string
+
+const (
+	// FailOpen keeps serving: each sidecar decides locally, enforcing its
+	// share of the limit, until Redis answers again.
+	FailOpen FailMode = "Open"
+	// FailClosed rejects requests while Redis cannot answer.
+	FailClosed FailMode = "Closed"
+)
+
+// Algorithm selects how requests are counted.
+// +kubebuilder:validation:Enum=SlidingLog;SlidingWindowCounter
+type Algorithm string
+
+const (
+	// AlgorithmSlidingLog keeps one entry per admitted request: exact, with
+	// memory proportional to the limit.
+	AlgorithmSlidingLog Algorithm = "SlidingLog"
+	// AlgorithmSlidingWindowCounter weights two fixed-window counters: constant
+	// memory per client, approximate near window boundaries.
+	AlgorithmSlidingWindowCounter Algorithm = "SlidingWindowCounter"
+)
+
+// Mode says whether a policy rejects requests.
+// +kubebuilder:validation:Enum=Enforce;DryRun
+type Mode string
+
+const (
+	// ModeEnforce rejects requests over the limit with 429 Too Many Requests.
+	ModeEnforce Mode = "Enforce"
+	// ModeDryRun counts requests and reports would-be rejections (metrics and
+	// logs) but rejects nothing.
+	ModeDryRun Mode = "DryRun"
+)
+
+// HTTPMethod is an HTTP request method.
+// +kubebuilder:validation:Enum=GET;HEAD;POST;PUT;PATCH;DELETE;OPTIONS;CONNECT;TRACE
+type HTTPMethod string
+
+// PathPrefix is the beginning of a request path, e.g. "/api/".
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=1024
+// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="a path prefix must start with '/'"
+// +kubebuilder:validation:XValidation:rule="!self.contains('?') && !self.contains('#')",message="a path prefix must not contain '?' or '#' (it matches the path only, not the query or fragment)"
+type PathPrefix string
+
+// ClientKey says how a request's client is identified: every client has its
+// own sliding window.
+// +kubebuilder:validation:XValidation:rule="!(self.source in ['Header', 'QueryParameter', 'JWTClaim']) || has(self.name)",message="name is required when source is Header, QueryParameter or JWTClaim"
+// +kubebuilder:validation:XValidation:rule="!(self.source in ['RemoteAddress', 'Global']) || !has(self.name)",message="name must not be set when source is RemoteAddress or Global"
+// +kubebuilder:validation:XValidation:rule="self.source != 'Header' || !has(self.name) || self.name.matches('^[A-Za-z0-9!#$%&*+.^_|~-]+$')",message="a header name may contain only letters, digits and !#$%&*+-.^_|~, e.g. X-User-ID"
+// +kubebuilder:validation:XValidation:rule="!(self.source in ['RemoteAddress', 'Global']) || !has(self.onMissing)",message="onMissing applies only when source is Header, QueryParameter or JWTClaim"
+type ClientKey struct {
+	// source is where the client key comes from:
+	// RemoteAddress (the client IP; X-Forwarded-For is believed only from
+	// the trusted proxy ranges configured on the operator),
+	// Header (the value of the request header called name),
+	// QueryParameter (the value of the URL query parameter called name),
+	// JWTClaim (the claim called name in the payload of the
+	// "Authorization: Bearer" token; the sidecar does NOT verify the token's
+	// signature, so use this only behind an upstream, e.g. an ingress or API
+	// gateway, that has already verified it and rejects invalid tokens), or
+	// Global (one bucket shared by every request).
+	// +required
+	Source KeySource `json:"source"`
+
+	// name is the header, query parameter or claim name, for the sources
+	// Header, QueryParameter and JWTClaim (required there, not allowed for
+	// the others). Header names are matched case-insensitively; claim names
+	// are top-level claims of the token payload, e.g. "sub".
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name,omitempty"`
+
+	// onMissing is what happens to a request that has no such header, query
+	// parameter or claim: Deny rejects it, Allow lets it through uncounted,
+	// RemoteAddress counts it against its client IP address instead.
+	// Defaults to RemoteAddress. Only for the sources Header, QueryParameter
+	// and JWTClaim.
+	// +optional
+	OnMissing MissingKeyAction `json:"onMissing,omitempty"`
+}
+
+// RequestMatch restricts a policy to some requests. A request matches when
+// its method is one of methods (or methods is empty) and its path starts with
+// one of pathPrefixes (or pathPrefixes is empty).
+type RequestMatch struct {
+	// methods are the HTTP methods the policy applies to, e.g. ["POST"].
+	// Empty means every method.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=9
+	Methods []HTTPMethod `json:"methods,omitempty"`
+
+	// pathPrefixes are the beginnings of the request paths the policy
+	// applies to, e.g. ["/api/"]: a plain, case-sensitive prefix of the
+	// request path (without the query string), so "/api" also matches
+	// "/apis". Empty means every path.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	PathPrefixes []PathPrefix `json:"pathPrefixes,omitempty"`
+}
+
+// WindowPattern is the form of RateLimitPolicySpec.Window: whole numbers of
+// hours, minutes, seconds and milliseconds, largest unit first. Every string
+// it accepts parses with time.ParseDuration to a whole number of
+// milliseconds, and none overflows.
+const WindowPattern = `^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$`
+
+// RateLimitPolicySpec is the desired behaviour of a rate limit.
+type RateLimitPolicySpec struct {
+	// targetSelector selects the pods of this namespace that enforce the
+	// policy, by their labels. The pods must carry the slidegate sidecar:
+	// their namespace is labelled ratelimit.slidegate.dev/injection=enabled.
+	// An empty selector selects every pod of the namespace.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="a matchExpressions operator must be In, NotIn, Exists or DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="matchExpressions with the operator In or NotIn need values"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="matchExpressions with the operator Exists or DoesNotExist take no values"
+	TargetSelector metav1.LabelSelector `json:"targetSelector"`
+
+	// targetPort is the name of the application's container port whose
+	// traffic the sidecar takes over, e.g. "http". Defaults to "http".
+	// +optional
+	// +kubebuilder:default=http
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--')",message="targetPort must be a container port name: at most 15 lower-case letters, digits and '-', with at least one letter, e.g. http"
+	TargetPort string `json:"targetPort,omitempty"`
+
+	// window is the length of the sliding window: whole hours, minutes,
+	// seconds and milliseconds, largest unit first, e.g. "500ms", "10s",
+	// "1m30s" or "1h"; from 1ms to 24h. A request is admitted when fewer
+	// than limit requests of its client were admitted in the window that
+	// ends at that request.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$')",message="window must be a duration like '500ms', '10s', '1m30s' or '1h': whole numbers with the units h, m, s and ms, largest unit first"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || !self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || (duration(self) >= duration('1ms') && duration(self) <= duration('24h'))",message="window must be from 1ms to 24h"
+	Window string `json:"window"`
+
+	// limit is the number of requests a client may make in any window, from
+	// 1 to 1000000 (the exact algorithm stores one entry per admitted
+	// request).
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	Limit int32 `json:"limit"`
+
+	// key says how a request's client is identified.
+	// +required
+	Key ClientKey `json:"key"`
+
+	// failMode is what the policy does when Redis cannot answer in time:
+	// Open (the default) keeps serving with a local per-replica limit,
+	// Closed rejects requests.
+	// +optional
+	// +kubebuilder:default=Open
+	FailMode FailMode `json:"failMode,omitempty"`
+
+	// algorithm is how requests are counted: SlidingLog (the default) is
+	// exact; SlidingWindowCounter uses constant memory per client and is
+	// approximate near window boundaries.
+	// +optional
+	// +kubebuilder:default=SlidingLog
+	Algorithm Algorithm `json:"algorithm,omitempty"`
+
+	// match restricts the policy to some HTTP methods and path prefixes.
+	// Unset, the policy applies to every request. When several policies
+	// select a pod, a request must pass every policy that matches it.
+	// +optional
+	Match *RequestMatch `json:"match,omitempty"`
+
+	// mode is Enforce (the default: requests over the limit get 429 Too Many
+	// Requests) or DryRun (requests are counted and would-be rejections are
+	// reported in metrics and logs, but nothing is rejected).
+	// +optional
+	// +kubebuilder:default=Enforce
+	Mode Mode `json:"mode,omitempty"`
+}
+
+// RateLimitPolicyStatus is the observed state of a RateLimitPolicy.
+type RateLimitPolicyStatus struct {
+	// observedGeneration is the metadata.generation that the status
+	// describes. It is 0 until the controller has processed the policy, so
+	// that kstatus-based tools (Flux, Argo CD) see the policy in progress.
+	// +optional
+	// +kubebuilder:default=0
+	ObservedGeneration int64 `json:"observedGeneration"`
+
+	// conditions are Ready (the policy is accepted and its configuration
+	// is published to the namespace's sidecars), Accepted (the spec is valid
+	// and rendered) and Enforced (the selected pods carry the sidecar; the
+	// message counts them).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// matchedPods is the number of pods, not being deleted, that
+	// targetSelector selects.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MatchedPods int32 `json:"matchedPods"`
+
+	// enforcedPods is the number of matched pods that carry the sidecar
+	// (annotated ratelimit.slidegate.dev/injected).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	EnforcedPods int32 `json:"enforcedPods"`
+
+	// revision is the content hash of the rendered sidecar configuration
+	// that contains this policy (also the ratelimit.slidegate.dev/revision
+	// annotation of the ConfigMap slidegate-sidecar-config). Empty while the
+	// policy is not accepted.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Revision string `json:"revision,omitempty"`
+}
+
+// RateLimitPolicy limits how many requests each client may make to the
+// selected pods in any sliding window, exactly and across all replicas (the
+// count is kept in one shared Redis).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rlp,categories=slidegate
+// +kubebuilder:printcolumn:name="Window",type=string,JSONPath=`.spec.window`
+// +kubebuilder:printcolumn:name="Limit",type=integer,JSONPath=`.spec.limit`
+// +kubebuilder:printcolumn:name="Key",type=string,JSONPath=`.spec.key.source`
+// +kubebuilder:printcolumn:name="Fail mode",type=string,JSONPath=`.spec.failMode`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Key name",type=string,JSONPath=`.spec.key.name`,priority=1
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`,priority=1
+// +kubebuilder:printcolumn:name="Matched",type=integer,JSONPath=`.status.matchedPods`,priority=1
+// +kubebuilder:printcolumn:name="Enforced",type=integer,JSONPath=`.status.enforcedPods`,priority=1
+type RateLimitPolicy struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired behaviour of the rate limit.
+	// +required
+	Spec RateLimitPolicySpec `json:"spec"`
+
+	// status is the observed state, written by the controller.
+	// +optional
+	// +kubebuilder:default={}
+	Status RateLimitPolicyStatus `json:"status,omitempty"`
+}
+
+// RateLimitPolicyList is a list of RateLimitPolicy.
+//
+// +kubebuilder:object:root=true
+type RateLimitPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RateLimitPolicy `json:"items"`
+}

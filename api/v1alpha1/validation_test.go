@@ -1,0 +1,300 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// k is a client of the package's one envtest API server, with the CRD of
+// config/crd/bases installed.
+var k client.Client
+
+func TestMain(m *testing.M) {
+	env, err := testsupport.NewEnvironment()
+	if err != nil {
+		testsupport.MissingInMain("envtest control plane", testsupport.EnvtestUnavailable(err))
+	}
+	env.ErrorIfCRDPathMissing = true
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
+		os.Exit(1)
+	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	k, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+	}
+	os.Exit(code)
+}
+
+func validSpec() v1alpha1.RateLimitPolicySpec {
+	return v1alpha1.RateLimitPolicySpec{
+		TargetSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
+		Window:         "10s",
+		Limit:          5,
+		Key:            v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User-ID"},
+	}
+}
+
+// TestValidation creates policies through the real API server: valid specs
+// are stored, invalid ones are rejected with a message a user understands.
+func TestValidation(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*v1alpha1.RateLimitPolicySpec)
+		// wantErr are substrings of the API server's error; none: accepted.
+		wantErr []string
+	}{
+		{name: "valid header key", mutate: func(*v1alpha1.RateLimitPolicySpec) {}},
+		{name: "valid 1ms", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "1ms" }},
+		{name: "valid 24h", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "24h" }},
+		{name: "valid compound window", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "1h30m15s250ms" }},
+		{name: "valid 86400000ms", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "86400000ms" }},
+		{name: "valid limit 1", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Limit = 1 }},
+		{name: "valid limit 1000000", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Limit = 1_000_000 }},
+		{name: "valid remote address", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress}
+		}},
+		{name: "valid global", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal}
+		}},
+		{name: "valid query parameter, onMissing Deny", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceQueryParameter, Name: "api_key", OnMissing: v1alpha1.MissingKeyDeny}
+		}},
+		{name: "valid JWT claim", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub", OnMissing: v1alpha1.MissingKeyAllow}
+		}},
+		{name: "valid everything set", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetPort = "web-8080"
+			s.FailMode = v1alpha1.FailClosed
+			s.Algorithm = v1alpha1.AlgorithmSlidingWindowCounter
+			s.Mode = v1alpha1.ModeDryRun
+			s.Match = &v1alpha1.RequestMatch{Methods: []v1alpha1.HTTPMethod{"GET", "POST"}, PathPrefixes: []v1alpha1.PathPrefix{"/api/", "/"}}
+		}},
+
+		{name: "limit 0", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Limit = 0 },
+			wantErr: []string{"spec.limit", "greater than or equal to 1"}},
+		{name: "limit -1", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Limit = -1 },
+			wantErr: []string{"spec.limit", "greater than or equal to 1"}},
+		{name: "limit 2000000", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Limit = 2_000_000 },
+			wantErr: []string{"spec.limit", "less than or equal to 1000000"}},
+		{name: "window 0", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "0" },
+			wantErr: []string{"spec.window", "window must be a duration like '500ms'"}},
+		{name: "window 0s", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "0s" },
+			wantErr: []string{"spec.window", "window must be from 1ms to 24h"}},
+		{name: "window 500us", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "500us" },
+			wantErr: []string{"spec.window", "window must be a duration like '500ms'"}},
+		{name: "window 1.5s", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "1.5s" },
+			wantErr: []string{"spec.window", "window must be a duration like '500ms'"}},
+		{name: "window 25h", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "25h" },
+			wantErr: []string{"spec.window", "window must be from 1ms to 24h"}},
+		{name: "window 24h1ms", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "24h1ms" },
+			wantErr: []string{"spec.window", "window must be from 1ms to 24h"}},
+		{name: "window abc", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "abc" },
+			wantErr: []string{"spec.window", "window must be a duration like '500ms'"}},
+		{name: "window empty", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "" },
+			wantErr: []string{"spec.window"}},
+		{name: "window huge does not overflow", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "99h9999m99999s99999999ms" },
+			wantErr: []string{"spec.window", "window must be from 1ms to 24h"}},
+		{name: "unknown key source", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Key.Source = "Cookie" },
+			wantErr: []string{"spec.key.source", `Unsupported value: "Cookie"`}},
+		{name: "unknown onMissing", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Key.OnMissing = "Ignore" },
+			wantErr: []string{"spec.key.onMissing", `Unsupported value: "Ignore"`}},
+		{name: "unknown failMode", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.FailMode = "Half" },
+			wantErr: []string{"spec.failMode", `Unsupported value: "Half"`}},
+		{name: "unknown algorithm", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Algorithm = "TokenBucket" },
+			wantErr: []string{"spec.algorithm", `Unsupported value: "TokenBucket"`}},
+		{name: "unknown mode", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Mode = "Shadow" },
+			wantErr: []string{"spec.mode", `Unsupported value: "Shadow"`}},
+		{name: "unknown method", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Match = &v1alpha1.RequestMatch{Methods: []v1alpha1.HTTPMethod{"get"}}
+		}, wantErr: []string{"spec.match.methods[0]", `Unsupported value: "get"`}},
+		{name: "Header without a name", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Key.Name = "" },
+			wantErr: []string{"spec.key", "name is required when source is Header, QueryParameter or JWTClaim"}},
+		{name: "QueryParameter without a name", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceQueryParameter}
+		}, wantErr: []string{"spec.key", "name is required when source is Header, QueryParameter or JWTClaim"}},
+		{name: "JWTClaim without a name", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim}
+		}, wantErr: []string{"spec.key", "name is required when source is Header, QueryParameter or JWTClaim"}},
+		{name: "Global with a name", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal, Name: "x"}
+		}, wantErr: []string{"spec.key", "name must not be set when source is RemoteAddress or Global"}},
+		{name: "RemoteAddress with onMissing", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress, OnMissing: v1alpha1.MissingKeyDeny}
+		}, wantErr: []string{"spec.key", "onMissing applies only when source is Header, QueryParameter or JWTClaim"}},
+		{name: "bad header name", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Key.Name = "X User" },
+			wantErr: []string{"spec.key", "a header name may contain only letters, digits"}},
+		{name: "path prefix without slash", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Match = &v1alpha1.RequestMatch{PathPrefixes: []v1alpha1.PathPrefix{"api"}}
+		}, wantErr: []string{"spec.match.pathPrefixes[0]", "a path prefix must start with '/'"}},
+		{name: "path prefix with query", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Match = &v1alpha1.RequestMatch{PathPrefixes: []v1alpha1.PathPrefix{"/api?x=1"}}
+		}, wantErr: []string{"spec.match.pathPrefixes[0]", "must not contain '?' or '#'"}},
+		{name: "duplicate method", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Match = &v1alpha1.RequestMatch{Methods: []v1alpha1.HTTPMethod{"GET", "GET"}}
+		}, wantErr: []string{"spec.match.methods[1]", "Duplicate value"}},
+		{name: "selector operator unknown", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Matches", Values: []string{"x"}}}
+		}, wantErr: []string{"spec.targetSelector", "a matchExpressions operator must be In, NotIn, Exists or DoesNotExist"}},
+		{name: "selector In without values", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn}}
+		}, wantErr: []string{"spec.targetSelector", "matchExpressions with the operator In or NotIn need values"}},
+		{name: "selector Exists with values", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpExists, Values: []string{"x"}}}
+		}, wantErr: []string{"spec.targetSelector", "matchExpressions with the operator Exists or DoesNotExist take no values"}},
+		{name: "valid selector expressions", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{
+				{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web"}},
+				{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist},
+			}
+		}},
+		{name: "targetPort upper case", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetPort = "HTTP" },
+			wantErr: []string{"spec.targetPort", "targetPort must be a container port name"}},
+		{name: "targetPort number", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetPort = "8080" },
+			wantErr: []string{"spec.targetPort", "targetPort must be a container port name"}},
+		{name: "targetPort too long", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetPort = "a-very-long-port-name" },
+			wantErr: []string{"spec.targetPort", "may not be more than 15"}},
+	}
+	ctx := context.Background()
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &v1alpha1.RateLimitPolicy{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("case-%d", i), Namespace: "default"},
+				Spec:       validSpec(),
+			}
+			tt.mutate(&p.Spec)
+			err := k.Create(ctx, p)
+			if testing.Verbose() && err != nil {
+				t.Log(err)
+			}
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("valid policy rejected: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("invalid policy accepted: %+v", p.Spec)
+			}
+			for _, want := range tt.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error does not contain %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+}
+
+// TestDefaults: the schema fills in the documented defaults, and a new
+// policy's status says observedGeneration 0, so that kstatus sees it in
+// progress until the controller has written its status.
+func TestDefaults(t *testing.T) {
+	ctx := context.Background()
+	p := &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: "default"},
+		Spec:       validSpec(),
+	}
+	if err := k.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.RateLimitPolicy
+	if err := k.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+		t.Fatal(err)
+	}
+	s := got.Spec
+	if s.TargetPort != "http" || s.FailMode != v1alpha1.FailOpen || s.Algorithm != v1alpha1.AlgorithmSlidingLog || s.Mode != v1alpha1.ModeEnforce {
+		t.Errorf("defaults not applied: targetPort=%q failMode=%q algorithm=%q mode=%q", s.TargetPort, s.FailMode, s.Algorithm, s.Mode)
+	}
+	if s.Key.OnMissing != "" {
+		t.Errorf("onMissing defaulted in the schema to %q; it is defaulted by the renderer only for the key sources it applies to", s.Key.OnMissing)
+	}
+
+	u := &unstructuredPolicy{}
+	if err := k.Get(ctx, client.ObjectKeyFromObject(p), u.obj()); err != nil {
+		t.Fatal(err)
+	}
+	og, found, err := u.nestedInt64("status", "observedGeneration")
+	if err != nil || !found || og != 0 {
+		t.Errorf("status.observedGeneration of a new policy: %d found=%v err=%v; want 0, present", og, found, err)
+	}
+}
+
+// TestSamples: every RateLimitPolicy in config/samples is accepted by the
+// API server.
+func TestSamples(t *testing.T) {
+	root, err := testsupport.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "config", "samples", "ratelimit_v1alpha1_*.yaml"))
+	if err != nil || len(files) < 4 {
+		t.Fatalf("want at least 4 sample policies, found %v (%v)", files, err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p v1alpha1.RateLimitPolicy
+		if err := yaml.UnmarshalStrict(data, &p); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		p.Namespace = "default"
+		if err := k.Create(context.Background(), &p, client.DryRunAll); err != nil {
+			t.Errorf("%s rejected: %v", filepath.Base(f), err)
+		}
+	}
+}
+
+// TestWindowPatternInCRD: the CRD's window rule and the renderer share
+// v1alpha1.WindowPattern (the marker cannot refer to the constant).
+func TestWindowPatternInCRD(t *testing.T) {
+	root, err := testsupport.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd, err := os.ReadFile(filepath.Join(root, "config", "crd", "bases", "ratelimit.slidegate.dev_ratelimitpolicies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(crd), "self.matches('"+v1alpha1.WindowPattern+"')"); n != 2 {
+		t.Errorf("the CRD uses WindowPattern in %d rules, want 2 (format and bounds)", n)
+	}
+}

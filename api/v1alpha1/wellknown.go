@@ -1,0 +1,104 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+// Names shared by the controller, the injector and the sidecar. They are part
+// of slidegate's contract with the cluster: changing one is a breaking change.
+const (
+	// InjectionLabel on a Namespace opts its pods into sidecar injection
+	// when its value is InjectionEnabled.
+	InjectionLabel = "ratelimit.slidegate.dev/injection"
+	// InjectionEnabled is the value of InjectionLabel that enables injection.
+	InjectionEnabled = "enabled"
+
+	// InjectedAnnotation is set by the injector on every pod that carries
+	// the enforcement sidecar; its value is the injection status. The
+	// controller counts such pods as enforcedPods.
+	InjectedAnnotation = "ratelimit.slidegate.dev/injected"
+
+	// RevisionAnnotation on the rendered ConfigMap holds the content hash of
+	// the sidecar configuration (also in each policy's status.revision).
+	RevisionAnnotation = "ratelimit.slidegate.dev/revision"
+
+	// SourceAnnotation on a mirrored Secret names the Secret it was copied
+	// from, as "<namespace>/<name>".
+	SourceAnnotation = "ratelimit.slidegate.dev/source"
+
+	// ManagedByLabel and ManagedByValue mark the objects that slidegate's
+	// controller creates in application namespaces (the rendered ConfigMap
+	// and the mirrored Redis credentials). The controller only ever deletes
+	// or repairs objects that carry this label.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "slidegate"
+
+	// RedisCredentialsSecretName is the Secret the controller keeps in every
+	// namespace that has policies: a copy of the Redis credentials Secret
+	// configured on the manager (--redis-secret-name), for the sidecars of
+	// that namespace to mount. It is removed with the namespace's last
+	// policy. The name is reserved in every namespace that has policies.
+	RedisCredentialsSecretName = "slidegate-redis-credentials"
+	// SidecarPort is the port the injected sidecar proxies on. It takes over
+	// the NAME of the app's port; a Service that targets this number, or
+	// the name, passes through the sidecar, any other number bypasses it.
+	SidecarPort = 15080
+
+	// RedisUsernameKey and RedisPasswordKey are the keys of the credentials
+	// Secret (both optional: a password alone is the legacy AUTH form).
+	RedisUsernameKey = "username"
+	RedisPasswordKey = "password"
+)
+
+// Condition types of a RateLimitPolicy.
+const (
+	// ConditionReady is True when the policy is accepted and the sidecar
+	// configuration containing it (and the Redis credentials) are published
+	// in its namespace. kstatus-based tools (Flux, Argo CD) read it.
+	ConditionReady = "Ready"
+	// ConditionAccepted is True when the spec is valid and rendered into the
+	// namespace's sidecar configuration.
+	ConditionAccepted = "Accepted"
+	// ConditionEnforced is True when at least one pod is selected and every
+	// selected pod carries the sidecar. Its message counts them.
+	ConditionEnforced = "Enforced"
+)
+
+// Condition reasons of a RateLimitPolicy.
+const (
+	// ReasonAccepted: the policy is rendered (Accepted=True).
+	ReasonAccepted = "Accepted"
+	// ReasonInvalid: the spec cannot be rendered (Accepted=False).
+	ReasonInvalid = "Invalid"
+	// ReasonPublished: the configuration is in the namespace (Ready=True).
+	ReasonPublished = "Published"
+	// ReasonNotAccepted: Ready and Enforced are False because the policy is
+	// not accepted.
+	ReasonNotAccepted = "NotAccepted"
+	// ReasonRedisCredentialsUnavailable: the manager's Redis credentials
+	// Secret is missing, so sidecars could not connect (Ready=False).
+	ReasonRedisCredentialsUnavailable = "RedisCredentialsUnavailable"
+	// ReasonEnforced: every selected pod carries the sidecar (Enforced=True).
+	ReasonEnforced = "Enforced"
+	// ReasonNoPodsSelected: targetSelector selects no pod (Enforced=False).
+	ReasonNoPodsSelected = "NoPodsSelected"
+	// ReasonPartiallyEnforced: some selected pods lack the sidecar
+	// (Enforced=False).
+	ReasonPartiallyEnforced = "PartiallyEnforced"
+	// ReasonServiceBypassesSidecar: a Service that selects protected pods
+	// sends traffic to a port number, not to the port name the sidecar took
+	// over, so its traffic reaches the app unlimited (Enforced=False).
+	ReasonServiceBypassesSidecar = "ServiceBypassesSidecar"
+)

@@ -1,0 +1,200 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+// childLabels are the labels of every object the controller creates.
+func childLabels(component string) map[string]string {
+	return map[string]string{
+		v1alpha1.ManagedByLabel:       v1alpha1.ManagedByValue,
+		"app.kubernetes.io/name":      "slidegate",
+		"app.kubernetes.io/component": component,
+	}
+}
+
+// applyConfigMap makes the namespace's sidecar ConfigMap hold data, unless
+// the cached copy already matches.
+func (r *RateLimitPolicyReconciler) applyConfigMap(ctx context.Context, ns string, data []byte, revision string, owners []metav1.OwnerReference) error {
+	lbls := childLabels("sidecar-config")
+	annotations := map[string]string{v1alpha1.RevisionAnnotation: revision}
+	key := types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}
+
+	var cur corev1.ConfigMap
+	err := r.Client.Get(ctx, key, &cur)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("reading ConfigMap %s: %w", key, err)
+	case metaUpToDate(&cur.ObjectMeta, lbls, annotations, owners) && cur.Data[sidecarconfig.FileName] == string(data):
+		return nil
+	}
+
+	ac := corev1ac.ConfigMap(key.Name, key.Namespace).
+		WithLabels(lbls).
+		WithAnnotations(annotations).
+		WithOwnerReferences(ownerReferenceApplyConfigs(owners)...).
+		WithData(map[string]string{sidecarconfig.FileName: string(data)})
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		if namespaceTerminating(err) {
+			return nil // its policies are going too; the next reconcile cleans up
+		}
+		return fmt.Errorf("applying ConfigMap %s: %w", key, err)
+	}
+	writesCounter.WithLabelValues("configmap", "apply").Inc()
+	logf.FromContext(ctx).Info("applied the sidecar configuration", "configMap", klog.KRef(ns, key.Name), "revision", revision)
+	return nil
+}
+
+// mirrorCredentials keeps the namespace's copy of the Redis credentials in
+// line with the manager's Secret. It returns a problem (for the Ready
+// condition) when the source cannot be mirrored, and an error when the API
+// fails. Secret data is never logged nor put into messages.
+func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns string, owners []metav1.OwnerReference) (problem string, err error) {
+	key := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
+	if r.RedisCredentials.Name == "" {
+		// No credentials configured (any more): remove a stale copy.
+		return "", r.deleteManaged(ctx, key, &corev1.Secret{}, "secret")
+	}
+	if key == r.RedisCredentials {
+		return "", nil // the manager's Secret itself: nothing to copy
+	}
+
+	var src corev1.Secret
+	if err := r.Client.Get(ctx, r.RedisCredentials, &src); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Sprintf("the Redis credentials Secret %s configured on the manager does not exist", r.RedisCredentials), nil
+		}
+		return "", fmt.Errorf("reading the Redis credentials Secret %s: %w", r.RedisCredentials, err)
+	}
+	data := map[string][]byte{}
+	for _, k := range []string{v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey} {
+		if v, ok := src.Data[k]; ok {
+			data[k] = v
+		}
+	}
+	if len(data) == 0 {
+		return fmt.Sprintf("the Redis credentials Secret %s has neither the key %s nor %s",
+			r.RedisCredentials, v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey), nil
+	}
+
+	lbls := childLabels("redis-credentials")
+	annotations := map[string]string{v1alpha1.SourceAnnotation: r.RedisCredentials.String()}
+	var cur corev1.Secret
+	err = r.Client.Get(ctx, key, &cur)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return "", fmt.Errorf("reading Secret %s: %w", key, err)
+	case metaUpToDate(&cur.ObjectMeta, lbls, annotations, owners) && credentialsEqual(cur.Data, data):
+		return "", nil
+	}
+
+	ac := corev1ac.Secret(key.Name, key.Namespace).
+		WithLabels(lbls).
+		WithAnnotations(annotations).
+		WithOwnerReferences(ownerReferenceApplyConfigs(owners)...).
+		WithType(corev1.SecretTypeOpaque).
+		WithData(data)
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		if namespaceTerminating(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("applying Secret %s: %w", key, err)
+	}
+	writesCounter.WithLabelValues("secret", "apply").Inc()
+	logf.FromContext(ctx).Info("mirrored the Redis credentials", "secret", klog.KRef(ns, key.Name), "source", klog.KRef(r.RedisCredentials.Namespace, r.RedisCredentials.Name))
+	return "", nil
+}
+
+// credentialsEqual compares the credential keys only: keys someone else
+// added are not ours to judge (server-side apply leaves them alone too).
+func credentialsEqual(cur, want map[string][]byte) bool {
+	for _, k := range []string{v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey} {
+		c, inCur := cur[k]
+		w, inWant := want[k]
+		if inCur != inWant || string(c) != string(w) {
+			return false
+		}
+	}
+	return true
+}
+
+// metaUpToDate reports whether obj carries the wanted labels and annotations
+// and exactly the wanted owner references to policies.
+func metaUpToDate(obj *metav1.ObjectMeta, lbls, annotations map[string]string, owners []metav1.OwnerReference) bool {
+	for k, v := range lbls {
+		if got, ok := obj.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	for k, v := range annotations {
+		if got, ok := obj.Annotations[k]; !ok || got != v {
+			return false
+		}
+	}
+	var cur []metav1.OwnerReference
+	for _, o := range obj.OwnerReferences {
+		if o.APIVersion == v1alpha1.GroupVersion.String() && o.Kind == "RateLimitPolicy" {
+			cur = append(cur, o)
+		}
+	}
+	key := func(o metav1.OwnerReference) string { return string(o.UID) + "/" + o.Name }
+	byKey := func(refs []metav1.OwnerReference) map[string]metav1.OwnerReference {
+		m := make(map[string]metav1.OwnerReference, len(refs))
+		for _, o := range refs {
+			m[key(o)] = o
+		}
+		return m
+	}
+	return len(cur) == len(owners) && maps.EqualFunc(byKey(cur), byKey(owners), func(a, b metav1.OwnerReference) bool {
+		return a.Controller == nil && a.BlockOwnerDeletion == nil && a.Kind == b.Kind && a.APIVersion == b.APIVersion
+	})
+}
+
+func ownerReferenceApplyConfigs(owners []metav1.OwnerReference) []*metav1ac.OwnerReferenceApplyConfiguration {
+	out := make([]*metav1ac.OwnerReferenceApplyConfiguration, 0, len(owners))
+	for _, o := range owners {
+		out = append(out, metav1ac.OwnerReference().
+			WithAPIVersion(o.APIVersion).WithKind(o.Kind).WithName(o.Name).WithUID(o.UID))
+	}
+	return slices.Clip(out)
+}
+
+// namespaceTerminating reports whether a write failed because its namespace
+// is being deleted: nothing to repair there.
+func namespaceTerminating(err error) bool {
+	return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
+}

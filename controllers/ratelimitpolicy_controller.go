@@ -1,0 +1,309 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+// FieldOwner is the server-side apply field manager of everything the
+// controller writes.
+const FieldOwner = "slidegate-controller"
+
+// conflictRetryDelay is how long to wait before retrying a status write that
+// conflicted: enough for the cache to catch up with the policy.
+const conflictRetryDelay = 250 * time.Millisecond
+
+// RateLimitPolicyReconciler renders the RateLimitPolicies of a namespace into
+// the namespace's sidecar ConfigMap, mirrors the Redis credentials next to
+// it, and reports each policy's status. See the package documentation.
+type RateLimitPolicyReconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// Recorder emits events on condition transitions.
+	Recorder events.EventRecorder
+	// TrustedProxies are rendered into every namespace's configuration
+	// (--trusted-proxies).
+	TrustedProxies []netip.Prefix
+	// RedisCredentials is the Secret to mirror into namespaces with policies
+	// (--redis-secret-name in the manager's namespace); empty Name: none.
+	RedisCredentials types.NamespacedName
+}
+
+// +kubebuilder:rbac:groups=ratelimit.slidegate.dev,resources=ratelimitpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ratelimit.slidegate.dev,resources=ratelimitpolicies/status,verbs=patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
+// +kubebuilder:rbac:groups="",resources=services,verbs=list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one namespace (req.Name) to its desired state: get the
+// policies (none: remove the children) → render → apply the children → write
+// each policy's status if it changed.
+func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ns := req.Name
+	log := logf.FromContext(ctx)
+
+	var list v1alpha1.RateLimitPolicyList
+	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the policies of namespace %s: %w", ns, err)
+	}
+	policies := slices.DeleteFunc(list.Items, func(p v1alpha1.RateLimitPolicy) bool { return !p.DeletionTimestamp.IsZero() })
+	if len(policies) == 0 {
+		return ctrl.Result{}, r.cleanup(ctx, ns)
+	}
+	slices.SortFunc(policies, func(a, b v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
+
+	// Compute the desired state. A policy the renderer rejects is left out
+	// (and reported in its status) so that it does not block the others.
+	invalid := map[string]error{}
+	var accepted []v1alpha1.RateLimitPolicy
+	for i := range policies {
+		if _, err := render.Policy(&policies[i]); err != nil {
+			invalid[policies[i].Name] = err
+			continue
+		}
+		accepted = append(accepted, policies[i])
+	}
+	cfg, err := render.Render(accepted, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("rendering namespace %s: %w", ns, err)
+	}
+	data, revision, err := render.Encode(cfg)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("encoding the configuration of namespace %s: %w", ns, err)
+	}
+	owners := ownerReferences(policies)
+
+	// Apply the children.
+	if err := r.applyConfigMap(ctx, ns, data, revision, owners); err != nil {
+		return ctrl.Result{}, err
+	}
+	credentialsProblem, err := r.mirrorCredentials(ctx, ns, owners)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// Status.
+	pods, err := r.livePods(ctx, ns)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var services corev1.ServiceList
+	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the services of namespace %s: %w", ns, err)
+	}
+	unprotected := map[types.UID]bool{}
+	var result ctrl.Result
+	for i := range policies {
+		p := &policies[i]
+		in := statusInput{
+			invalid:            invalid[p.Name],
+			revision:           revision,
+			credentialsProblem: credentialsProblem,
+		}
+		in.matched, in.enforced = countPods(p, pods, unprotected)
+		in.bypass = bypassingServices(p, pods, services.Items)
+		if err := r.writeStatus(ctx, p, in); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // deleted meanwhile; its delete event brings us back
+			}
+			if apierrors.IsConflict(err) {
+				// Our cache is behind the policy (typically our own last
+				// status write): try again once it has caught up. Not an
+				// error worth a log line.
+				log.V(1).Info("status conflict, retrying", "policy", klog.KObj(p))
+				result.RequeueAfter = conflictRetryDelay
+				continue
+			}
+			return ctrl.Result{}, err
+		}
+	}
+	policiesGauge.WithLabelValues(ns).Set(float64(len(policies)))
+	rejectedPoliciesGauge.WithLabelValues(ns).Set(float64(len(invalid)))
+	unprotectedPodsGauge.WithLabelValues(ns).Set(float64(len(unprotected)))
+	log.V(1).Info("reconciled", "policies", len(policies), "rejected", len(invalid), "revision", revision)
+	return result, nil
+}
+
+// cleanup removes the children of a namespace that has no policy left. Only
+// objects labelled as slidegate's are removed, never the manager's own
+// credentials Secret.
+func (r *RateLimitPolicyReconciler) cleanup(ctx context.Context, ns string) error {
+	forgetNamespaceMetrics(ns)
+	cm := &corev1.ConfigMap{}
+	if err := r.deleteManaged(ctx, types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}, cm, "configmap"); err != nil {
+		return err
+	}
+	secret := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
+	if secret == r.RedisCredentials {
+		return nil
+	}
+	return r.deleteManaged(ctx, secret, &corev1.Secret{}, "secret")
+}
+
+func (r *RateLimitPolicyReconciler) deleteManaged(ctx context.Context, key types.NamespacedName, obj client.Object, resource string) error {
+	if err := r.Client.Get(ctx, key, obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if obj.GetLabels()[v1alpha1.ManagedByLabel] != v1alpha1.ManagedByValue || !obj.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	uid := obj.GetUID()
+	if err := r.Client.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s %s: %w", resource, key, err)
+	}
+	writesCounter.WithLabelValues(resource, "delete").Inc()
+	logf.FromContext(ctx).Info("deleted, the namespace has no policy left", resource, klog.KRef(key.Namespace, key.Name))
+	return nil
+}
+
+// livePods lists the metadata of the namespace's pods that are not being
+// deleted.
+func (r *RateLimitPolicyReconciler) livePods(ctx context.Context, ns string) ([]metav1.PartialObjectMetadata, error) {
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
+	}
+	return slices.DeleteFunc(pods.Items, func(p metav1.PartialObjectMetadata) bool { return !p.DeletionTimestamp.IsZero() }), nil
+}
+
+// countPods counts the pods the policy selects and those of them that carry
+// the sidecar; selected pods without it are added to unprotected.
+func countPods(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, unprotected map[types.UID]bool) (matched, enforced int32) {
+	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.TargetSelector)
+	if err != nil {
+		return 0, 0
+	}
+	for i := range pods {
+		if !sel.Matches(labels.Set(pods[i].Labels)) {
+			continue
+		}
+		matched++
+		if carriesSidecar(&pods[i]) {
+			enforced++
+		} else {
+			unprotected[pods[i].UID] = true
+		}
+	}
+	return matched, enforced
+}
+
+// bypassingServices describes the Services that select a pod of the policy
+// and send a port's traffic to a number other than the sidecar's: the
+// sidecar took over the port's NAME, so only `targetPort: <name>` (or the
+// sidecar's own port number) passes through it.
+func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, services []corev1.Service) string {
+	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.TargetSelector)
+	if err != nil {
+		return ""
+	}
+	var found []string
+	for i := range services {
+		svc := &services[i]
+		if len(svc.Spec.Selector) == 0 || !selectsAny(labels.SelectorFromSet(svc.Spec.Selector), sel, pods) {
+			continue
+		}
+		for _, port := range svc.Spec.Ports {
+			target := port.TargetPort
+			if target.Type == intstr.String && target.StrVal != "" {
+				continue
+			}
+			num := target.IntVal
+			if num == 0 { // unset: the port number itself
+				num = port.Port
+			}
+			if num != v1alpha1.SidecarPort {
+				found = append(found, fmt.Sprintf("Service %s port %d targets port number %d", svc.Name, port.Port, num))
+			}
+		}
+	}
+	slices.Sort(found)
+	return strings.Join(found, "; ")
+}
+
+// selectsAny reports whether a pod matches both selectors.
+func selectsAny(svc, policy labels.Selector, pods []metav1.PartialObjectMetadata) bool {
+	for i := range pods {
+		set := labels.Set(pods[i].Labels)
+		if svc.Matches(set) && policy.Matches(set) {
+			return true
+		}
+	}
+	return false
+}
+
+func carriesSidecar(pod metav1.Object) bool {
+	_, ok := pod.GetAnnotations()[v1alpha1.InjectedAnnotation]
+	return ok
+}
+
+// ownerReferences points at every policy of the namespace, none as
+// controller: they all contribute to the children.
+func ownerReferences(policies []v1alpha1.RateLimitPolicy) []metav1.OwnerReference {
+	refs := make([]metav1.OwnerReference, 0, len(policies))
+	for i := range policies {
+		refs = append(refs, metav1.OwnerReference{
+			APIVersion: v1alpha1.GroupVersion.String(),
+			Kind:       "RateLimitPolicy",
+			Name:       policies[i].Name,
+			UID:        policies[i].UID,
+		})
+	}
+	return refs
+}
+
+// writeStatus writes the policy's status if it differs, then emits events
+// for the conditions that changed.
+func (r *RateLimitPolicyReconciler) writeStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, in statusInput) error {
+	want := desiredStatus(p, in)
+	if equality.Semantic.DeepEqual(p.Status, want) {
+		return nil
+	}
+	orig := p.DeepCopy()
+	p.Status = want
+	if err := r.Client.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("writing the status of %s: %w", klog.KObj(p), err)
+	}
+	writesCounter.WithLabelValues("ratelimitpolicies/status", "patch").Inc()
+	r.emitTransitions(orig, p)
+	return nil
+}

@@ -1,0 +1,795 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+var nsCounter atomic.Int32
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d-%s", nsCounter.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
+	if len(name) > 63 {
+		name = strings.TrimRight(name[:63], "-")
+	}
+	if err := k.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func newPolicy(ns, name string, mutate ...func(*v1alpha1.RateLimitPolicySpec)) *v1alpha1.RateLimitPolicy {
+	p := &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			TargetSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
+			Window:         "10s",
+			Limit:          5,
+			Key:            v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User-ID"},
+		},
+	}
+	for _, m := range mutate {
+		m(&p.Spec)
+	}
+	return p
+}
+
+func create(t *testing.T, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := k.Create(context.Background(), o); err != nil {
+			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+}
+
+func newPod(ns, name string, lbls map[string]string, injected bool) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: lbls},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+	}
+	if injected {
+		p.Annotations = map[string]string{v1alpha1.InjectedAnnotation: "injected"}
+	}
+	return p
+}
+
+// readConfig reads the namespace's rendered ConfigMap from the API server.
+func readConfig(ns string) (*corev1.ConfigMap, *sidecarconfig.Config, error) {
+	var cm corev1.ConfigMap
+	if err := k.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}, &cm); err != nil {
+		return nil, nil, err
+	}
+	cfg, err := sidecarconfig.Parse([]byte(cm.Data[sidecarconfig.FileName]))
+	if err != nil {
+		return &cm, nil, err
+	}
+	return &cm, cfg, nil
+}
+
+func policyNames(cfg *sidecarconfig.Config) []string {
+	var out []string
+	for _, p := range cfg.Policies {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func get(t *testing.T, p *v1alpha1.RateLimitPolicy) *v1alpha1.RateLimitPolicy {
+	t.Helper()
+	var got v1alpha1.RateLimitPolicy
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(p), &got); err != nil {
+		t.Fatal(err)
+	}
+	return &got
+}
+
+// settled checks that a policy's status describes its current generation
+// and has the wanted condition statuses.
+func settled(p *v1alpha1.RateLimitPolicy, want map[string]metav1.ConditionStatus) error {
+	var got v1alpha1.RateLimitPolicy
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(p), &got); err != nil {
+		return err
+	}
+	if got.Status.ObservedGeneration != got.Generation {
+		return fmt.Errorf("%s: observedGeneration %d, generation %d", p.Name, got.Status.ObservedGeneration, got.Generation)
+	}
+	for typ, st := range want {
+		c := meta.FindStatusCondition(got.Status.Conditions, typ)
+		if c == nil || c.Status != st || c.ObservedGeneration != got.Generation {
+			return fmt.Errorf("%s: condition %s is %+v, want %s", p.Name, typ, c, st)
+		}
+	}
+	return nil
+}
+
+var readyAccepted = map[string]metav1.ConditionStatus{
+	v1alpha1.ConditionReady:    metav1.ConditionTrue,
+	v1alpha1.ConditionAccepted: metav1.ConditionTrue,
+}
+
+// TestCreateUpdateDelete follows a namespace's ConfigMap through the life of
+// its policies.
+func TestCreateUpdateDelete(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	a := newPolicy(ns, "a")
+	create(t, a)
+
+	eventually(t, "policy a ready", func() error { return settled(a, readyAccepted) })
+	cm, cfg, err := readConfig(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"a"}, policyNames(cfg)); diff != "" {
+		t.Errorf("policies in the ConfigMap (-want +got):\n%s", diff)
+	}
+	got := get(t, a)
+	if rev := cm.Annotations[v1alpha1.RevisionAnnotation]; rev == "" || rev != got.Status.Revision || rev != render.Revision([]byte(cm.Data[sidecarconfig.FileName])) {
+		t.Errorf("revision: annotation %q, status %q, content %q", rev, got.Status.Revision, render.Revision([]byte(cm.Data[sidecarconfig.FileName])))
+	}
+	if cm.Labels[v1alpha1.ManagedByLabel] != v1alpha1.ManagedByValue {
+		t.Errorf("ConfigMap labels %v lack %s=%s", cm.Labels, v1alpha1.ManagedByLabel, v1alpha1.ManagedByValue)
+	}
+	if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != got.UID || cm.OwnerReferences[0].Controller != nil {
+		t.Errorf("owner references %+v, want one non-controller reference to policy a", cm.OwnerReferences)
+	}
+	if !slices.ContainsFunc(cm.ManagedFields, func(f metav1.ManagedFieldsEntry) bool {
+		return f.Manager == FieldOwner && f.Operation == metav1.ManagedFieldsOperationApply
+	}) {
+		t.Errorf("ConfigMap not applied by field owner %s: %+v", FieldOwner, cm.ManagedFields)
+	}
+	firstRevision := got.Status.Revision
+	if got.Status.ObservedGeneration != 1 {
+		t.Errorf("observedGeneration %d, want 1", got.Status.ObservedGeneration)
+	}
+
+	// Update: a new generation, a new revision.
+	got.Spec.Limit = 50
+	if err := k.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "policy a generation 2 rendered", func() error {
+		if err := settled(a, readyAccepted); err != nil {
+			return err
+		}
+		_, cfg, err := readConfig(ns)
+		if err != nil {
+			return err
+		}
+		if cfg.Policies[0].Limit != 50 {
+			return fmt.Errorf("limit in the ConfigMap is %d", cfg.Policies[0].Limit)
+		}
+		return nil
+	})
+	got = get(t, a)
+	if got.Status.ObservedGeneration != 2 || got.Status.Revision == firstRevision {
+		t.Errorf("after the update: observedGeneration %d, revision %q (was %q)", got.Status.ObservedGeneration, got.Status.Revision, firstRevision)
+	}
+
+	// A second policy joins the same document.
+	b := newPolicy(ns, "b", func(s *v1alpha1.RateLimitPolicySpec) { s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal} })
+	create(t, b)
+	eventually(t, "both policies rendered", func() error {
+		if err := settled(b, readyAccepted); err != nil {
+			return err
+		}
+		cm, cfg, err := readConfig(ns)
+		if err != nil {
+			return err
+		}
+		if names := policyNames(cfg); !slices.Equal(names, []string{"a", "b"}) {
+			return fmt.Errorf("policies %v", names)
+		}
+		if len(cm.OwnerReferences) != 2 {
+			return fmt.Errorf("owner references %+v", cm.OwnerReferences)
+		}
+		return nil
+	})
+	// Both policies report the namespace's one revision.
+	eventually(t, "one revision", func() error {
+		if ra, rb := get(t, a).Status.Revision, get(t, b).Status.Revision; ra != rb {
+			return fmt.Errorf("revisions %q and %q", ra, rb)
+		}
+		return nil
+	})
+
+	// Delete a: b remains, alone.
+	if err := k.Delete(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a removed from the ConfigMap", func() error {
+		cm, cfg, err := readConfig(ns)
+		if err != nil {
+			return err
+		}
+		if names := policyNames(cfg); !slices.Equal(names, []string{"b"}) {
+			return fmt.Errorf("policies %v", names)
+		}
+		if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Name != "b" {
+			return fmt.Errorf("owner references %+v", cm.OwnerReferences)
+		}
+		return nil
+	})
+	waitGauge(t, policiesGauge.WithLabelValues(ns), 1)
+
+	// Delete the last policy: the ConfigMap and the credentials go.
+	if err := k.Delete(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "children removed with the last policy", func() error {
+		if _, _, err := readConfig(ns); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("ConfigMap: %w", err)
+		}
+		var s corev1.Secret
+		if err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &s); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Secret: %w", err)
+		}
+		return nil
+	})
+	// The manager's own Secret is never touched.
+	var src corev1.Secret
+	if err := k.Get(ctx, redisSecret, &src); err != nil {
+		t.Fatalf("the manager's credentials Secret: %v", err)
+	}
+}
+
+// TestCredentialsMirror: the manager's credentials reach each namespace with
+// policies, only the two credential keys, and follow rotation.
+func TestCredentialsMirror(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	p := newPolicy(ns, "p")
+	create(t, p)
+	key := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
+	mirrored := func(wantPassword string) func() error {
+		return func() error {
+			var s corev1.Secret
+			if err := k.Get(ctx, key, &s); err != nil {
+				return err
+			}
+			want := map[string][]byte{"username": []byte("sidecar"), "password": []byte(wantPassword)}
+			if diff := cmp.Diff(want, s.Data); diff != "" {
+				return fmt.Errorf("mirrored data (-want +got):\n%s", diff)
+			}
+			if s.Labels[v1alpha1.ManagedByLabel] != v1alpha1.ManagedByValue || s.Annotations[v1alpha1.SourceAnnotation] != redisSecret.String() {
+				return fmt.Errorf("labels %v annotations %v", s.Labels, s.Annotations)
+			}
+			return nil
+		}
+	}
+	eventually(t, "credentials mirrored", mirrored("s3cret"))
+
+	// Rotation in the manager's namespace reaches the copy.
+	setPassword(t, "r0tated")
+	t.Cleanup(func() { setPassword(t, "s3cret") })
+	eventually(t, "rotated credentials mirrored", mirrored("r0tated"))
+
+	// Without the source, sidecars cannot authenticate: Ready says why.
+	var src corev1.Secret
+	if err := k.Get(ctx, redisSecret, &src); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Delete(ctx, &src); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Ready False without credentials", func() error {
+		return settled(p, map[string]metav1.ConditionStatus{
+			v1alpha1.ConditionReady:    metav1.ConditionFalse,
+			v1alpha1.ConditionAccepted: metav1.ConditionTrue,
+		})
+	})
+	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionReady); c.Reason != v1alpha1.ReasonRedisCredentialsUnavailable {
+		t.Errorf("Ready reason %q, want %q", c.Reason, v1alpha1.ReasonRedisCredentialsUnavailable)
+	}
+	src.ResourceVersion = ""
+	src.Data["password"] = []byte("s3cret")
+	if err := k.Create(ctx, &src); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Ready again with credentials", func() error { return settled(p, readyAccepted) })
+	events := recorder.about(ns, "p")
+	if !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, "Warning "+v1alpha1.ReasonRedisCredentialsUnavailable) }) {
+		t.Errorf("no warning event for the missing credentials: %q", events)
+	}
+	for _, e := range events {
+		if strings.Contains(e, "s3cret") || strings.Contains(e, "r0tated") {
+			t.Errorf("an event contains a password: %q", e)
+		}
+	}
+}
+
+func setPassword(t *testing.T, pw string) {
+	t.Helper()
+	var s corev1.Secret
+	if err := k.Get(context.Background(), redisSecret, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data["password"] = []byte(pw)
+	if err := k.Update(context.Background(), &s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDriftRepair: edits to the children by anyone else are reverted.
+func TestDriftRepair(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	p := newPolicy(ns, "p")
+	create(t, p)
+	eventually(t, "ready", func() error { return settled(p, readyAccepted) })
+	cm, _, err := readConfig(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cm.Data[sidecarconfig.FileName]
+	restored := func() error {
+		cm, _, err := readConfig(ns)
+		if err != nil {
+			return err
+		}
+		if cm.Data[sidecarconfig.FileName] != want {
+			return errors.New("config.json differs from the rendered document")
+		}
+		if cm.Labels[v1alpha1.ManagedByLabel] != v1alpha1.ManagedByValue {
+			return fmt.Errorf("labels %v", cm.Labels)
+		}
+		return nil
+	}
+
+	// Someone edits the document.
+	cm.Data[sidecarconfig.FileName] = `{"version":"slidegate.dev/sidecar-config/v1","namespace":"` + ns + `","policies":[]}`
+	if err := k.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "edited ConfigMap repaired", restored)
+
+	// Someone removes our label (the object leaves our filtered cache).
+	cm, _, _ = readConfig(ns)
+	delete(cm.Labels, v1alpha1.ManagedByLabel)
+	if err := k.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "unlabelled ConfigMap repaired", restored)
+
+	// Someone deletes it.
+	cm, _, _ = readConfig(ns)
+	if err := k.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "deleted ConfigMap recreated", restored)
+
+	// Someone tampers with the credentials copy.
+	key := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
+	var s corev1.Secret
+	eventually(t, "credentials mirrored", func() error { return k.Get(ctx, key, &s) })
+	s.Data["password"] = []byte("wrong")
+	if err := k.Update(ctx, &s); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "credentials repaired", func() error {
+		var s corev1.Secret
+		if err := k.Get(ctx, key, &s); err != nil {
+			return err
+		}
+		if string(s.Data["password"]) != "s3cret" {
+			return errors.New("password not repaired")
+		}
+		return nil
+	})
+}
+
+// TestPodCounts: matchedPods, enforcedPods and the Enforced condition follow
+// the pods.
+func TestPodCounts(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	p := newPolicy(ns, "p", func(s *v1alpha1.RateLimitPolicySpec) {
+		s.TargetSelector = metav1.LabelSelector{
+			MatchLabels:      map[string]string{"app": "checkout"},
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist}},
+		}
+	})
+	create(t, p)
+	counts := func(matched, enforced int32, cond metav1.ConditionStatus, reason string) func() error {
+		return func() error {
+			got := get(t, p)
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEnforced)
+			if got.Status.MatchedPods != matched || got.Status.EnforcedPods != enforced || c == nil || c.Status != cond || c.Reason != reason {
+				return fmt.Errorf("matched %d enforced %d Enforced %+v; want %d %d %s %s",
+					got.Status.MatchedPods, got.Status.EnforcedPods, c, matched, enforced, cond, reason)
+			}
+			return nil
+		}
+	}
+	eventually(t, "no pods", counts(0, 0, metav1.ConditionFalse, v1alpha1.ReasonNoPodsSelected))
+
+	plain := newPod(ns, "plain", map[string]string{"app": "checkout"}, false)
+	create(t,
+		newPod(ns, "injected", map[string]string{"app": "checkout"}, true),
+		plain,
+		newPod(ns, "canary", map[string]string{"app": "checkout", "canary": "yes"}, false),
+		newPod(ns, "other", map[string]string{"app": "other"}, false),
+	)
+	eventually(t, "one of two selected pods injected", counts(2, 1, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced))
+	waitGauge(t, unprotectedPodsGauge.WithLabelValues(ns), 1)
+
+	// The plain pod is replaced by an injected one.
+	if err := k.Delete(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	create(t, newPod(ns, "plain-2", map[string]string{"app": "checkout"}, true))
+	eventually(t, "all selected pods injected", counts(2, 2, metav1.ConditionTrue, v1alpha1.ReasonEnforced))
+
+	// A relabelled pod leaves the selection.
+	var canary corev1.Pod
+	if err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: "injected"}, &canary); err != nil {
+		t.Fatal(err)
+	}
+	canary.Labels["canary"] = "now"
+	if err := k.Update(ctx, &canary); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "relabelled pod not counted", counts(1, 1, metav1.ConditionTrue, v1alpha1.ReasonEnforced))
+	waitGauge(t, unprotectedPodsGauge.WithLabelValues(ns), 0)
+}
+
+// TestInvalidPolicyDoesNotBlockOthers: a policy the schema lets through but
+// the renderer rejects is reported (Accepted False, Stalled) and left out;
+// its neighbours are enforced.
+func TestInvalidPolicyDoesNotBlockOthers(t *testing.T) {
+	ns := newNamespace(t)
+	good := newPolicy(ns, "good")
+	bad := newPolicy(ns, "bad", func(s *v1alpha1.RateLimitPolicySpec) {
+		s.TargetSelector.MatchLabels = map[string]string{"app": "not a label value!"}
+	})
+	create(t, good, bad)
+	eventually(t, "good ready, bad rejected", func() error {
+		if err := settled(good, readyAccepted); err != nil {
+			return err
+		}
+		return settled(bad, map[string]metav1.ConditionStatus{
+			v1alpha1.ConditionReady:    metav1.ConditionFalse,
+			v1alpha1.ConditionAccepted: metav1.ConditionFalse,
+			ConditionStalled:           metav1.ConditionTrue,
+		})
+	})
+	_, cfg, err := readConfig(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := policyNames(cfg); !slices.Equal(names, []string{"good"}) {
+		t.Errorf("policies in the ConfigMap %v, want [good]", names)
+	}
+	got := get(t, bad)
+	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted)
+	if c.Reason != v1alpha1.ReasonInvalid || !strings.Contains(c.Message, "targetSelector") {
+		t.Errorf("Accepted: %+v", c)
+	}
+	if got.Status.Revision != "" {
+		t.Errorf("a rejected policy reports revision %q", got.Status.Revision)
+	}
+	if res := kstatus(t, bad); res.Status != status.FailedStatus {
+		t.Errorf("kstatus of the rejected policy: %s (%s), want Failed", res.Status, res.Message)
+	}
+	waitGauge(t, rejectedPoliciesGauge.WithLabelValues(ns), 1)
+
+	// Fixed, it joins the document.
+	got.Spec.TargetSelector.MatchLabels = map[string]string{"app": "checkout"}
+	if err := k.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "fixed policy accepted", func() error {
+		if err := settled(bad, readyAccepted); err != nil {
+			return err
+		}
+		if meta.FindStatusCondition(get(t, bad).Status.Conditions, ConditionStalled) != nil {
+			return errors.New("Stalled still present")
+		}
+		return nil
+	})
+}
+
+func kstatus(t *testing.T, p *v1alpha1.RateLimitPolicy) *status.Result {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RateLimitPolicy"))
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(p), u); err != nil {
+		t.Fatal(err)
+	}
+	res, err := status.Compute(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestKstatus: kstatus (Flux, Argo CD) sees a policy in progress until the
+// controller has reconciled its generation, then current.
+func TestKstatus(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	p := newPolicy(ns, "p")
+
+	// The object as stored before the controller got to it: the API server's
+	// answer to the create, read without the Go types (whose zero
+	// observedGeneration would hide a missing one). The schema defaults
+	// status.observedGeneration to 0, so kstatus sees generation 1 not yet
+	// observed; without that default it would say Current at once.
+	u, err := toUnstructured(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(u.Object, "status")
+	if err := k.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if og, found, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); !found || og != 0 {
+		t.Errorf("a new policy's status.observedGeneration: %d (found %v), want 0", og, found)
+	}
+	if res, err := status.Compute(u); err != nil || res.Status != status.InProgressStatus {
+		t.Errorf("kstatus of a new policy: %v %v, want InProgress", res, err)
+	}
+
+	eventually(t, "ready", func() error { return settled(p, readyAccepted) })
+	if res := kstatus(t, p); res.Status != status.CurrentStatus {
+		t.Errorf("kstatus of a reconciled policy: %s (%s), want Current", res.Status, res.Message)
+	}
+
+	// A spec change: in progress again until reconciled.
+	got := get(t, p)
+	got.Spec.Window = "1m"
+	if err := k.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	u, err = toUnstructured(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := status.Compute(u); err != nil || res.Status != status.InProgressStatus {
+		t.Errorf("kstatus right after a spec change: %v %v, want InProgress", res, err)
+	}
+	eventually(t, "current again", func() error {
+		if res := kstatus(t, p); res.Status != status.CurrentStatus {
+			return fmt.Errorf("kstatus %s: %s", res.Status, res.Message)
+		}
+		return nil
+	})
+}
+
+func toUnstructured(p *v1alpha1.RateLimitPolicy) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RateLimitPolicy"))
+	return u, nil
+}
+
+// TestIdempotence: once a namespace is reconciled, another reconcile makes
+// no API write and emits no event; a real change makes exactly the writes it
+// needs (so the counting can fail).
+func TestIdempotence(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	a := newPolicy(ns, "a")
+	b := newPolicy(ns, "b", func(s *v1alpha1.RateLimitPolicySpec) {
+		s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress}
+		s.Match = &v1alpha1.RequestMatch{Methods: []v1alpha1.HTTPMethod{"POST"}}
+	})
+	create(t, a, b,
+		newPod(ns, "one", map[string]string{"app": "checkout"}, true),
+		newPod(ns, "two", map[string]string{"app": "checkout"}, false))
+	waitQuiet(t, ns, []*v1alpha1.RateLimitPolicy{a, b}, 2)
+
+	versions := resourceVersions(t, ns, a, b)
+	w, e := writes.count(), recorder.count()
+	for i := range 3 {
+		if _, err := reconciler.Reconcile(ctx, namespaceRequest(ns)); err != nil {
+			t.Fatalf("reconcile %d: %v", i, err)
+		}
+	}
+	if got := writes.since(w); len(got) != 0 {
+		t.Errorf("reconciles with nothing changed wrote to the API: %q", got)
+	}
+	if got := recorder.since(e); len(got) != 0 {
+		t.Errorf("reconciles with nothing changed emitted events: %q", got)
+	}
+	if diff := cmp.Diff(versions, resourceVersions(t, ns, a, b)); diff != "" {
+		t.Errorf("resourceVersions changed (-before +after):\n%s", diff)
+	}
+
+	// The counting can fail: a change to the document costs one apply.
+	var cm corev1.ConfigMap
+	if err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[sidecarconfig.FileName] = "{}"
+	if err := k.Update(ctx, &cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "drift repaired", func() error {
+		_, _, err := readConfig(ns)
+		return err
+	})
+	if got := writes.since(w); len(got) == 0 || !strings.Contains(got[0], "apply") {
+		t.Errorf("drift repair made no apply: %q", got)
+	}
+}
+
+// waitQuiet waits until the policies are reconciled at their generation, the
+// manager's cache holds the results, and the controller is idle.
+func waitQuiet(t *testing.T, ns string, policies []*v1alpha1.RateLimitPolicy, matched int32) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "namespace reconciled and cache in sync", func() error {
+		var cm corev1.ConfigMap
+		if err := cached.Get(ctx, types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}, &cm); err != nil {
+			return err
+		}
+		var s corev1.Secret
+		if err := cached.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &s); err != nil {
+			return err
+		}
+		for _, p := range policies {
+			if err := settled(p, readyAccepted); err != nil {
+				return err
+			}
+			var got v1alpha1.RateLimitPolicy
+			if err := cached.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+				return err
+			}
+			if got.Status.ObservedGeneration != got.Generation || got.Status.MatchedPods != matched ||
+				got.Status.Revision != cm.Annotations[v1alpha1.RevisionAnnotation] {
+				return fmt.Errorf("cached %s: observedGeneration %d/%d matched %d revision %q (ConfigMap %q)", p.Name,
+					got.Status.ObservedGeneration, got.Generation, got.Status.MatchedPods, got.Status.Revision, cm.Annotations[v1alpha1.RevisionAnnotation])
+			}
+		}
+		return controllerIdle()
+	})
+}
+
+func resourceVersions(t *testing.T, ns string, policies ...*v1alpha1.RateLimitPolicy) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, p := range policies {
+		out["policy "+p.Name] = get(t, p).ResourceVersion
+	}
+	var cm corev1.ConfigMap
+	if err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	out["configmap"] = cm.ResourceVersion
+	var s corev1.Secret
+	if err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &s); err != nil {
+		t.Fatal(err)
+	}
+	out["secret"] = s.ResourceVersion
+	return out
+}
+
+// TestEventsOnTransitionsOnly: a policy gets one event per condition that
+// changes, not one per reconcile.
+func TestEventsOnTransitionsOnly(t *testing.T) {
+	ns := newNamespace(t)
+	p := newPolicy(ns, "p")
+	create(t, p)
+	waitQuiet(t, ns, []*v1alpha1.RateLimitPolicy{p}, 0)
+	got := recorder.about(ns, "p")
+	want := []string{
+		ns + "/p Normal Accepted Reconcile: Accepted=True: rendered into ConfigMap slidegate-sidecar-config",
+		ns + "/p Normal Published Reconcile: Ready=True: the configuration is published in ConfigMap slidegate-sidecar-config",
+		ns + "/p Normal NoPodsSelected Reconcile: Enforced=False: no pod of the namespace matches targetSelector",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// waitGauge waits for a gauge of ours to reach want (it is set at the end of
+// a reconcile, after the status writes a test may have seen).
+func waitGauge(t *testing.T, g prometheus.Gauge, want float64) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s = %v", g.Desc(), want), func() error {
+		if v := testutil.ToFloat64(g); v != want {
+			return fmt.Errorf("value %v", v)
+		}
+		return nil
+	})
+}
+
+// TestServiceBypassWarning: a Service that reaches protected pods by port
+// number, around the sidecar, turns Enforced False with a warning event;
+// switching it to the port's name clears it.
+func TestServiceBypassWarning(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	p := newPolicy(ns, "p")
+	create(t, p, newPod(ns, "web", map[string]string{"app": "checkout"}, true))
+	enforced := func(status metav1.ConditionStatus, reason, msgPart string) func() error {
+		return func() error {
+			c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced)
+			if c == nil || c.Status != status || c.Reason != reason || !strings.Contains(c.Message, msgPart) {
+				return fmt.Errorf("Enforced = %+v; want %s %s containing %q", c, status, reason, msgPart)
+			}
+			return nil
+		}
+	}
+	eventually(t, "enforced", enforced(metav1.ConditionTrue, v1alpha1.ReasonEnforced, ""))
+
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "checkout"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	// A Service selecting other pods is no concern.
+	other := svc.DeepCopy()
+	other.Name, other.Spec.Selector = "other", map[string]string{"app": "other"}
+	create(t, svc, other)
+	eventually(t, "bypass reported", enforced(metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar, "Service web port 80 targets port number 8080"))
+	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced); strings.Contains(c.Message, "Service other") {
+		t.Errorf("a Service selecting other pods is reported: %s", c.Message)
+	}
+	eventually(t, "warning event", func() error {
+		for _, e := range recorder.about(ns, "p") {
+			if strings.Contains(e, "Warning "+v1alpha1.ReasonServiceBypassesSidecar) {
+				return nil
+			}
+		}
+		return fmt.Errorf("events: %v", recorder.about(ns, "p"))
+	})
+
+	if err := k.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Ports[0].TargetPort = intstr.FromString("http")
+	if err := k.Update(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "bypass cleared", enforced(metav1.ConditionTrue, v1alpha1.ReasonEnforced, ""))
+}

@@ -1,0 +1,252 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"slices"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+// ControllerName names the controller (logs, metrics).
+const ControllerName = "ratelimitpolicy"
+
+// policySelectorKeysIndex indexes RateLimitPolicies by the label keys their
+// targetSelector requires a pod to have (matchLabels, and matchExpressions
+// with In or Exists), or by anyLabelKey when the selector can match a pod
+// without any particular label. The pod map function asks it which policies
+// could select a pod, instead of listing and testing every policy of the
+// namespace on each pod event.
+const policySelectorKeysIndex = "spec.targetSelector.requiredLabelKeys"
+
+// anyLabelKey is the index value of selectors that require no label key.
+const anyLabelKey = "*"
+
+// selectorKeys is the IndexerFunc of policySelectorKeysIndex.
+func selectorKeys(obj client.Object) []string {
+	p, ok := obj.(*v1alpha1.RateLimitPolicy)
+	if !ok {
+		return nil
+	}
+	sel := &p.Spec.TargetSelector
+	// Any one required key is enough: a pod without it cannot match. Take
+	// the smallest, for a stable index.
+	var keys []string
+	for k := range sel.MatchLabels {
+		keys = append(keys, k)
+	}
+	for _, e := range sel.MatchExpressions {
+		if e.Operator == metav1.LabelSelectorOpIn || e.Operator == metav1.LabelSelectorOpExists {
+			keys = append(keys, e.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return []string{anyLabelKey}
+	}
+	return []string{slices.Min(keys)}
+}
+
+// CacheOptions are the manager's cache settings the controller relies on: it
+// caches only slidegate's own ConfigMaps and Secrets (by label), plus every
+// Secret of the manager's namespace (for the credentials Secret); Pods are
+// watched as metadata only. Managed fields are dropped to save memory.
+func CacheOptions(redisCredentials types.NamespacedName) cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{v1alpha1.ManagedByLabel: v1alpha1.ManagedByValue})
+	secrets := cache.ByObject{Label: managed}
+	if redisCredentials.Name != "" {
+		secrets = cache.ByObject{Namespaces: map[string]cache.Config{
+			redisCredentials.Namespace: {LabelSelector: labels.Everything()},
+			cache.AllNamespaces:        {LabelSelector: managed},
+		}}
+	}
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: managed},
+			&corev1.Secret{}:    secrets,
+		},
+	}
+}
+
+// SetupWithManager registers the field index and the controller. The
+// manager's cache must be built with CacheOptions.
+func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RateLimitPolicy{}, policySelectorKeysIndex, selectorKeys); err != nil {
+		return err
+	}
+	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
+	})
+	podMeta := &metav1.PartialObjectMetadata{}
+	podMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		// Policies: spec changes (generation) and deletion; not our own
+		// status writes.
+		Watches(&v1alpha1.RateLimitPolicy{}, byNamespace,
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionStarted))).
+		// Our children: any change is drift to repair or our own write to
+		// confirm.
+		Watches(&corev1.ConfigMap{}, byNamespace, builder.WithPredicates(predicate.NewPredicateFuncs(isOurConfigMap))).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToNamespaces)).
+		// Services: a numeric targetPort in front of protected pods is a
+		// bypass to report; only namespaces with policies care.
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToNamespace)).
+		// Pods: label, sidecar annotation and deletion changes of pods that
+		// a policy selects (metadata only).
+		WatchesMetadata(podMeta, &podHandler{c: mgr.GetClient()}).
+		// The request names a namespace: log it as one.
+		WithLogConstructor(func(req *reconcile.Request) logr.Logger {
+			log := mgr.GetLogger().WithValues("controller", ControllerName)
+			if req != nil {
+				log = log.WithValues("namespace", req.Name)
+			}
+			return log
+		}).
+		Complete(r)
+}
+
+func namespaceRequest(ns string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Name: ns}}
+}
+
+// deletionStarted passes updates that set the deletion timestamp.
+var deletionStarted = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+	},
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func isOurConfigMap(o client.Object) bool {
+	return o.GetName() == sidecarconfig.ConfigMapName && o.GetLabels()[v1alpha1.ManagedByLabel] == v1alpha1.ManagedByValue
+}
+
+// secretToNamespaces maps a mirrored Secret to its namespace, and the
+// manager's credentials Secret to every namespace that has policies.
+func (r *RateLimitPolicyReconciler) secretToNamespaces(ctx context.Context, o client.Object) []reconcile.Request {
+	if o.GetName() == v1alpha1.RedisCredentialsSecretName && o.GetLabels()[v1alpha1.ManagedByLabel] == v1alpha1.ManagedByValue {
+		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
+	}
+	if r.RedisCredentials.Name == "" || client.ObjectKeyFromObject(o) != r.RedisCredentials {
+		return nil
+	}
+	var list v1alpha1.RateLimitPolicyList
+	if err := r.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		req := namespaceRequest(list.Items[i].Namespace)
+		if !slices.Contains(out, req) {
+			out = append(out, req)
+		}
+	}
+	return out
+}
+
+// serviceToNamespace enqueues a Service's namespace if it has policies.
+func (r *RateLimitPolicyReconciler) serviceToNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.RateLimitPolicyList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.Limit(1), client.UnsafeDisableDeepCopy); err != nil || len(list.Items) == 0 {
+		return nil
+	}
+	return []reconcile.Request{namespaceRequest(o.GetNamespace())}
+}
+
+// podHandler enqueues a pod's namespace when a policy selects the pod (before
+// or after the change) and the change matters for the counts: creation,
+// deletion, labels, the sidecar annotation, the start of deletion.
+type podHandler struct{ c client.Reader }
+
+var _ handler.EventHandler = &podHandler{}
+
+func (h *podHandler) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.enqueueIfSelected(ctx, q, e.Object)
+}
+
+func (h *podHandler) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.enqueueIfSelected(ctx, q, e.Object)
+}
+
+func (h *podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	o, n := e.ObjectOld, e.ObjectNew
+	if labels.Equals(o.GetLabels(), n.GetLabels()) &&
+		carriesSidecar(o) == carriesSidecar(n) &&
+		o.GetDeletionTimestamp().IsZero() == n.GetDeletionTimestamp().IsZero() {
+		return
+	}
+	h.enqueueIfSelected(ctx, q, o, n)
+}
+
+func (h *podHandler) Generic(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h.enqueueIfSelected(ctx, q, e.Object)
+}
+
+func (h *podHandler) enqueueIfSelected(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], pods ...client.Object) {
+	for _, pod := range pods {
+		if h.selected(ctx, pod) {
+			q.Add(namespaceRequest(pod.GetNamespace()))
+			return
+		}
+	}
+}
+
+// selected reports whether any policy of the pod's namespace selects it. The
+// index narrows the candidates to policies whose required label key the pod
+// has, plus those that require none.
+func (h *podHandler) selected(ctx context.Context, pod client.Object) bool {
+	keys := []string{anyLabelKey}
+	for k := range pod.GetLabels() {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		var list v1alpha1.RateLimitPolicyList
+		if err := h.c.List(ctx, &list, client.InNamespace(pod.GetNamespace()),
+			client.MatchingFields{policySelectorKeysIndex: k}, client.UnsafeDisableDeepCopy); err != nil {
+			// Cannot tell: count again, a reconcile is cheap and exact.
+			return true
+		}
+		for i := range list.Items {
+			sel, err := metav1.LabelSelectorAsSelector(&list.Items[i].Spec.TargetSelector)
+			if err == nil && sel.Matches(labels.Set(pod.GetLabels())) {
+				return true
+			}
+		}
+	}
+	return false
+}

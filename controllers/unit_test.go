@@ -1,0 +1,120 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+)
+
+func TestRedisFlags(t *testing.T) {
+	tests := []struct {
+		args      []string
+		namespace string
+		wantErr   string
+	}{
+		{args: []string{"--redis-addrs=redis:6379"}},
+		{args: []string{"--redis-addrs=redis:6379", "--redis-secret-name=redis-auth"}, namespace: "slidegate-system"},
+		{args: []string{"--redis-mode=cluster", "--redis-addrs=a:7000, b:7001,c:7002", "--redis-tls"}},
+		{args: []string{"--redis-mode=sentinel", "--redis-addrs=s1:26379,s2:26379", "--redis-master-name=mymaster"}},
+		{args: nil, wantErr: "--redis-addrs is required"},
+		{args: []string{"--redis-addrs=redis"}, wantErr: `"redis" is not host:port`},
+		{args: []string{"--redis-addrs=a:1,b:2"}, wantErr: "standalone takes one address"},
+		{args: []string{"--redis-mode=sentinel", "--redis-addrs=s:26379"}, wantErr: "needs --redis-master-name"},
+		{args: []string{"--redis-mode=cluster", "--redis-addrs=a:1", "--redis-master-name=m"}, wantErr: "only for --redis-mode=sentinel"},
+		{args: []string{"--redis-mode=replica", "--redis-addrs=a:1"}, wantErr: `"replica" is not standalone, cluster or sentinel`},
+		{args: []string{"--redis-addrs=a:1", "--redis-secret-name=Bad_Name"}, namespace: "ns", wantErr: "--redis-secret-name"},
+		{args: []string{"--redis-addrs=a:1", "--redis-secret-name=redis-auth"}, wantErr: "set POD_NAMESPACE"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var c RedisConnection
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			c.BindFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			err := c.Complete(tt.namespace)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if c.CredentialsSecret.Name != "" && c.CredentialsSecret.Namespace != tt.namespace {
+					t.Errorf("credentials Secret %s not in the manager's namespace %s", c.CredentialsSecret, tt.namespace)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestSelectorKeysIndex: a pod can only match a selector if it has the label
+// key the index files the selector under (or the selector is filed under
+// anyLabelKey) — the property the pod map function relies on.
+func TestSelectorKeysIndex(t *testing.T) {
+	selectors := []metav1.LabelSelector{
+		{},
+		{MatchLabels: map[string]string{"app": "a"}},
+		{MatchLabels: map[string]string{"b": "1", "a": "2"}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web"}}}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpExists}}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"web"}}}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist}}},
+		{
+			MatchLabels:      map[string]string{"z": "1"},
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist}},
+		},
+	}
+	pods := []map[string]string{
+		nil,
+		{"app": "a"},
+		{"a": "2", "b": "1"},
+		{"tier": "web"},
+		{"tier": "db"},
+		{"z": "1"},
+		{"z": "1", "canary": "yes"},
+		{"other": "x"},
+	}
+	for i := range selectors {
+		p := &v1alpha1.RateLimitPolicy{Spec: v1alpha1.RateLimitPolicySpec{TargetSelector: selectors[i]}}
+		keys := selectorKeys(p)
+		if len(keys) != 1 {
+			t.Fatalf("selector %d filed under %v, want one key", i, keys)
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&selectors[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pod := range pods {
+			if !sel.Matches(labels.Set(pod)) {
+				continue
+			}
+			if _, has := pod[keys[0]]; !has && keys[0] != anyLabelKey {
+				t.Errorf("selector %d (filed under %q) matches pod %v, which lacks that key: the map function would miss it", i, keys[0], pod)
+			}
+		}
+	}
+}

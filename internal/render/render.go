@@ -1,0 +1,319 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package render turns the RateLimitPolicies of one namespace into the
+// sidecar configuration document (package sidecarconfig) that the
+// enforcement sidecars of that namespace load.
+//
+// Rendering is a pure, deterministic function: no clock, no randomness, no
+// API calls; policies are sorted by name and set-like lists are sorted, so
+// equal input gives equal bytes and GitOps tools see no churn. The controller,
+// the demo and the tests call the same functions.
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+// Options are the settings of a rendering that do not come from policies.
+type Options struct {
+	// Namespace whose policies are rendered. Every policy must be in it.
+	Namespace string
+	// TrustedProxies are the proxy ranges whose X-Forwarded-For header the
+	// sidecars believe (the manager's --trusted-proxies flag). Rendered
+	// masked, sorted and without duplicates.
+	TrustedProxies []netip.Prefix
+}
+
+// Render renders the policies of one namespace into one sidecar
+// configuration. Every policy must be valid (see Policy): the caller leaves
+// out the ones Policy rejects, so that one bad policy does not block the
+// others of its namespace. The order of policies does not matter; their
+// names must be unique. An empty list renders a document with no policies.
+func Render(policies []v1alpha1.RateLimitPolicy, opts Options) (*sidecarconfig.Config, error) {
+	if opts.Namespace == "" {
+		return nil, errors.New("render: no namespace given")
+	}
+	cfg := &sidecarconfig.Config{
+		Version:        sidecarconfig.Version,
+		Namespace:      opts.Namespace,
+		TrustedProxies: trustedProxies(opts.TrustedProxies),
+		Policies:       make([]sidecarconfig.Policy, 0, len(policies)),
+	}
+	// Work in name order, so that errors too come out the same for any
+	// order of input.
+	order := make([]*v1alpha1.RateLimitPolicy, 0, len(policies))
+	for i := range policies {
+		order = append(order, &policies[i])
+	}
+	slices.SortStableFunc(order, func(a, b *v1alpha1.RateLimitPolicy) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	var errs []error
+	for _, p := range order {
+		if p.Namespace != opts.Namespace {
+			errs = append(errs, fmt.Errorf("policy %s/%s is not in namespace %q", p.Namespace, p.Name, opts.Namespace))
+			continue
+		}
+		rp, err := Policy(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		cfg.Policies = append(cfg.Policies, rp)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	return cfg, nil
+}
+
+// Policy renders one policy, applying the same defaults as the CRD schema
+// (so that policies built in Go render like stored ones). Its error says
+// what is wrong in words a policy author understands; the controller puts
+// it in the Accepted condition.
+func Policy(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	s := &p.Spec
+
+	if p.Name == "" || p.Namespace == "" {
+		add("the policy needs a name and a namespace")
+	}
+	window, err := ParseWindow(s.Window)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if s.Limit < 1 || s.Limit > sidecarconfig.MaxLimit {
+		add("limit %d is not from 1 to %d", s.Limit, sidecarconfig.MaxLimit)
+	}
+	sel, err := selector(&s.TargetSelector)
+	if err != nil {
+		add("targetSelector: %w", err)
+	}
+	key, err := clientKey(&s.Key)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	out := sidecarconfig.Policy{
+		Name:         p.Name,
+		ID:           p.Namespace + "/" + p.Name,
+		Selector:     sel,
+		WindowMillis: window.Milliseconds(),
+		Limit:        int64(s.Limit),
+		Algorithm:    string(orDefault(s.Algorithm, v1alpha1.AlgorithmSlidingLog)),
+		FailMode:     string(orDefault(s.FailMode, v1alpha1.FailOpen)),
+		Mode:         string(orDefault(s.Mode, v1alpha1.ModeEnforce)),
+		Key:          key,
+		Match:        match(s.Match),
+	}
+	if len(errs) == 0 {
+		// The schema's last line of defence: enum values, header names,
+		// methods and path prefixes.
+		if err := (&sidecarconfig.Config{Version: sidecarconfig.Version, Policies: []sidecarconfig.Policy{out}}).Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return sidecarconfig.Policy{}, &InvalidPolicyError{Namespace: p.Namespace, Name: p.Name, Err: err}
+	}
+	return out, nil
+}
+
+// InvalidPolicyError says why a policy cannot be rendered.
+type InvalidPolicyError struct {
+	Namespace, Name string
+	Err             error
+}
+
+func (e *InvalidPolicyError) Error() string {
+	return fmt.Sprintf("policy %s/%s: %s", e.Namespace, e.Name, strings.ReplaceAll(e.Err.Error(), "\n", "; "))
+}
+
+func (e *InvalidPolicyError) Unwrap() error { return e.Err }
+
+// windowPattern is v1alpha1.WindowPattern: the CRD and the renderer accept
+// exactly the same windows.
+var windowPattern = regexp.MustCompile(v1alpha1.WindowPattern)
+
+// ParseWindow parses a policy's window: whole hours, minutes, seconds and
+// milliseconds, largest unit first (v1alpha1.WindowPattern), from 1ms to
+// 24h. Nothing is rounded: "500us" and "1.5s" are errors, not 0 or 1s.
+func ParseWindow(s string) (time.Duration, error) {
+	if s == "" || !windowPattern.MatchString(s) {
+		return 0, fmt.Errorf("window %q is not a duration like \"500ms\", \"10s\", \"1m30s\" or \"1h\" (whole numbers with the units h, m, s and ms, largest unit first)", s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil { // unreachable for strings the pattern accepts
+		return 0, fmt.Errorf("window %q: %w", s, err)
+	}
+	if d < time.Millisecond || d.Milliseconds() > sidecarconfig.MaxWindowMillis || d%time.Millisecond != 0 {
+		return 0, fmt.Errorf("window %q is not from 1ms to 24h", s)
+	}
+	return d, nil
+}
+
+// ParseTrustedProxies parses the --trusted-proxies flag: CIDRs or single
+// addresses (taken as /32 or /128). The result is masked, sorted and free of
+// duplicates.
+func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range list {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("trusted proxy %q is neither a CIDR nor an IP address", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return normalizePrefixes(out), nil
+}
+
+func normalizePrefixes(in []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(in))
+	for _, p := range in {
+		out = append(out, p.Masked())
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
+}
+
+func trustedProxies(in []netip.Prefix) []string {
+	var out []string
+	for _, p := range normalizePrefixes(in) {
+		if p.IsValid() {
+			out = append(out, p.String())
+		}
+	}
+	return out
+}
+
+// Encode returns the canonical bytes of a configuration and their revision.
+func Encode(cfg *sidecarconfig.Config) (data []byte, revision string, err error) {
+	data, err = sidecarconfig.Marshal(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, Revision(data), nil
+}
+
+// Revision is the content hash of a rendered document: the first 16 hex
+// digits of its SHA-256. A sidecar can compute it from the file it loaded.
+func Revision(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
+}
+
+func orDefault[T ~string](v, def T) T {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func selector(ls *metav1.LabelSelector) (sidecarconfig.Selector, error) {
+	// LabelSelectorAsSelector checks label keys, values and operators.
+	if _, err := metav1.LabelSelectorAsSelector(ls); err != nil {
+		return sidecarconfig.Selector{}, err
+	}
+	var out sidecarconfig.Selector
+	if len(ls.MatchLabels) > 0 {
+		out.MatchLabels = make(map[string]string, len(ls.MatchLabels))
+		for k, v := range ls.MatchLabels {
+			out.MatchLabels[k] = v
+		}
+	}
+	for _, r := range ls.MatchExpressions {
+		values := slices.Clone(r.Values)
+		slices.Sort(values)
+		out.MatchExpressions = append(out.MatchExpressions, sidecarconfig.Requirement{
+			Key:      r.Key,
+			Operator: string(r.Operator),
+			Values:   slices.Compact(values),
+		})
+	}
+	return out, nil
+}
+
+func clientKey(k *v1alpha1.ClientKey) (sidecarconfig.Key, error) {
+	out := sidecarconfig.Key{
+		Source:    string(k.Source),
+		Name:      k.Name,
+		OnMissing: string(orDefault(k.OnMissing, v1alpha1.MissingKeyRemoteAddress)),
+	}
+	switch k.Source {
+	case v1alpha1.KeySourceHeader, v1alpha1.KeySourceQueryParameter, v1alpha1.KeySourceJWTClaim:
+		if k.Name == "" {
+			return out, fmt.Errorf("key.name is required when key.source is %s", k.Source)
+		}
+	case v1alpha1.KeySourceRemoteAddress, v1alpha1.KeySourceGlobal:
+		if k.Name != "" {
+			return out, fmt.Errorf("key.name must not be set when key.source is %s", k.Source)
+		}
+		if k.OnMissing != "" {
+			return out, fmt.Errorf("key.onMissing applies only when key.source is Header, QueryParameter or JWTClaim, not %s", k.Source)
+		}
+	default:
+		return out, fmt.Errorf("key.source %q is not one of RemoteAddress, Header, QueryParameter, JWTClaim, Global", k.Source)
+	}
+	return out, nil
+}
+
+func match(m *v1alpha1.RequestMatch) sidecarconfig.Match {
+	var out sidecarconfig.Match
+	if m == nil {
+		return out
+	}
+	for _, v := range m.Methods {
+		out.Methods = append(out.Methods, string(v))
+	}
+	for _, v := range m.PathPrefixes {
+		out.PathPrefixes = append(out.PathPrefixes, string(v))
+	}
+	slices.Sort(out.Methods)
+	slices.Sort(out.PathPrefixes)
+	out.Methods = slices.Compact(out.Methods)
+	out.PathPrefixes = slices.Compact(out.PathPrefixes)
+	return out
+}

@@ -1,0 +1,253 @@
+// Package sidecarconfig is the versioned schema of the document that the
+// controller renders (one per namespace, in a ConfigMap) and the enforcement
+// sidecar loads. It is shared by both sides and imports neither.
+//
+// The document is JSON. Marshal is deterministic (fixed field order, policies
+// sorted by name, no timestamps), so identical input gives identical bytes and
+// GitOps tools see no churn.
+package sidecarconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Version is the schema version this package reads and writes. A sidecar
+// rejects (and keeps its last good config on) any other version.
+const Version = "slidegate.dev/sidecar-config/v1"
+
+// ConfigMapName is the name of the rendered ConfigMap in each namespace that
+// has policies, and FileName its data key (the file the sidecar loads).
+const (
+	ConfigMapName = "slidegate-sidecar-config"
+	FileName      = "config.json"
+)
+
+// Config is everything a sidecar needs to enforce its namespace's policies.
+type Config struct {
+	// Version is always Version.
+	Version string `json:"version"`
+	// Namespace the policies belong to.
+	Namespace string `json:"namespace"`
+	// TrustedProxies are the CIDRs whose X-Forwarded-For/Forwarded headers
+	// are believed when the client key is the remote address. Configured on
+	// the operator, not in policies.
+	TrustedProxies []string `json:"trustedProxies,omitempty"`
+	// Policies, sorted by Name. A request must pass every policy that
+	// matches it.
+	Policies []Policy `json:"policies"`
+}
+
+// Policy is one rendered RateLimitPolicy.
+type Policy struct {
+	// Name of the RateLimitPolicy.
+	Name string `json:"name"`
+	// ID is the rule id used in Redis keys: "<namespace>/<name>". It stays
+	// the same when the limit or window changes, so counts survive a reload.
+	ID string `json:"id"`
+	// Selector picks the pods (by their labels) that enforce the policy.
+	Selector Selector `json:"selector"`
+	// WindowMillis is the sliding window in milliseconds.
+	WindowMillis int64 `json:"windowMillis"`
+	// Limit is the number of admits allowed in any window.
+	Limit int64 `json:"limit"`
+	// Algorithm is "SlidingLog" or "SlidingWindowCounter".
+	Algorithm string `json:"algorithm"`
+	// FailMode is "Open" or "Closed".
+	FailMode string `json:"failMode"`
+	// Mode is "Enforce" or "DryRun".
+	Mode string `json:"mode"`
+	// Key says how a request's client is identified.
+	Key Key `json:"key"`
+	// Match restricts the policy to some requests; empty matches all.
+	Match Match `json:"match"`
+}
+
+// Selector is a Kubernetes label selector in plain data.
+type Selector struct {
+	MatchLabels      map[string]string `json:"matchLabels,omitempty"`
+	MatchExpressions []Requirement     `json:"matchExpressions,omitempty"`
+}
+
+// Requirement is one label selector expression.
+type Requirement struct {
+	Key      string   `json:"key"`
+	Operator string   `json:"operator"` // In, NotIn, Exists, DoesNotExist
+	Values   []string `json:"values,omitempty"`
+}
+
+// Key sources and missing-key behaviours.
+const (
+	SourceRemoteAddress  = "RemoteAddress"
+	SourceHeader         = "Header"
+	SourceQueryParameter = "QueryParameter"
+	SourceJWTClaim       = "JWTClaim"
+	SourceGlobal         = "Global"
+
+	MissingDeny          = "Deny"
+	MissingAllow         = "Allow"
+	MissingRemoteAddress = "RemoteAddress"
+)
+
+// Key identifies the client of a request.
+type Key struct {
+	// Source is one of the Source* constants.
+	Source string `json:"source"`
+	// Name is the header, query parameter or claim name (for those sources).
+	Name string `json:"name,omitempty"`
+	// OnMissing is what happens when the request has no such value:
+	// Deny, Allow (the policy does not apply) or RemoteAddress.
+	OnMissing string `json:"onMissing"`
+}
+
+// Match restricts a policy to HTTP methods and path prefixes. An empty list
+// matches everything.
+type Match struct {
+	Methods      []string `json:"methods,omitempty"`
+	PathPrefixes []string `json:"pathPrefixes,omitempty"`
+}
+
+// Parse reads and validates a document. Unknown fields are errors: a typo in
+// a hand-edited ConfigMap must not silently drop a limit.
+func Parse(data []byte) (*Config, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("sidecar config: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("sidecar config: trailing data after the document")
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Marshal writes the document in its canonical form.
+func Marshal(c *Config) ([]byte, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Bounds shared with the CRD's validation.
+const (
+	MaxLimit        = 1_000_000
+	MaxWindowMillis = 24 * 60 * 60 * 1000
+)
+
+var (
+	headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
+	httpMethod = regexp.MustCompile(`^[A-Z]{1,16}$`)
+)
+
+// Validate checks every rule the sidecar relies on. It is the last line of
+// defence behind the CRD schema, for a ConfigMap edited by hand.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Version != Version {
+		errs = append(errs, fmt.Errorf("version %q is not %q", c.Version, Version))
+	}
+	for _, p := range c.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			errs = append(errs, fmt.Errorf("trustedProxies: %q is not a CIDR", p))
+		}
+	}
+	if !slices.IsSortedFunc(c.Policies, func(a, b Policy) int { return strings.Compare(a.Name, b.Name) }) {
+		errs = append(errs, errors.New("policies are not sorted by name"))
+	}
+	seen := map[string]bool{}
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		if seen[p.Name] {
+			errs = append(errs, fmt.Errorf("policy %q appears twice", p.Name))
+		}
+		seen[p.Name] = true
+		if err := p.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("policy %q: %w", p.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Policy) validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if p.Name == "" || p.ID == "" {
+		add("name and id are required")
+	}
+	if strings.ContainsAny(p.ID, "{}") {
+		add("id must not contain braces")
+	}
+	if p.WindowMillis < 1 || p.WindowMillis > MaxWindowMillis {
+		add("windowMillis %d is outside 1..%d", p.WindowMillis, MaxWindowMillis)
+	}
+	if p.Limit < 1 || p.Limit > MaxLimit {
+		add("limit %d is outside 1..%d", p.Limit, MaxLimit)
+	}
+	if p.Algorithm != "SlidingLog" && p.Algorithm != "SlidingWindowCounter" {
+		add("algorithm %q is not SlidingLog or SlidingWindowCounter", p.Algorithm)
+	}
+	if p.FailMode != "Open" && p.FailMode != "Closed" {
+		add("failMode %q is not Open or Closed", p.FailMode)
+	}
+	if p.Mode != "Enforce" && p.Mode != "DryRun" {
+		add("mode %q is not Enforce or DryRun", p.Mode)
+	}
+	switch p.Key.Source {
+	case SourceHeader:
+		if !headerName.MatchString(p.Key.Name) {
+			add("key.name %q is not a valid header name", p.Key.Name)
+		}
+	case SourceQueryParameter, SourceJWTClaim:
+		if p.Key.Name == "" || len(p.Key.Name) > 256 {
+			add("key.name is required for %s (at most 256 bytes)", p.Key.Source)
+		}
+	case SourceRemoteAddress, SourceGlobal:
+	default:
+		add("key.source %q is unknown", p.Key.Source)
+	}
+	switch p.Key.OnMissing {
+	case MissingDeny, MissingAllow, MissingRemoteAddress:
+	default:
+		add("key.onMissing %q is not Deny, Allow or RemoteAddress", p.Key.OnMissing)
+	}
+	for _, m := range p.Match.Methods {
+		if !httpMethod.MatchString(m) {
+			add("match.methods: %q is not an upper-case HTTP method", m)
+		}
+	}
+	for _, pp := range p.Match.PathPrefixes {
+		if !strings.HasPrefix(pp, "/") {
+			add("match.pathPrefixes: %q does not start with /", pp)
+		}
+	}
+	for _, r := range p.Selector.MatchExpressions {
+		switch r.Operator {
+		case "In", "NotIn":
+			if len(r.Values) == 0 {
+				add("selector: %s needs values", r.Operator)
+			}
+		case "Exists", "DoesNotExist":
+			if len(r.Values) != 0 {
+				add("selector: %s takes no values", r.Operator)
+			}
+		default:
+			add("selector: operator %q is unknown", r.Operator)
+		}
+	}
+	return errors.Join(errs...)
+}
