@@ -15,8 +15,8 @@ limitations under the License.
 */
 
 // Command manager runs slidegate's controller manager: the RateLimitPolicy
-// controller (and, later, the sidecar injection webhook). It only wires flags
-// to packages; see package controllers for the behaviour.
+// controller and the sidecar injection webhook. It only wires flags to
+// packages; see packages controllers, webhook and inject for the behaviour.
 package main
 
 import (
@@ -36,10 +36,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
+	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/webhook"
 )
 
 func main() {
@@ -55,6 +58,9 @@ func run() error {
 		leaderElect, secure    bool
 		trustedProxies         string
 		redis                  controllers.RedisConnection
+		wh                     webhook.Options
+		webhookHost            string
+		webhookPort            int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (with --metrics-secure=false); 0 disables it.")
 	flag.BoolVar(&secure, "metrics-secure", true, "Serve metrics over HTTPS, to scrapers authenticated and authorized by the API server.")
@@ -63,6 +69,18 @@ func run() error {
 	flag.StringVar(&trustedProxies, "trusted-proxies", "",
 		"Comma-separated CIDRs (or addresses) of the proxies, e.g. the ingress, whose X-Forwarded-For header sidecars believe for RemoteAddress keys. Empty: none.")
 	redis.BindFlags(flag.CommandLine)
+	// Flags that the install sets per deployment come from the environment
+	// too (config/default), so kustomize can patch them by name.
+	flag.StringVar(&webhookHost, "webhook-host", "", "Address the injection webhook listens on; empty: all.")
+	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the injection webhook.")
+	flag.StringVar(&wh.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with the webhook's tls.crt and tls.key (the mounted Secret).")
+	flag.StringVar(&wh.CertMode, "cert-mode", envOr("SLIDEGATE_CERT_MODE", webhook.CertModeSelf),
+		"Webhook certificate: self (the manager issues and rotates it, and the caBundle) or external (cert-manager does). Env SLIDEGATE_CERT_MODE.")
+	flag.StringVar(&wh.SecretName, "webhook-secret-name", envOr("SLIDEGATE_WEBHOOK_SECRET_NAME", "slidegate-webhook-server-cert"), "Secret holding the webhook certificate (cert-mode self).")
+	flag.StringVar(&wh.ServiceName, "webhook-service-name", envOr("SLIDEGATE_WEBHOOK_SERVICE_NAME", "slidegate-webhook-service"), "Service in front of the webhook (cert-mode self).")
+	flag.StringVar(&wh.ConfigurationName, "webhook-configuration-name", envOr("SLIDEGATE_WEBHOOK_CONFIGURATION_NAME", "slidegate-mutating-webhook-configuration"),
+		"MutatingWebhookConfiguration whose caBundle the manager keeps (cert-mode self).")
+	flag.StringVar(&wh.Inject.Image, "sidecar-image", envOr("SLIDEGATE_SIDECAR_IMAGE", "ghcr.io/slidegate/slidegate:latest"), "Image of the injected sidecar. Env SLIDEGATE_SIDECAR_IMAGE.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -99,6 +117,7 @@ func run() error {
 		LeaderElectionID:              "slidegate-controller.ratelimit.slidegate.dev",
 		LeaderElectionNamespace:       namespace,
 		LeaderElectionReleaseOnCancel: true,
+		WebhookServer:                 ctrlwebhook.NewServer(ctrlwebhook.Options{Host: webhookHost, Port: webhookPort, CertDir: wh.CertDir}),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -114,10 +133,18 @@ func run() error {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)
 	}
+	wh.Namespace = managerNamespace()
+	wh.Inject.Redis = inject.Redis{Mode: redis.Mode, Addrs: redis.Addrs, MasterName: redis.MasterName, TLS: redis.TLS}
+	webhookReady, err := webhook.Setup(mgr, wh)
+	if err != nil {
+		return fmt.Errorf("setting up the injection webhook: %w", err)
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	// Ready once the webhook serves: with failurePolicy Fail, traffic to a
+	// replica without a certificate would fail pod creations.
+	if err := mgr.AddReadyzCheck("webhook", webhookReady); err != nil {
 		return err
 	}
 
@@ -127,6 +154,13 @@ func run() error {
 		return err
 	}
 	return nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 // managerNamespace is the namespace the manager runs in: $POD_NAMESPACE (set

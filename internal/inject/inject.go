@@ -1,0 +1,311 @@
+// Package inject adds slidegate's enforcement sidecar to a pod. It is a pure
+// function from pod to pod: the admission webhook, the demo and the tests all
+// call Inject, and nothing about the injected shape lives in an HTTP handler.
+//
+// Traffic takeover needs no iptables and no NET_ADMIN: the sidecar takes the
+// NAME of the app's container port (e.g. "http") on its own listen port, and
+// the app's port keeps its number but loses the name. A Service with
+// `targetPort: http` then reaches the sidecar, which forwards to the app on
+// 127.0.0.1:<app port>. A Service with a numeric targetPort bypasses the
+// sidecar; the controller warns about those.
+package inject
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+// Pod annotations (and a label) the injector reads.
+const (
+	// OptOutAnnotation set to "false", as a label or an annotation, keeps a
+	// pod free of the sidecar even when a policy selects it. As a label it
+	// also keeps the pod from reaching the webhook at all (objectSelector).
+	OptOutAnnotation = "ratelimit.slidegate.dev/inject"
+	// TargetPortAnnotation names the container port to take over, overriding
+	// the policies' targetPort.
+	TargetPortAnnotation = "ratelimit.slidegate.dev/target-port"
+)
+
+// Names of what the injector adds.
+const (
+	ContainerName  = "slidegate-sidecar"
+	ConfigVolume   = "slidegate-config"
+	PodInfoVolume  = "slidegate-podinfo"
+	ConfigDir      = "/etc/slidegate/config"
+	PodInfoDir     = "/etc/slidegate/podinfo"
+	AdminPortName  = "sg-admin"
+	statusVersion  = "v1"
+	defaultAdmin   = 15090
+	sidecarUID     = 65532
+	podLabelsFile  = "labels"
+	redisUserEnv   = "REDIS_USERNAME"
+	redisPassEnv   = "REDIS_PASSWORD"
+	defaultImage   = "ghcr.io/slidegate/slidegate:latest"
+	defaultCommand = "/sidecar"
+)
+
+// Redis is the non-secret Redis connection the sidecar gets as flags; the
+// credentials come from the mirrored Secret (v1alpha1.RedisCredentialsSecretName).
+type Redis struct {
+	Mode       string // standalone, cluster or sentinel
+	Addrs      []string
+	MasterName string
+	TLS        bool
+}
+
+// Options shape the injected sidecar. Zero values take the defaults.
+type Options struct {
+	Image           string
+	ImagePullPolicy corev1.PullPolicy
+	// TargetPort is the name of the app's container port to take over.
+	TargetPort string
+	ListenPort int32
+	AdminPort  int32
+	Redis      Redis
+	// FallbackReplicas is the share divisor of fail-open decisions
+	// (ceil(limit / replicas) per pod while Redis is unreachable).
+	FallbackReplicas int32
+	Resources        corev1.ResourceRequirements
+}
+
+// Status is recorded in v1alpha1.InjectedAnnotation: what was injected, and
+// what re-injection needs to reproduce it (the app port lost its name).
+type Status struct {
+	Version      string `json:"version"`
+	Container    string `json:"container"`
+	TargetPort   string `json:"targetPort"`
+	AppContainer string `json:"appContainer"`
+	AppPort      int32  `json:"appPort"`
+}
+
+// ErrNoTargetPort means no container of the pod has the port to take over,
+// so the sidecar cannot sit in front of the app.
+var ErrNoTargetPort = errors.New("no container port with that name")
+
+// SkipReason says why a pod must not get the sidecar whatever the policies
+// say, or "" when it may.
+func SkipReason(pod *corev1.Pod) string {
+	switch {
+	case pod.Spec.HostNetwork:
+		// The sidecar's ports would be the node's ports.
+		return "pod uses hostNetwork"
+	case strings.EqualFold(pod.Annotations[OptOutAnnotation], "false"), strings.EqualFold(pod.Labels[OptOutAnnotation], "false"):
+		return "pod opted out with " + OptOutAnnotation + "=false"
+	}
+	return ""
+}
+
+// Inject adds the sidecar to pod, in place. Injecting an injected pod
+// changes nothing: Inject(Inject(p)) == Inject(p).
+func Inject(pod *corev1.Pod, opts Options) error {
+	opts = withDefaults(opts)
+	if t := pod.Annotations[TargetPortAnnotation]; t != "" {
+		opts.TargetPort = t
+	}
+	st, err := takeOver(pod, opts.TargetPort)
+	if err != nil {
+		return err
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[v1alpha1.InjectedAnnotation] = string(raw)
+
+	c := sidecar(opts, st)
+	if i := indexContainer(pod.Spec.InitContainers, ContainerName); i >= 0 {
+		pod.Spec.InitContainers[i] = c
+	} else {
+		// First, so it is up before any other init container sends traffic.
+		pod.Spec.InitContainers = append([]corev1.Container{c}, pod.Spec.InitContainers...)
+	}
+	setVolume(pod, corev1.Volume{Name: ConfigVolume, VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: sidecarconfig.ConfigMapName},
+			// The controller writes it shortly after the first policy; the
+			// sidecar stays unready until it appears, the pod still starts.
+			Optional: ptr.To(true),
+		},
+	}})
+	setVolume(pod, corev1.Volume{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{
+		DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{
+			Path: podLabelsFile, FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels"},
+		}}},
+	}})
+	return nil
+}
+
+// takeOver moves the name of the target port from the app's container to the
+// sidecar and returns what was done. On an injected pod it returns the
+// recorded status instead, so re-injection reproduces the same pod.
+func takeOver(pod *corev1.Pod, target string) (Status, error) {
+	if prev, ok := pod.Annotations[v1alpha1.InjectedAnnotation]; ok && indexContainer(pod.Spec.InitContainers, ContainerName) >= 0 {
+		var st Status
+		if err := json.Unmarshal([]byte(prev), &st); err == nil && st.Version == statusVersion && st.AppPort > 0 {
+			return st, nil
+		}
+	}
+	for ci := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[ci]
+		for pi := range c.Ports {
+			p := &c.Ports[pi]
+			if p.Name != target || (p.Protocol != "" && p.Protocol != corev1.ProtocolTCP) {
+				continue
+			}
+			p.Name = ""
+			// Probes addressing the port by name would no longer resolve.
+			for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+				renumberProbe(pr, target, p.ContainerPort)
+			}
+			return Status{Version: statusVersion, Container: ContainerName, TargetPort: target, AppContainer: c.Name, AppPort: p.ContainerPort}, nil
+		}
+	}
+	return Status{}, fmt.Errorf("%w %q (name the app's port, or set %s)", ErrNoTargetPort, target, TargetPortAnnotation)
+}
+
+func renumberProbe(pr *corev1.Probe, name string, port int32) {
+	if pr == nil {
+		return
+	}
+	num := intstr.FromInt32(port)
+	if pr.HTTPGet != nil && pr.HTTPGet.Port.Type == intstr.String && pr.HTTPGet.Port.StrVal == name {
+		pr.HTTPGet.Port = num
+	}
+	if pr.TCPSocket != nil && pr.TCPSocket.Port.Type == intstr.String && pr.TCPSocket.Port.StrVal == name {
+		pr.TCPSocket.Port = num
+	}
+}
+
+func sidecar(o Options, st Status) corev1.Container {
+	args := []string{
+		"--listen-address=:" + strconv.Itoa(int(o.ListenPort)),
+		"--admin-address=:" + strconv.Itoa(int(o.AdminPort)),
+		"--upstream=http://127.0.0.1:" + strconv.Itoa(int(st.AppPort)),
+		"--config-file=" + ConfigDir + "/" + sidecarconfig.FileName,
+		"--pod-labels-file=" + PodInfoDir + "/" + podLabelsFile,
+		"--fallback-replicas=" + strconv.Itoa(int(o.FallbackReplicas)),
+	}
+	if o.Redis.Mode != "" {
+		args = append(args, "--redis-mode="+o.Redis.Mode)
+	}
+	if len(o.Redis.Addrs) > 0 {
+		args = append(args, "--redis-addrs="+strings.Join(o.Redis.Addrs, ","))
+	}
+	if o.Redis.MasterName != "" {
+		args = append(args, "--redis-master-name="+o.Redis.MasterName)
+	}
+	if o.Redis.TLS {
+		args = append(args, "--redis-tls")
+	}
+	secretEnv := func(env, key string) corev1.EnvVar {
+		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: v1alpha1.RedisCredentialsSecretName},
+			Key:                  key,
+			// A Redis without ACLs needs no Secret.
+			Optional: ptr.To(true),
+		}}}
+	}
+	probe := func(path string) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(AdminPortName)}},
+			PeriodSeconds: 5, FailureThreshold: 3, TimeoutSeconds: 1,
+		}
+	}
+	startup := probe("/healthz")
+	startup.PeriodSeconds, startup.FailureThreshold = 1, 30
+	return corev1.Container{
+		Name:            ContainerName,
+		Image:           o.Image,
+		ImagePullPolicy: o.ImagePullPolicy,
+		Command:         []string{defaultCommand},
+		Args:            args,
+		// A native sidecar: started before the app, stopped after it.
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Ports: []corev1.ContainerPort{
+			{Name: st.TargetPort, ContainerPort: o.ListenPort, Protocol: corev1.ProtocolTCP},
+			{Name: AdminPortName, ContainerPort: o.AdminPort, Protocol: corev1.ProtocolTCP},
+		},
+		Env:       []corev1.EnvVar{secretEnv(redisUserEnv, v1alpha1.RedisUsernameKey), secretEnv(redisPassEnv, v1alpha1.RedisPasswordKey)},
+		Resources: o.Resources,
+		// The app starts once the proxy listens; readiness also needs a
+		// loaded config and a usable limiter.
+		StartupProbe:   startup,
+		LivenessProbe:  probe("/healthz"),
+		ReadinessProbe: probe("/readyz"),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: ConfigVolume, MountPath: ConfigDir, ReadOnly: true},
+			{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To[int64](sidecarUID),
+			RunAsGroup:               ptr.To[int64](sidecarUID),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+func withDefaults(o Options) Options {
+	if o.Image == "" {
+		o.Image = defaultImage
+	}
+	if o.ImagePullPolicy == "" {
+		o.ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	if o.TargetPort == "" {
+		o.TargetPort = "http"
+	}
+	if o.ListenPort == 0 {
+		o.ListenPort = v1alpha1.SidecarPort
+	}
+	if o.AdminPort == 0 {
+		o.AdminPort = defaultAdmin
+	}
+	if o.FallbackReplicas < 1 {
+		o.FallbackReplicas = 1
+	}
+	if o.Resources.Requests == nil && o.Resources.Limits == nil {
+		o.Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+		}
+	}
+	return o
+}
+
+func indexContainer(cs []corev1.Container, name string) int {
+	for i := range cs {
+		if cs[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func setVolume(pod *corev1.Pod, v corev1.Volume) {
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Name == v.Name {
+			pod.Spec.Volumes[i] = v
+			return
+		}
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, v)
+}

@@ -1,0 +1,194 @@
+package inject
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+	"sigs.k8s.io/yaml"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var testOptions = Options{
+	Image: "ghcr.io/slidegate/slidegate:v0.1.0",
+	Redis: Redis{Mode: "standalone", Addrs: []string{"redis.slidegate-system.svc:6379"}},
+}
+
+func readPod(t *testing.T, path string) *corev1.Pod {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict(b, &pod); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return &pod
+}
+
+// TestInjectGolden compares Inject's output for every testdata/*.yaml with
+// its .golden file (go test ./internal/inject -update rewrites them), checks
+// that re-injection changes nothing and that the result passes the Pod
+// Security "restricted" profile.
+func TestInjectGolden(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/*.yaml")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no inputs: %v", err)
+	}
+	for _, in := range inputs {
+		t.Run(filepath.Base(in), func(t *testing.T) {
+			pod := readPod(t, in)
+			if !restricted(t, pod) {
+				t.Fatalf("input %s must itself pass the restricted profile, so the check below tests the sidecar", in)
+			}
+			if err := Inject(pod, testOptions); err != nil {
+				t.Fatalf("Inject: %v", err)
+			}
+			got, err := yaml.Marshal(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := strings.TrimSuffix(in, ".yaml") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if d := cmp.Diff(string(want), string(got)); d != "" {
+				t.Errorf("Inject(%s) differs from %s (-want +got):\n%s", in, golden, d)
+			}
+
+			twice := pod.DeepCopy()
+			if err := Inject(twice, testOptions); err != nil {
+				t.Fatalf("re-Inject: %v", err)
+			}
+			if d := cmp.Diff(pod, twice); d != "" {
+				t.Errorf("Inject(Inject(p)) != Inject(p) (-once +twice):\n%s", d)
+			}
+			if !restricted(t, pod) {
+				t.Error("the injected pod fails the restricted Pod Security profile")
+			}
+		})
+	}
+}
+
+// restricted reports whether the pod passes the Pod Security Admission
+// "restricted" profile at the latest version, logging every failed check.
+func restricted(t *testing.T, pod *corev1.Pod) bool {
+	t.Helper()
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := true
+	for _, r := range eval.EvaluatePod(api.LevelVersion{Level: api.LevelRestricted, Version: api.LatestVersion()}, &pod.ObjectMeta, &pod.Spec) {
+		if !r.Allowed {
+			ok = false
+			t.Logf("restricted: %s: %s", r.ForbiddenReason, r.ForbiddenDetail)
+		}
+	}
+	return ok
+}
+
+// TestRestrictedCheckCanFail shows the restricted check above is not
+// vacuous: a sidecar that may escalate privileges is caught.
+func TestRestrictedCheckCanFail(t *testing.T) {
+	pod := readPod(t, "testdata/basic.yaml")
+	if err := Inject(pod, testOptions); err != nil {
+		t.Fatal(err)
+	}
+	pod.Spec.InitContainers[0].SecurityContext.AllowPrivilegeEscalation = nil
+	pod.Spec.InitContainers[0].SecurityContext.Capabilities = nil
+	if restricted(&testing.T{}, pod) {
+		t.Fatal("a sidecar without allowPrivilegeEscalation=false and dropped capabilities passed the restricted check")
+	}
+}
+
+func TestInjectTakesOverNamedPort(t *testing.T) {
+	pod := readPod(t, "testdata/basic.yaml")
+	if err := Inject(pod, testOptions); err != nil {
+		t.Fatal(err)
+	}
+	sc := pod.Spec.InitContainers[0]
+	if sc.Name != ContainerName || sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Fatalf("sidecar is not a native sidecar first among init containers: %+v", sc.Name)
+	}
+	if sc.Ports[0].Name != "http" || sc.Ports[0].ContainerPort != 15080 {
+		t.Errorf("sidecar port = %+v, want name http on 15080", sc.Ports[0])
+	}
+	app := pod.Spec.Containers[0]
+	if app.Ports[0].Name != "" || app.Ports[0].ContainerPort != 8080 {
+		t.Errorf("app port = %+v, want unnamed 8080", app.Ports[0])
+	}
+	if app.ReadinessProbe.HTTPGet.Port.IntVal != 8080 || app.LivenessProbe.TCPSocket.Port.IntVal != 8080 {
+		t.Errorf("app probes still address the moved port name: %+v %+v", app.ReadinessProbe.HTTPGet.Port, app.LivenessProbe.TCPSocket.Port)
+	}
+	if !containsArg(sc.Args, "--upstream=http://127.0.0.1:8080") {
+		t.Errorf("sidecar args %v lack the upstream", sc.Args)
+	}
+	for _, e := range sc.Env {
+		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != v1alpha1.RedisCredentialsSecretName {
+			t.Errorf("env %s is not read from the credentials Secret: %+v", e.Name, e)
+		}
+	}
+}
+
+func containsArg(args []string, want string) bool {
+	for _, a := range args {
+		if a == want {
+			return true
+		}
+	}
+	return false
+}
+
+func TestInjectErrorsAndSkips(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mutate   func(*corev1.Pod)
+		wantErr  error
+		wantSkip string
+	}{
+		{name: "no such port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Name = "web" }, wantErr: ErrNoTargetPort},
+		{name: "udp port is not taken", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolUDP }, wantErr: ErrNoTargetPort},
+		{name: "host network", mutate: func(p *corev1.Pod) { p.Spec.HostNetwork = true }, wantSkip: "hostNetwork"},
+		{name: "opt out", mutate: func(p *corev1.Pod) { p.Annotations = map[string]string{OptOutAnnotation: "false"} }, wantSkip: "opted out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := readPod(t, "testdata/basic.yaml")
+			tc.mutate(pod)
+			if tc.wantSkip != "" {
+				if got := SkipReason(pod); !strings.Contains(got, tc.wantSkip) {
+					t.Fatalf("SkipReason = %q, want it to mention %q", got, tc.wantSkip)
+				}
+				return
+			}
+			if got := SkipReason(pod); got != "" {
+				t.Fatalf("SkipReason = %q, want none", got)
+			}
+			before := pod.DeepCopy()
+			err := Inject(pod, testOptions)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Inject error = %v, want %v", err, tc.wantErr)
+			}
+			if d := cmp.Diff(before, pod); d != "" {
+				t.Errorf("a failed Inject changed the pod:\n%s", d)
+			}
+		})
+	}
+}

@@ -1,0 +1,118 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/slidegate/slidegate/internal/inject"
+)
+
+// Certificate modes of the webhook's serving certificate.
+const (
+	// CertModeSelf: the manager creates a CA and a serving certificate,
+	// stores them in a Secret, writes the CA into the webhook
+	// configuration's caBundle, and rotates both before they expire. The
+	// Secret is mounted at CertDir; controller-runtime's certificate watcher
+	// reloads a rotated certificate without a restart.
+	CertModeSelf = "self"
+	// CertModeExternal: someone else puts the certificate in CertDir and
+	// the CA in the caBundle: cert-manager (config/cert-manager), or envtest
+	// in the demo. The manager only serves, and reloads a renewed one.
+	CertModeExternal = "external"
+)
+
+// The rotator reads and updates its Secret and the webhook configuration's
+// caBundle.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;update
+
+// Options configure Setup.
+type Options struct {
+	CertMode string
+	// CertDir holds tls.crt and tls.key (the mounted Secret).
+	CertDir string
+	// Namespace, SecretName, ServiceName and ConfigurationName are the
+	// final names of the objects in the install (CertModeSelf needs them).
+	Namespace, SecretName, ServiceName, ConfigurationName string
+	// Inject shapes the injected sidecar.
+	Inject inject.Options
+}
+
+// Setup adds the pod injector to the manager. The webhook server starts
+// only once its certificate is on disk (a server started without one would
+// fail the whole manager). The returned checker keeps /readyz false until
+// then, so no pod receives traffic it cannot serve.
+func Setup(mgr manager.Manager, o Options) (healthz.Checker, error) {
+	certsReady := make(chan struct{})
+	switch o.CertMode {
+	case CertModeSelf:
+		if o.Namespace == "" || o.SecretName == "" || o.ServiceName == "" || o.ConfigurationName == "" {
+			return nil, errors.New("cert mode self needs the namespace and the names of the webhook Secret, Service and configuration")
+		}
+		err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName},
+			CertDir:        o.CertDir,
+			CAName:         "slidegate-webhook-ca",
+			CAOrganization: "slidegate",
+			DNSName:        fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
+			ExtraDNSNames:  []string{fmt.Sprintf("%s.%s.svc.cluster.local", o.ServiceName, o.Namespace)},
+			IsReady:        certsReady,
+			Webhooks:       []rotator.WebhookInfo{{Name: o.ConfigurationName, Type: rotator.Mutating}},
+			// Every replica serves the webhook, so every replica needs the
+			// certificate, leader or not.
+			RequireLeaderElection: false,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("adding the certificate rotator: %w", err)
+		}
+	case CertModeExternal:
+		close(certsReady)
+	default:
+		return nil, fmt.Errorf("unknown certificate mode %q (want %s or %s)", o.CertMode, CertModeSelf, CertModeExternal)
+	}
+
+	injector := &PodInjector{Reader: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme()), Options: o.Inject}
+	var started atomic.Pointer[healthz.Checker]
+	err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		select {
+		case <-certsReady:
+		case <-ctx.Done():
+			return nil
+		}
+		// GetWebhookServer adds the server to the running manager, which
+		// starts it now that the certificate exists.
+		srv := mgr.GetWebhookServer()
+		srv.Register(Path, &webhook.Admission{Handler: injector})
+		check := srv.StartedChecker()
+		started.Store(&check)
+		return nil
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return func(req *http.Request) error {
+		check := started.Load()
+		if check == nil {
+			return errors.New("webhook certificate not ready yet")
+		}
+		return (*check)(req)
+	}, nil
+}
+
+// everyReplica is a runnable that runs on every replica: a plain
+// RunnableFunc would wait for leadership, and only the leader would serve
+// the webhook.
+type everyReplica func(context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }
