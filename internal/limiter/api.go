@@ -1,0 +1,91 @@
+package limiter
+
+import (
+	"time"
+)
+
+// This file is the contract between the limiter and its callers (the
+// sidecar). Change it only together with every caller.
+
+// Algorithm selects how a rule counts requests.
+type Algorithm string
+
+const (
+	// SlidingLog keeps one sorted-set member per admitted request: exact.
+	SlidingLog Algorithm = "SlidingLog"
+	// SlidingWindowCounter weights two fixed-window counters by the overlap
+	// of the sliding window: O(1) memory per client, approximate.
+	SlidingWindowCounter Algorithm = "SlidingWindowCounter"
+)
+
+// FailMode says what a rule does when Redis cannot answer in time.
+type FailMode string
+
+const (
+	// FailOpen decides with a local in-memory fallback that enforces a
+	// per-replica share of the limit.
+	FailOpen FailMode = "Open"
+	// FailClosed denies.
+	FailClosed FailMode = "Closed"
+)
+
+// Source says which path produced a decision.
+type Source string
+
+const (
+	SourceRedis        Source = "redis"
+	SourceFallback     Source = "fallback"
+	SourceFailedClosed Source = "failed-closed"
+)
+
+// Rule is one limit: at most Limit admits in any sliding Window, per client.
+type Rule struct {
+	// ID identifies the rule in Redis keys; stable across limit changes so
+	// that a reload keeps the counts (e.g. "<namespace>/<policy>").
+	ID        string
+	Limit     int64
+	Window    time.Duration
+	Algorithm Algorithm
+	FailMode  FailMode
+}
+
+// Request asks whether one request of Client may pass Rule.
+type Request struct {
+	Rule   Rule
+	Client string
+	// DryRun requests are counted and decided, but their denial does not
+	// stop the HTTP request (nor undo the admits of the other rules).
+	DryRun bool
+}
+
+// Decision is the answer for one Request.
+type Decision struct {
+	Allowed bool
+	Limit   int64
+	// Remaining admits in the current window after this decision.
+	Remaining int64
+	// RetryAfter is, for a denied request, the exact time until the next
+	// admit can happen (0 when allowed).
+	RetryAfter time.Duration
+	// ResetAfter is the time until the window holds no admit of this client.
+	ResetAfter time.Duration
+	Source     Source
+	// Err is the Redis error that sent the decision to the fallback or to
+	// fail-closed; nil when Source is SourceRedis.
+	Err error
+}
+
+// The Limiter type implements (exact signatures; the sidecar codes against them):
+//
+//	func New(rdb redis.UniversalClient, opts Options) (*Limiter, error)
+//	func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision
+//	func (l *Limiter) Healthy() bool   // false while the circuit breaker is open
+//	func (l *Limiter) Close() error
+//
+// Decide decides all the rules that one HTTP request must pass, together:
+// one Decision per Request, in order. The HTTP request passes only if every
+// Request with DryRun false is Allowed; when it does not pass, the admits it
+// made in the other rules are undone (atomically in one script where the keys
+// share a Redis Cluster slot, which is always the case on a standalone Redis;
+// by a compensating call otherwise), so a request denied by one policy does
+// not consume budget in the others.

@@ -1,0 +1,71 @@
+package limiter
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// breaker is a circuit breaker over the whole Redis client. It opens after
+// `threshold` consecutive failures (failed round trips or decisions that
+// timed out), so that no decision waits on a Redis already known to be
+// down; while open, a prober (see Limiter.probe) PINGs Redis and closes it
+// on the first success. Successes reset the count, so sporadic errors never
+// open it.
+type breaker struct {
+	threshold int64
+	failures  atomic.Int64
+	open      atomic.Bool
+	opens     atomic.Int64
+
+	mu       sync.Mutex
+	openedAt time.Time
+	lastErr  error
+	wake     chan struct{} // signalled when the breaker opens
+}
+
+func newBreaker(threshold int) *breaker {
+	return &breaker{threshold: int64(threshold), wake: make(chan struct{}, 1)}
+}
+
+// allow reports whether decisions may go to Redis.
+func (b *breaker) allow() bool { return !b.open.Load() }
+
+func (b *breaker) success() {
+	if b.failures.Load() != 0 {
+		b.failures.Store(0)
+	}
+}
+
+func (b *breaker) failure(err error) {
+	if b.failures.Add(1) < b.threshold || b.open.Load() {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.open.Load() {
+		return
+	}
+	b.openedAt = time.Now()
+	b.lastErr = err
+	b.opens.Add(1)
+	b.open.Store(true)
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close is called by the prober after Redis answered.
+func (b *breaker) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures.Store(0)
+	b.open.Store(false)
+}
+
+func (b *breaker) err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastErr
+}

@@ -1,0 +1,334 @@
+package limiter
+
+import (
+	"container/heap"
+	"math"
+	"sync"
+	"time"
+)
+
+// fallback is the in-memory sliding-window limiter that decides fail-open
+// rules while Redis cannot. It enforces each replica's share of the limit,
+// ceil(limit/replicas), so the replicas together stay near the limit.
+//
+// Memory is bounded by maxClients entries. An entry is evicted only when its
+// newest admit has left its window: such a client has its full budget
+// anyway, so eviction never hands a denied client a fresh one. When the
+// table is full of clients that still count, a new client shares one
+// overflow budget per rule with all other untracked clients.
+type fallback struct {
+	mu         sync.Mutex
+	start      time.Time
+	maxClients int
+	logMax     int64
+	entries    map[fbKey]*fbEntry
+	overflow   map[string]*fbEntry // by rule id; not counted in maxClients
+	byExpiry   expiryHeap          // tracked entries, soonest fully-expired first
+	clock      func() int64        // ns; tests replace it
+}
+
+type fbKey struct{ rule, client string }
+
+// fbEntry is one client's local window: a ring of admit times while the
+// share is at most logMax (exact), two fixed-window counters beyond.
+type fbEntry struct {
+	key    fbKey
+	window int64 // ns
+	share  int64
+	// log mode
+	ring       []int64
+	head, size int
+	// counter mode
+	counter   bool
+	idx       int64
+	cur, prev int64
+
+	lastAdmit int64 // ns since fallback start; -1 never
+	heapIdx   int   // -1 when not in the heap (overflow entries)
+}
+
+func newFallback(maxClients, logMax int) *fallback {
+	return &fallback{
+		start:      time.Now(),
+		maxClients: maxClients,
+		logMax:     int64(logMax),
+		entries:    make(map[fbKey]*fbEntry),
+		overflow:   make(map[string]*fbEntry),
+	}
+}
+
+func (f *fallback) now() int64 {
+	if f.clock != nil {
+		return f.clock()
+	}
+	return int64(time.Since(f.start))
+}
+
+// fbReq is one request the fallback must decide.
+type fbReq struct {
+	rule   *Rule
+	client string
+	dryRun bool
+	share  int64
+	out    *Decision
+}
+
+// decide decides reqs together: it admits into every allowed one only if
+// commit is true and no non-dry-run request denies. It returns whether the
+// requests pass (no non-dry-run denial).
+func (f *fallback) decide(reqs []fbReq, commit bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	entries := make([]*fbEntry, len(reqs))
+	pass := true
+	for i := range reqs {
+		r := &reqs[i]
+		e := f.entry(r, now)
+		entries[i] = e
+		ok, _ := e.check(now)
+		if !ok && !r.dryRun {
+			pass = false
+		}
+	}
+	for i := range reqs {
+		r, e := &reqs[i], entries[i]
+		ok, retry := e.check(now)
+		if ok && pass && commit {
+			e.admit(now)
+			if e.heapIdx >= 0 {
+				heap.Fix(&f.byExpiry, e.heapIdx)
+			}
+		}
+		*r.out = Decision{
+			Allowed:    ok,
+			Limit:      e.share,
+			Remaining:  e.remaining(now),
+			RetryAfter: time.Duration(retry),
+			ResetAfter: e.resetAfter(now),
+			Source:     SourceFallback,
+		}
+	}
+	return pass
+}
+
+// entry finds or makes the entry of r; the caller holds f.mu.
+func (f *fallback) entry(r *fbReq, now int64) *fbEntry {
+	k := fbKey{r.rule.ID, r.client}
+	window := int64(r.rule.Window)
+	counter := r.rule.Algorithm == SlidingWindowCounter || r.share > f.logMax
+	if e, ok := f.entries[k]; ok {
+		e.reshape(window, r.share, counter, now)
+		return e
+	}
+	if len(f.entries) >= f.maxClients {
+		// Only an entry whose admits have all left their window may go.
+		if len(f.byExpiry) == 0 || f.byExpiry[0].expiry() > now {
+			o, ok := f.overflow[r.rule.ID]
+			if !ok {
+				o = newEntry(fbKey{r.rule.ID, ""}, window, r.share, counter, now)
+				f.overflow[r.rule.ID] = o
+			}
+			o.reshape(window, r.share, counter, now)
+			return o
+		}
+		old := heap.Pop(&f.byExpiry).(*fbEntry)
+		delete(f.entries, old.key)
+	}
+	e := newEntry(k, window, r.share, counter, now)
+	f.entries[k] = e
+	heap.Push(&f.byExpiry, e)
+	return e
+}
+
+func newEntry(k fbKey, window, share int64, counter bool, now int64) *fbEntry {
+	e := &fbEntry{key: k, lastAdmit: -1, heapIdx: -1, counter: !counter}
+	e.reshape(window, share, counter, now)
+	return e
+}
+
+// reshape follows a change of the rule or of the replica count without
+// forgetting admits that still count: a log keeps its newest times, a
+// counter keeps its counts (folded into the current window when the window
+// length changes), and a counter turning into a log records its counted
+// admits as made now. All of these err towards denying.
+func (e *fbEntry) reshape(window, share int64, counter bool, now int64) {
+	if e.window == window && e.share == share && e.counter == counter {
+		return
+	}
+	switch {
+	case counter && e.counter:
+		if window != e.window {
+			e.cur, e.prev, e.idx = e.cur+e.prev, 0, now/window
+		}
+		e.window, e.share = window, share
+		return
+	case counter:
+		old := e.times()
+		e.window, e.share, e.counter = window, share, true
+		e.ring, e.head, e.size = nil, 0, 0
+		e.idx, e.cur, e.prev = now/window, 0, 0
+		for _, t := range old {
+			if t > now-window {
+				e.cur++
+			}
+		}
+		return
+	}
+	var old []int64
+	if e.counter {
+		for range min(e.cur+e.prev, share) {
+			old = append(old, now)
+		}
+	} else {
+		old = e.times()
+	}
+	e.window, e.share, e.counter = window, share, false
+	e.idx, e.cur, e.prev = 0, 0, 0
+	// A shrinking share keeps every admit (the ring never drops one while
+	// size < share), so growing it back later hands out nothing extra.
+	e.ring, e.head, e.size = make([]int64, max(share, int64(len(old)))), 0, 0
+	for _, t := range old {
+		e.push(t)
+	}
+}
+
+// times lists the admits of a log entry, oldest first.
+func (e *fbEntry) times() []int64 {
+	out := make([]int64, 0, e.size)
+	for i := 0; i < e.size; i++ {
+		out = append(out, e.ring[(e.head+i)%len(e.ring)])
+	}
+	return out
+}
+
+func (e *fbEntry) expiry() int64 {
+	if e.lastAdmit < 0 {
+		return -1 << 62
+	}
+	return e.lastAdmit + e.window
+}
+
+func (e *fbEntry) trim(now int64) {
+	for e.size > 0 && e.ring[e.head] <= now-e.window {
+		e.head = (e.head + 1) % len(e.ring)
+		e.size--
+	}
+}
+
+func (e *fbEntry) push(t int64) {
+	if len(e.ring) == 0 {
+		return
+	}
+	if e.size == len(e.ring) {
+		e.head = (e.head + 1) % len(e.ring)
+		e.size--
+	}
+	e.ring[(e.head+e.size)%len(e.ring)] = t
+	e.size++
+}
+
+// roll moves the counters to the fixed window of now.
+func (e *fbEntry) roll(now int64) {
+	x := now / e.window
+	switch x {
+	case e.idx:
+	case e.idx + 1:
+		e.prev, e.cur = e.cur, 0
+	default:
+		e.prev, e.cur = 0, 0
+	}
+	e.idx = x
+}
+
+func (e *fbEntry) estimate(now int64) float64 {
+	e.roll(now)
+	elapsed := now - e.idx*e.window
+	return float64(e.prev)*float64(e.window-elapsed)/float64(e.window) + float64(e.cur)
+}
+
+// check says whether one more admit fits, and otherwise in how many ns.
+func (e *fbEntry) check(now int64) (bool, int64) {
+	if e.share <= 0 {
+		return false, e.window
+	}
+	if e.counter {
+		est := e.estimate(now)
+		if est+1 <= float64(e.share) {
+			return true, 0
+		}
+		elapsed := now - e.idx*e.window
+		room := float64(e.share - 1 - e.cur)
+		if e.prev > 0 && room >= 0 {
+			need := float64(e.window) * (1 - room/float64(e.prev))
+			return false, max(1, int64(math.Ceil(need))-elapsed)
+		}
+		var need float64
+		if float64(e.cur) > float64(e.share-1) {
+			need = float64(e.window) * (1 - float64(e.share-1)/float64(e.cur))
+		}
+		return false, max(1, e.window-elapsed+int64(math.Ceil(need)))
+	}
+	e.trim(now)
+	if int64(e.size) < e.share {
+		return true, 0
+	}
+	return false, e.ring[e.head] + e.window - now
+}
+
+func (e *fbEntry) admit(now int64) {
+	if e.counter {
+		e.roll(now)
+		e.cur++
+	} else {
+		e.push(now)
+	}
+	e.lastAdmit = now
+}
+
+func (e *fbEntry) remaining(now int64) int64 {
+	if e.counter {
+		return max(0, int64(float64(e.share)-e.estimate(now)))
+	}
+	e.trim(now)
+	return max(0, e.share-int64(e.size))
+}
+
+func (e *fbEntry) resetAfter(now int64) time.Duration {
+	if e.lastAdmit < 0 || e.lastAdmit+e.window <= now {
+		return 0
+	}
+	return time.Duration(e.lastAdmit + e.window - now)
+}
+
+// expiryHeap orders tracked entries by the time their last admit leaves
+// the window.
+type expiryHeap []*fbEntry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expiry() < h[j].expiry() }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = i
+	h[j].heapIdx = j
+}
+func (h *expiryHeap) Push(x any) {
+	e := x.(*fbEntry)
+	e.heapIdx = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.heapIdx = -1
+	return e
+}
+
+// size reports the tracked entries, for tests.
+func (f *fallback) size() (tracked, overflow int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.entries), len(f.overflow)
+}

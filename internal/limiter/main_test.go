@@ -1,0 +1,102 @@
+package limiter
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// The 3-master cluster is started once for the package. Creating it takes
+// several seconds, so TestMain starts it in the background and the other
+// tests run meanwhile; cluster tests wait for it with sharedCluster.
+var (
+	clusterOnce sync.WaitGroup
+	cluster     *testsupport.Cluster
+	clusterErr  error
+)
+
+func TestMain(m *testing.M) {
+	if _, err := testsupport.RedisServerPath(); err != nil {
+		testsupport.MissingInMain("redis-server", err)
+	}
+	if _, err := testsupport.RedisCLIPath(); err != nil {
+		testsupport.MissingInMain("redis-cli", err)
+	}
+	// go-redis logs every failed dial; the fault tests cause thousands.
+	redis.SetLogger(quietLogger{})
+	clusterOnce.Add(1)
+	go func() {
+		defer clusterOnce.Done()
+		cluster, clusterErr = testsupport.NewCluster(3)
+	}()
+	code := m.Run()
+	clusterOnce.Wait()
+	if cluster != nil {
+		cluster.Close()
+	}
+	os.Exit(code)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func sharedCluster(t *testing.T) *testsupport.Cluster {
+	t.Helper()
+	clusterOnce.Wait()
+	if clusterErr != nil {
+		t.Fatalf("starting the redis cluster: %v", clusterErr)
+	}
+	return cluster
+}
+
+// client returns a go-redis client for addr built by NewRedisClient, the
+// way the sidecar builds it; closed at the end of the test.
+func client(tb testing.TB, cfg RedisConfig) redis.UniversalClient {
+	tb.Helper()
+	c, err := NewRedisClient(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func standalone(tb testing.TB, addr string) redis.UniversalClient {
+	return client(tb, RedisConfig{Addrs: []string{addr}})
+}
+
+func newLimiter(tb testing.TB, rdb redis.UniversalClient, opts Options) *Limiter {
+	tb.Helper()
+	l, err := New(rdb, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func one(l *Limiter, r Rule, client string) Decision {
+	return l.Decide(context.Background(), []Request{{Rule: r, Client: client}})[0]
+}
+
+// eventually polls cond every few ms until it holds or d passes; it
+// returns how long that took and whether cond held.
+func eventually(d time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	for {
+		if cond() {
+			return time.Since(start), true
+		}
+		if time.Since(start) > d {
+			return time.Since(start), false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -1,0 +1,131 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Options tune a Limiter. The zero value of every field means its default.
+type Options struct {
+	// Prefix starts every key (default "slidegate:"). It must not contain
+	// braces: they would become the Redis Cluster hash tag of every key.
+	Prefix string
+
+	// Timeout bounds each Decide call that goes to Redis (default 50ms).
+	// When it passes, the decision is made by the rule's fail mode.
+	Timeout time.Duration
+
+	// ExpiryMargin is added to the window in each key's PEXPIRE (default
+	// 1s): a key outlives its newest admit by window+margin, so a failover
+	// to a replica whose clock runs a little ahead drops nothing still
+	// counted.
+	ExpiryMargin time.Duration
+
+	// Replicas returns how many sidecars share the limit, for the fail-open
+	// share ceil(limit/replicas). nil or a result below 1 means 1.
+	Replicas func() int
+
+	// MaxBatch bounds how many decisions one pipelined round trip carries
+	// (default 256).
+	MaxBatch int
+	// MaxInflight bounds the pipelined round trips in flight at once, i.e.
+	// the connections the limiter uses for decisions (default 2). A batch is
+	// sent as soon as one of them is free.
+	MaxInflight int
+	// MaxWait is how long a free connection waits for more decisions when
+	// the batch it found is smaller than MaxBatch (default 0: send at once).
+	// A small value (tens of µs) trades latency for fewer round trips.
+	MaxWait time.Duration
+	// QueueSize bounds the decisions waiting for a connection (default
+	// 16×MaxBatch); beyond it Decide waits, still within Timeout.
+	QueueSize int
+
+	// BreakerFailures is the number of consecutive failed round trips or
+	// timed-out decisions that opens the circuit breaker (default 5).
+	BreakerFailures int
+	// ProbeInterval is how often an open breaker PINGs Redis (every master
+	// on a cluster) to close again (default 200ms).
+	ProbeInterval time.Duration
+
+	// FallbackMaxClients bounds the (rule, client) pairs the fail-open
+	// fallback tracks (default 10000). Beyond it, a new client shares one
+	// budget per rule with every other untracked client, so no client is
+	// ever forgotten while it still has admits in its window.
+	FallbackMaxClients int
+	// FallbackLogMax is the largest per-replica share that the fallback
+	// tracks exactly, one timestamp per admit (default 128). Larger shares
+	// use two fixed-window counters, like SlidingWindowCounter, so the
+	// fallback stays within FallbackMaxClients × FallbackLogMax × 8 bytes.
+	FallbackLogMax int
+}
+
+const (
+	defaultPrefix      = "slidegate:"
+	defaultTimeout     = 50 * time.Millisecond
+	defaultMargin      = time.Second
+	defaultMaxBatch    = 256
+	defaultMaxInflight = 2
+	defaultBreaker     = 5
+	defaultProbe       = 200 * time.Millisecond
+	defaultFallbackMax = 10000
+	defaultFallbackLog = 128
+	maxPrefixLen       = 64
+	maxWindow          = 365 * 24 * time.Hour
+	minWindow          = time.Millisecond
+	failedClosedRetry  = time.Second // RetryAfter of a failed-closed decision: a guess at when Redis is back
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Prefix == "" {
+		o.Prefix = defaultPrefix
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return o, fmt.Errorf("limiter: prefix %q must not contain braces", o.Prefix)
+	}
+	if len(o.Prefix) > maxPrefixLen {
+		return o, fmt.Errorf("limiter: prefix longer than %d bytes", maxPrefixLen)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = defaultTimeout
+	}
+	if o.ExpiryMargin <= 0 {
+		o.ExpiryMargin = defaultMargin
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = defaultMaxBatch
+	}
+	if o.MaxInflight <= 0 {
+		o.MaxInflight = defaultMaxInflight
+	}
+	if o.MaxWait < 0 {
+		return o, errors.New("limiter: negative MaxWait")
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 16 * o.MaxBatch
+	}
+	if o.BreakerFailures <= 0 {
+		o.BreakerFailures = defaultBreaker
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = defaultProbe
+	}
+	if o.FallbackMaxClients <= 0 {
+		o.FallbackMaxClients = defaultFallbackMax
+	}
+	if o.FallbackLogMax <= 0 {
+		o.FallbackLogMax = defaultFallbackLog
+	}
+	return o, nil
+}
+
+func (o Options) replicas() int64 {
+	if o.Replicas == nil {
+		return 1
+	}
+	if n := o.Replicas(); n > 1 {
+		return int64(n)
+	}
+	return 1
+}

@@ -1,0 +1,185 @@
+package limiter
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisMode names how Redis is deployed.
+type RedisMode string
+
+const (
+	RedisStandalone RedisMode = "standalone"
+	RedisCluster    RedisMode = "cluster"
+	RedisSentinel   RedisMode = "sentinel"
+)
+
+// RedisConfig is the small, flag- and file-friendly description of the
+// shared Redis that the sidecar turns into a client with NewRedisClient.
+type RedisConfig struct {
+	// Mode is standalone (default), cluster or sentinel.
+	Mode RedisMode
+	// Addrs: the server (standalone), seed nodes (cluster) or sentinels.
+	Addrs []string
+	// MasterName is the Sentinel master set name (sentinel mode only).
+	MasterName string
+	// Username and Password authenticate with Redis 6+ ACLs (AUTH user
+	// pass); Password alone is the legacy requirepass.
+	Username string
+	Password string
+	// SentinelUsername and SentinelPassword authenticate with the
+	// sentinels when they differ from the data nodes.
+	SentinelUsername string
+	SentinelPassword string
+	// DB selects a database (standalone and sentinel only).
+	DB int
+
+	// TLS turns on TLS. CAFile verifies the server (system roots when
+	// empty); CertFile and KeyFile present a client certificate;
+	// ServerName overrides the name verified.
+	TLS        bool
+	CAFile     string
+	CertFile   string
+	KeyFile    string
+	ServerName string
+
+	// PoolSize per node (default: go-redis's, 10 per CPU). DialTimeout
+	// (default 1s) and ReadTimeout/WriteTimeout (default 1s) bound each
+	// attempt; the limiter's own Timeout bounds every decision.
+	PoolSize     int
+	DialTimeout  time.Duration
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+}
+
+// ACLRules returns the rules of a least-privilege Redis ACL user for a
+// limiter with this key prefix, for `ACL SETUSER <name> on >password
+// <rules...>`: its keys, the scripts, every command the scripts call
+// (Redis checks those too) and what go-redis sends on connect (its CLIENT
+// SETINFO, Redis 7.2+, may fail harmlessly: go-redis ignores that).
+func ACLRules(prefix string) []string {
+	if prefix == "" {
+		prefix = defaultPrefix
+	}
+	return []string{
+		"resetkeys", "~" + prefix + "*", "-@all",
+		"+evalsha", "+eval", "+ping", "+hello", "+auth", "+client|setname",
+		"+time", "+zremrangebyscore", "+zcard", "+zadd", "+zrange", "+zrem", "+pexpire",
+		"+hmget", "+hget", "+hincrby", "+hlen", "+hkeys", "+hdel",
+	}
+}
+
+// UniversalOptions builds go-redis options from c, with the settings the
+// limiter relies on:
+//   - ContextTimeoutEnabled, so a decision's deadline bounds the socket
+//     read and a hung Redis frees the connection when the decision gives
+//     up, not after ReadTimeout;
+//   - MaxRetries -1: go-redis retries a failed pipeline whole, which could
+//     run a decision twice; within a 50ms budget a retry rarely fits, and
+//     the breaker and fallback handle a failed round trip.
+func (c RedisConfig) UniversalOptions() (*redis.UniversalOptions, error) {
+	if len(c.Addrs) == 0 {
+		return nil, errors.New("redis config: no addresses")
+	}
+	o := &redis.UniversalOptions{
+		Addrs:                 c.Addrs,
+		Username:              c.Username,
+		Password:              c.Password,
+		SentinelUsername:      c.SentinelUsername,
+		SentinelPassword:      c.SentinelPassword,
+		PoolSize:              c.PoolSize,
+		DialTimeout:           orDefault(c.DialTimeout, time.Second),
+		ReadTimeout:           orDefault(c.ReadTimeout, time.Second),
+		WriteTimeout:          orDefault(c.WriteTimeout, time.Second),
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		ClientName:            "slidegate",
+	}
+	switch c.Mode {
+	case RedisStandalone, "":
+		if len(c.Addrs) != 1 {
+			return nil, fmt.Errorf("redis config: standalone mode takes one address, got %d", len(c.Addrs))
+		}
+		o.DB = c.DB
+	case RedisCluster:
+		if c.DB != 0 {
+			return nil, errors.New("redis config: cluster mode has only database 0")
+		}
+		o.IsClusterMode = true
+	case RedisSentinel:
+		if c.MasterName == "" {
+			return nil, errors.New("redis config: sentinel mode needs a master name")
+		}
+		o.MasterName = c.MasterName
+		o.DB = c.DB
+	default:
+		return nil, fmt.Errorf("redis config: unknown mode %q (standalone, cluster, sentinel)", c.Mode)
+	}
+	if c.TLS {
+		t, err := c.tlsConfig()
+		if err != nil {
+			return nil, err
+		}
+		o.TLSConfig = t
+	} else if c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" {
+		return nil, errors.New("redis config: CA or client certificate given without TLS")
+	}
+	return o, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+func (c RedisConfig) tlsConfig() (*tls.Config, error) {
+	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis config: CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis config: no certificate in CA file %s", c.CAFile)
+		}
+		t.RootCAs = pool
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return nil, errors.New("redis config: client certificate needs both CertFile and KeyFile")
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis config: client certificate: %w", err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
+
+// NewRedisClient returns the client c describes: *redis.Client for
+// standalone and sentinel (a failover client), *redis.ClusterClient for
+// cluster. It does not connect; the caller closes it.
+func NewRedisClient(c RedisConfig) (redis.UniversalClient, error) {
+	o, err := c.UniversalOptions()
+	if err != nil {
+		return nil, err
+	}
+	switch c.Mode {
+	case RedisCluster:
+		return redis.NewClusterClient(o.Cluster()), nil
+	case RedisSentinel:
+		return redis.NewFailoverClient(o.Failover()), nil
+	}
+	return redis.NewClient(o.Simple()), nil
+}

@@ -1,0 +1,268 @@
+package limiter
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+func TestRedisConfigOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     RedisConfig
+		wantErr bool
+		check   func(*redis.UniversalOptions) error
+	}{
+		{name: "standalone", cfg: RedisConfig{Addrs: []string{"r:6379"}, Username: "u", Password: "p", DB: 2},
+			check: func(o *redis.UniversalOptions) error {
+				if o.Username != "u" || o.Password != "p" || o.DB != 2 || !o.ContextTimeoutEnabled || o.MaxRetries != -1 {
+					return fmt.Errorf("%+v", o)
+				}
+				return nil
+			}},
+		{name: "cluster", cfg: RedisConfig{Mode: RedisCluster, Addrs: []string{"a:1"}},
+			check: func(o *redis.UniversalOptions) error {
+				if !o.IsClusterMode {
+					return errors.New("not cluster mode")
+				}
+				return nil
+			}},
+		{name: "sentinel", cfg: RedisConfig{Mode: RedisSentinel, Addrs: []string{"s1:26379", "s2:26379"}, MasterName: "m", SentinelPassword: "sp"},
+			check: func(o *redis.UniversalOptions) error {
+				if o.MasterName != "m" || o.SentinelPassword != "sp" {
+					return fmt.Errorf("%+v", o)
+				}
+				return nil
+			}},
+		{name: "tls with system roots", cfg: RedisConfig{Addrs: []string{"r:6379"}, TLS: true, ServerName: "redis.example"},
+			check: func(o *redis.UniversalOptions) error {
+				if o.TLSConfig == nil || o.TLSConfig.ServerName != "redis.example" || o.TLSConfig.RootCAs != nil {
+					return fmt.Errorf("%+v", o.TLSConfig)
+				}
+				return nil
+			}},
+		{name: "no address", cfg: RedisConfig{}, wantErr: true},
+		{name: "standalone with two addresses", cfg: RedisConfig{Addrs: []string{"a:1", "b:1"}}, wantErr: true},
+		{name: "sentinel without master", cfg: RedisConfig{Mode: RedisSentinel, Addrs: []string{"a:1"}}, wantErr: true},
+		{name: "cluster with a db", cfg: RedisConfig{Mode: RedisCluster, Addrs: []string{"a:1"}, DB: 1}, wantErr: true},
+		{name: "unknown mode", cfg: RedisConfig{Mode: "ring", Addrs: []string{"a:1"}}, wantErr: true},
+		{name: "CA without TLS", cfg: RedisConfig{Addrs: []string{"a:1"}, CAFile: "ca.pem"}, wantErr: true},
+		{name: "missing CA file", cfg: RedisConfig{Addrs: []string{"a:1"}, TLS: true, CAFile: "/nonexistent"}, wantErr: true},
+		{name: "cert without key", cfg: RedisConfig{Addrs: []string{"a:1"}, TLS: true, CertFile: "c.pem"}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := tc.cfg.UniversalOptions()
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if tc.check != nil {
+				if err := tc.check(o); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// TestACLUser: the limiter works as an ACL user restricted to its key
+// prefix (which also proves that every key a script touches is declared),
+// and a wrong password sends decisions to the fallback with the error.
+func TestACLUser(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	if _, err := r.Do(append([]string{"ACL", "SETUSER", "limiter", "on", ">s3cret"}, ACLRules("")...)...); err != nil {
+		t.Fatal(err)
+	}
+	good := newLimiter(t, client(t, RedisConfig{Addrs: []string{r.Addr}, Username: "limiter", Password: "s3cret"}), Options{})
+	rule := Rule{ID: "ns/acl", Limit: 2, Window: time.Minute}
+	reqs := []Request{{Rule: rule, Client: "c"}, {Rule: Rule{ID: "ns/acl2", Limit: 5, Window: time.Minute, Algorithm: SlidingWindowCounter}, Client: "c"}}
+	for i := range 3 {
+		ds := good.Decide(context.Background(), reqs)
+		for _, d := range ds {
+			if d.Source != SourceRedis || d.Err != nil {
+				t.Fatalf("decision %d as ACL user: %+v", i, d)
+			}
+		}
+	}
+	// The scripts' commands are checked too: without ZADD the user fails.
+	if _, err := r.Do("ACL", "SETUSER", "limiter", "-zadd"); err != nil {
+		t.Fatal(err)
+	}
+	if d := one(good, Rule{ID: "ns/acl3", Limit: 2, Window: time.Minute}, "c"); d.Source != SourceFallback || d.Err == nil {
+		t.Fatalf("without +zadd: %+v", d)
+	}
+	bad := newLimiter(t, client(t, RedisConfig{Addrs: []string{r.Addr}, Username: "limiter", Password: "wrong"}), Options{})
+	d := one(bad, rule, "c")
+	if d.Source != SourceFallback || d.Err == nil {
+		t.Fatalf("wrong password: %+v", d)
+	}
+	t.Logf("wrong password: %v", d.Err)
+}
+
+// TestTLS: the limiter decides over mutual TLS with a private CA.
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca, caKey := writeCA(t, dir)
+	writeLeaf(t, dir, "server", ca, caKey, x509.ExtKeyUsageServerAuth)
+	writeLeaf(t, dir, "client", ca, caKey, x509.ExtKeyUsageClientAuth)
+	port := freeTCPPort(t)
+	r := testsupport.StartRedis(t,
+		"--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", filepath.Join(dir, "server.pem"),
+		"--tls-key-file", filepath.Join(dir, "server-key.pem"),
+		"--tls-ca-cert-file", filepath.Join(dir, "ca.pem"),
+		"--tls-auth-clients", "yes")
+	_ = r
+	cfg := RedisConfig{
+		Addrs:      []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(port))},
+		TLS:        true,
+		CAFile:     filepath.Join(dir, "ca.pem"),
+		CertFile:   filepath.Join(dir, "client.pem"),
+		KeyFile:    filepath.Join(dir, "client-key.pem"),
+		ServerName: "localhost",
+	}
+	l := newLimiter(t, client(t, cfg), Options{Timeout: 2 * time.Second})
+	if d := one(l, Rule{ID: "ns/tls", Limit: 1, Window: time.Minute}, "c"); d.Source != SourceRedis || !d.Allowed {
+		t.Fatalf("over TLS: %+v", d)
+	}
+	// Without the client certificate the server refuses the handshake.
+	cfg.CertFile, cfg.KeyFile = "", ""
+	l2 := newLimiter(t, client(t, cfg), Options{Timeout: 2 * time.Second})
+	if d := one(l2, Rule{ID: "ns/tls", Limit: 1, Window: time.Minute}, "c"); d.Source != SourceFallback || d.Err == nil {
+		t.Fatalf("without a client certificate: %+v", d)
+	}
+}
+
+// TestSentinel: the limiter finds the master through a Sentinel.
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	master := testsupport.StartRedis(t)
+	bin, err := testsupport.RedisServerPath()
+	if err != nil {
+		testsupport.Missing(t, "redis-server", err)
+	}
+	dir := t.TempDir()
+	port := freeTCPPort(t)
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %d 1\n", port, dir, master.Port)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, conf, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
+	defer func() { _ = sc.Close() }()
+	if _, ok := eventually(10*time.Second, func() bool {
+		a, err := sc.GetMasterAddrByName(context.Background(), "mymaster").Result()
+		return err == nil && len(a) == 2 && a[1] == strconv.Itoa(master.Port)
+	}); !ok {
+		t.Fatal("sentinel did not report the master")
+	}
+	rdb := client(t, RedisConfig{Mode: RedisSentinel, Addrs: []string{addr}, MasterName: "mymaster"})
+	l := newLimiter(t, rdb, Options{Timeout: 2 * time.Second})
+	if l.grouping != groupAll {
+		t.Errorf("sentinel client grouping %v, want all keys in one script", l.grouping)
+	}
+	if d := one(l, Rule{ID: "ns/sentinel", Limit: 1, Window: time.Minute}, "c"); d.Source != SourceRedis || !d.Allowed {
+		t.Fatalf("through sentinel: %+v", d)
+	}
+	if n, _ := master.Do("EXISTS", Key(defaultPrefix, "ns/sentinel", "c")); n != "1" {
+		t.Error("the key is not on the master")
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func writeCA(t *testing.T, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "slidegate test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", der)
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, key
+}
+
+func writeLeaf(t *testing.T, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(dir, name+".pem"), "CERTIFICATE", der)
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(dir, name+"-key.pem"), "EC PRIVATE KEY", kder)
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

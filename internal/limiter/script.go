@@ -1,0 +1,201 @@
+package limiter
+
+import (
+	"crypto/sha1" //nolint:gosec // SHA-1 is what Redis names scripts by, not a security measure.
+	"encoding/hex"
+	"time"
+)
+
+// scoreEpoch is the origin of the scores, in Unix seconds (2020-01-01 UTC).
+// Microseconds since then stay below 2^53 (exact as Lua doubles and as
+// sorted-set scores) for about 285 years, where Unix microseconds would
+// leave only a factor of five.
+const scoreEpoch = 1577836800
+
+// serverTime converts a score (µs since scoreEpoch) to wall-clock time.
+func serverTime(us int64) time.Time {
+	return time.Unix(scoreEpoch, 0).Add(time.Duration(us) * time.Microsecond)
+}
+
+// Flags of one key in the decide script's arguments.
+const (
+	flagCounter = 1 // SlidingWindowCounter instead of SlidingLog
+	flagDryRun  = 2 // a denial here does not stop the group's commit
+)
+
+// decideScript decides every rule of one request whose keys share a slot,
+// in one atomic step, with the time of the Redis server (TIME), never the
+// caller's: sidecars with skewed clocks still agree.
+//
+//	KEYS[i]           the key of rule i
+//	ARGV[1]           member: unique per decision (process id + sequence),
+//	                  so two admits in one microsecond never merge
+//	ARGV[2]           expiry margin in ms
+//	ARGV[3]           "1" to admit, "0" to only decide (the request is
+//	                  already known to fail elsewhere)
+//	ARGV[3i+1..3i+3]  limit, window in µs, flags of rule i
+//
+// Phase one trims and counts every key; phase two admits into every allowed
+// key only if no non-dry-run key denied (all or nothing), and sets PEXPIRE
+// (ms, window+margin) on each key on every call.
+//
+// Reply: now (µs since scoreEpoch), committed (0/1), then per key: allowed,
+// remaining, retry-after µs, reset-after µs, counter field (for undo).
+//
+// SlidingLog keys are sorted sets scored by admit time. Retry-after is
+// exact: the admit at rank count-limit is the one whose leaving the window
+// lets the next request in.
+//
+// SlidingWindowCounter keys are hashes with one field per fixed window
+// (index = floor(now/window)); the estimate is prev×(1-elapsed/window)+cur.
+const decideScript = `
+local t = redis.call('TIME')
+local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
+local member = ARGV[1]
+local margin = tonumber(ARGV[2])
+
+-- check trims and counts one key: allowed, estimate/count, counter field,
+-- current and previous fixed-window counts.
+local function check(key, l, w, ctr)
+  if ctr then
+    local x = math.floor(now / w)
+    local v = redis.call('HMGET', key, x, x - 1)
+    local c, p = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+    local e = p * (w - (now - x * w)) / w + c
+    return e + 1 <= l, e, x, c, p
+  end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+  local c = redis.call('ZCARD', key)
+  return c < l, c, 0, c, 0
+end
+
+-- finish admits into one key when commit, sets its expiry and appends
+-- its five reply values to out.
+local function finish(out, key, l, w, ctr, ok, commit, e, x, c, p)
+  local rem, retry, reset, field = 0, 0, 0, 0
+  local exists = commit
+  if ctr then
+    local elapsed = now - x * w
+    if commit then
+      if redis.call('HINCRBY', key, x, 1) == 1 and redis.call('HLEN', key) > 2 then
+        for _, k in ipairs(redis.call('HKEYS', key)) do
+          local kn = tonumber(k)
+          if kn ~= x and kn ~= x - 1 then redis.call('HDEL', key, k) end
+        end
+      end
+      c, e, field = c + 1, e + 1, x
+    end
+    rem = math.floor(l - e)
+    if commit or c > 0 then
+      reset = w
+    elseif p > 0 then
+      reset = w - elapsed
+    end
+    exists = exists or c > 0 or p > 0
+    if not ok then
+      if l <= 0 then
+        retry = w
+      elseif p > 0 and l - 1 - c >= 0 then
+        retry = math.ceil(w * (1 - (l - 1 - c) / p) - elapsed)
+      else
+        local need = 0
+        if c > l - 1 then need = w * (1 - (l - 1) / c) end
+        retry = math.ceil(w - elapsed + need)
+      end
+      if retry < 1 then retry = 1 end
+    end
+  else
+    if commit then
+      redis.call('ZADD', key, now, member)
+      c = c + 1
+      reset = w
+    elseif c > 0 then
+      local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      reset = tonumber(last[2]) + w - now
+    end
+    exists = exists or c > 0
+    if not ok then
+      local r = {}
+      if l > 0 then r = redis.call('ZRANGE', key, c - l, c - l, 'WITHSCORES') end
+      if r[2] then retry = tonumber(r[2]) + w - now else retry = w end
+    end
+    rem = l - c
+  end
+  if exists then redis.call('PEXPIRE', key, math.ceil(w / 1000) + margin) end
+  if rem < 0 then rem = 0 end
+  local o = #out
+  out[o + 1] = ok and 1 or 0
+  out[o + 2] = rem
+  out[o + 3] = retry
+  out[o + 4] = reset
+  out[o + 5] = field
+end
+
+local pass = ARGV[3] == '1'
+local n = #KEYS
+if n == 1 then
+  -- The common case, without the per-key tables.
+  local key, l, w, f = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local ctr = f % 2 == 1
+  local ok, e, x, c, p = check(key, l, w, ctr)
+  pass = pass and (ok or f >= 2)
+  local out = {now, pass and 1 or 0}
+  finish(out, key, l, w, ctr, ok, pass and ok, e, x, c, p)
+  return out
+end
+local lim, win, ctr, oks, es, xs, cs, ps = {}, {}, {}, {}, {}, {}, {}, {}
+for i = 1, n do
+  local b = 3 * i + 1
+  local l, w, f = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+  lim[i], win[i], ctr[i] = l, w, f % 2 == 1
+  oks[i], es[i], xs[i], cs[i], ps[i] = check(KEYS[i], l, w, ctr[i])
+  if not oks[i] and f < 2 then pass = false end
+end
+local out = {now, pass and 1 or 0}
+for i = 1, n do
+  finish(out, KEYS[i], lim[i], win[i], ctr[i], oks[i], pass and oks[i], es[i], xs[i], cs[i], ps[i])
+end
+return out
+`
+
+// undoScript takes back the admits of a request that another slot's rules
+// denied (the compensating call of a cross-slot request).
+//
+//	KEYS[i]     the key of an admitted rule
+//	ARGV[1]     the member that was added
+//	ARGV[1+i]   "" for a SlidingLog key, else the counter field incremented
+const undoScript = `
+for i = 1, #KEYS do
+  local f = ARGV[1 + i]
+  if f == '' then
+    redis.call('ZREM', KEYS[i], ARGV[1])
+  else
+    local v = tonumber(redis.call('HGET', KEYS[i], f))
+    if v and v > 0 then redis.call('HINCRBY', KEYS[i], f, -1) end
+  end
+end
+return 1
+`
+
+// Results per key in a decide reply, after the two leading values.
+const replyPerKey = 5
+
+type script struct {
+	src string
+	sha string
+}
+
+func newScript(src string) script {
+	h := sha1.Sum([]byte(src)) //nolint:gosec // see import
+	return script{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+var (
+	decideLua = newScript(decideScript)
+	undoLua   = newScript(undoScript)
+)
+
+// DecideScript returns the Lua source of the decide script, so that a
+// benchmark can run the very same script outside the limiter (e.g. with
+// redis-benchmark) to measure the server's ceiling.
+func DecideScript() string { return decideScript }

@@ -1,0 +1,461 @@
+// Command limiter writes the limiter's benchmark report: decisions/s and
+// latency at several numbers of concurrent callers for both algorithms,
+// side by side with the textbook approach (one EVAL round trip per
+// decision, go-redis defaults) and with the ceiling (redis-benchmark
+// running the same script, 16 requests per pipeline), and Redis memory per
+// tracked client. It starts its own redis-server.
+//
+//	go run ./test/bench/limiter -out bench/limiter.md
+//
+// writes a Markdown section starting at "## Limiter" to -out and the
+// decisions/s per concurrency as CSV next to it (same name, .csv), for a
+// plot. A full run takes about two minutes.
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+const (
+	clients     = 10000 // distinct clients (keys) the load spreads over
+	benchLimit  = 1000  // per client per window: nearly every decision admits (the costly path)
+	benchWindow = time.Second
+)
+
+func main() {
+	out := flag.String("out", "", "Markdown file to write (required); the CSV goes next to it")
+	dur := flag.Duration("duration", 2500*time.Millisecond, "measuring time per point for the limiter and the textbook")
+	ceilN := flag.Int("ceiling-requests", 200000, "requests per redis-benchmark run")
+	callersFlag := flag.String("callers", "1,16,64,256", "concurrent callers to measure")
+	flag.Parse()
+	if *out == "" {
+		fmt.Fprintln(os.Stderr, "limiter bench: -out is required")
+		os.Exit(2)
+	}
+	var callers []int
+	for _, s := range strings.Split(*callersFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fatalf("bad -callers %q", *callersFlag)
+		}
+		callers = append(callers, n)
+	}
+	if err := run(*out, *dur, *ceilN, callers); err != nil {
+		fatalf("%v", err)
+	}
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "limiter bench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+// point is one measurement of one approach.
+type point struct {
+	dps       float64 // decisions per second (from Redis only)
+	p50, p99  time.Duration
+	perTrip   float64 // scripts per round trip (limiter only)
+	fallbacks int64   // decisions not from Redis (limiter only)
+}
+
+type row struct {
+	alg                    limiter.Algorithm
+	callers                int
+	lim, textbook, ceiling point
+}
+
+func run(out string, dur time.Duration, ceilN int, callers []int) error {
+	benchBin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		return fmt.Errorf("redis-benchmark not found (hack/redis.sh installs it): %w", err)
+	}
+	srv, err := testsupport.NewRedis()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	redis.SetLogger(quiet{})
+	ctx := context.Background()
+	started := time.Now()
+	loadBefore := loadAvg()
+
+	var rows []row
+	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter} {
+		for _, c := range callers {
+			r := row{alg: alg, callers: c}
+			if r.lim, err = measureLimiter(ctx, srv, alg, c, dur); err != nil {
+				return err
+			}
+			if r.textbook, err = measureTextbook(ctx, srv, alg, c, dur); err != nil {
+				return err
+			}
+			if r.ceiling, err = measureCeiling(srv, benchBin, alg, c, ceilN); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "%-20s callers=%-3d limiter %8.0f/s  textbook %8.0f/s  ceiling %8.0f/s\n",
+				alg, c, r.lim.dps, r.textbook.dps, r.ceiling.dps)
+			rows = append(rows, r)
+		}
+	}
+	mem, err := measureMemory(ctx, srv)
+	if err != nil {
+		return err
+	}
+	version, _ := srv.Do("INFO", "server")
+	return write(out, rows, mem, report{
+		started: started, took: time.Since(started), loadBefore: loadBefore, loadAfter: loadAvg(),
+		redisVersion: field(version, "redis_version"), dur: dur, ceilN: ceilN,
+	})
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func flush(srv *testsupport.Redis) error {
+	_, err := srv.Do("FLUSHALL")
+	return err
+}
+
+// drive runs f from `callers` goroutines for d and returns the latencies of
+// the calls that counted.
+func drive(callers int, d time.Duration, f func(rng *rand.Rand) bool) ([]time.Duration, time.Duration) {
+	var mu sync.Mutex
+	var all []time.Duration
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(d)
+	for g := range callers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), uint64(start.UnixNano())))
+			lat := make([]time.Duration, 0, 1<<14)
+			for {
+				t0 := time.Now()
+				if !t0.Before(stop) {
+					break
+				}
+				if f(rng) {
+					lat = append(lat, time.Since(t0))
+				}
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return all, time.Since(start)
+}
+
+func summarize(lat []time.Duration, elapsed time.Duration) point {
+	if len(lat) == 0 {
+		return point{}
+	}
+	slices.Sort(lat)
+	return point{
+		dps: float64(len(lat)) / elapsed.Seconds(),
+		p50: lat[len(lat)/2],
+		p99: lat[len(lat)*99/100],
+	}
+}
+
+func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Algorithm, callers int, d time.Duration) (point, error) {
+	if err := flush(srv); err != nil {
+		return point{}, err
+	}
+	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{srv.Addr}})
+	if err != nil {
+		return point{}, err
+	}
+	defer func() { _ = rdb.Close() }()
+	l, err := limiter.New(rdb, limiter.Options{})
+	if err != nil {
+		return point{}, err
+	}
+	defer func() { _ = l.Close() }()
+	rule := limiter.Rule{ID: "bench/" + string(alg), Limit: benchLimit, Window: benchWindow, Algorithm: alg}
+	// Warm up: scripts loaded, connections open.
+	l.Decide(ctx, []limiter.Request{{Rule: rule, Client: "warmup"}})
+	before := l.Stats()
+	lat, elapsed := drive(callers, d, func(rng *rand.Rand) bool {
+		dec := l.Decide(ctx, []limiter.Request{{Rule: rule, Client: strconv.Itoa(rng.IntN(clients))}})
+		return dec[0].Source == limiter.SourceRedis
+	})
+	st := l.Stats()
+	p := summarize(lat, elapsed)
+	p.perTrip = float64(st.Ops-before.Ops) / float64(max(1, st.RoundTrips-before.RoundTrips))
+	p.fallbacks = st.Fallback + st.FailedClosed - before.Fallback - before.FailedClosed
+	return p, nil
+}
+
+// measureTextbook: the same script, one EVAL (source included) per
+// decision, with a go-redis client on its default options.
+func measureTextbook(ctx context.Context, srv *testsupport.Redis, alg limiter.Algorithm, callers int, d time.Duration) (point, error) {
+	if err := flush(srv); err != nil {
+		return point{}, err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer func() { _ = rdb.Close() }()
+	src, flags := limiter.DecideScript(), 0
+	if alg == limiter.SlidingWindowCounter {
+		flags = 1
+	}
+	var seq atomic.Int64
+	var firstErr atomic.Pointer[error]
+	lat, elapsed := drive(callers, d, func(rng *rand.Rand) bool {
+		member := "tb" + strconv.FormatInt(seq.Add(1), 36)
+		key := limiter.Key("slidegate:", "bench/textbook", strconv.Itoa(rng.IntN(clients)))
+		err := rdb.Eval(ctx, src, []string{key}, member, 1000, 1, benchLimit, benchWindow.Microseconds(), flags).Err()
+		if err != nil {
+			firstErr.CompareAndSwap(nil, &err)
+		}
+		return err == nil
+	})
+	if e := firstErr.Load(); e != nil {
+		return point{}, fmt.Errorf("textbook: %w", *e)
+	}
+	return summarize(lat, elapsed), nil
+}
+
+// measureCeiling runs redis-benchmark with the limiter's script through
+// EVALSHA, 16 requests per pipeline, `callers` connections: what the
+// server can do with the lightest possible client.
+func measureCeiling(srv *testsupport.Redis, bin string, alg limiter.Algorithm, callers, n int) (point, error) {
+	if err := flush(srv); err != nil {
+		return point{}, err
+	}
+	sha, err := srv.Do("SCRIPT", "LOAD", limiter.DecideScript())
+	if err != nil {
+		return point{}, fmt.Errorf("SCRIPT LOAD: %w", err)
+	}
+	key, flags := "slidegate:{bench/ceiling:__rand_int__}", "0"
+	if alg == limiter.SlidingWindowCounter {
+		key, flags = key+"c", "1"
+	}
+	args := []string{"-p", strconv.Itoa(srv.Port), "-c", strconv.Itoa(callers), "-n", strconv.Itoa(n),
+		"-P", "16", "-r", strconv.Itoa(clients), "--csv",
+		// Two random numbers make the member unique enough, like the
+		// limiter's process id and sequence.
+		"EVALSHA", sha, "1", key, "m__rand_int____rand_int__", "1000", "1",
+		strconv.Itoa(benchLimit), strconv.FormatInt(benchWindow.Microseconds(), 10), flags}
+	outb, err := exec.Command(bin, args...).Output()
+	if err != nil {
+		return point{}, fmt.Errorf("redis-benchmark: %w", err)
+	}
+	// Last line: "test","rps","avg","min","p50","p95","p99","max" (ms).
+	recs, err := csv.NewReader(strings.NewReader(string(outb))).ReadAll()
+	if err != nil || len(recs) < 2 || len(recs[len(recs)-1]) < 7 {
+		return point{}, fmt.Errorf("redis-benchmark output %q: %w", outb, err)
+	}
+	last := recs[len(recs)-1]
+	rps, err := strconv.ParseFloat(last[1], 64)
+	if err != nil {
+		return point{}, fmt.Errorf("redis-benchmark rps %q: %w", last[1], err)
+	}
+	ms := func(s string) time.Duration {
+		f, _ := strconv.ParseFloat(s, 64)
+		return time.Duration(f * float64(time.Millisecond))
+	}
+	return point{dps: rps, p50: ms(last[4]), p99: ms(last[6])}, nil
+}
+
+// memRow is the Redis memory of one client's key, full at its limit.
+type memRow struct {
+	alg   limiter.Algorithm
+	limit int64
+	bytes float64 // MEMORY USAGE, mean over the keys
+	used  float64 // used_memory growth per client, for comparison
+}
+
+func measureMemory(ctx context.Context, srv *testsupport.Redis) ([]memRow, error) {
+	const tracked = 200
+	var rows []memRow
+	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter} {
+		for _, limit := range []int64{10, 100, 1000} {
+			if err := flush(srv); err != nil {
+				return nil, err
+			}
+			rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{srv.Addr}})
+			if err != nil {
+				return nil, err
+			}
+			l, err := limiter.New(rdb, limiter.Options{Timeout: 10 * time.Second})
+			if err != nil {
+				return nil, err
+			}
+			usedBefore := usedMemory(srv)
+			rule := limiter.Rule{ID: "bench/memory", Limit: limit, Window: time.Hour, Algorithm: alg}
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Go(func() {
+					for c := g; c < tracked; c += 64 {
+						for range limit {
+							l.Decide(ctx, []limiter.Request{{Rule: rule, Client: "client-" + strconv.Itoa(c)}})
+						}
+					}
+				})
+			}
+			wg.Wait()
+			used := (usedMemory(srv) - usedBefore) / tracked
+			var sum float64
+			for c := range tracked {
+				key := limiter.Key("slidegate:", rule.ID, "client-"+strconv.Itoa(c))
+				if alg == limiter.SlidingWindowCounter {
+					key += "c"
+				}
+				v, err := srv.Do("MEMORY", "USAGE", key, "SAMPLES", "0")
+				if err != nil {
+					return nil, fmt.Errorf("MEMORY USAGE %s: %w", key, err)
+				}
+				n, _ := strconv.ParseFloat(v, 64)
+				sum += n
+			}
+			_ = l.Close()
+			_ = rdb.Close()
+			rows = append(rows, memRow{alg: alg, limit: limit, bytes: sum / tracked, used: used})
+			fmt.Fprintf(os.Stderr, "memory %-20s limit=%-4d %8.0f B/client\n", alg, limit, sum/tracked)
+		}
+	}
+	return rows, nil
+}
+
+func usedMemory(srv *testsupport.Redis) float64 {
+	info, _ := srv.Do("INFO", "memory")
+	f, _ := strconv.ParseFloat(field(info, "used_memory"), 64)
+	return f
+}
+
+func field(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+type report struct {
+	started               time.Time
+	took                  time.Duration
+	loadBefore, loadAfter string
+	redisVersion          string
+	dur                   time.Duration
+	ceilN                 int
+}
+
+func write(out string, rows []row, mem []memRow, rep report) error {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) }
+	p("## Limiter\n\n")
+	p("Generated by `go run ./test/bench/limiter -out %s` on %s: %d CPUs (GOMAXPROCS %d), %s, redis-server %s on loopback; load average %s before, %s after; took %s.\n\n",
+		filepath.Base(out), rep.started.UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.GOMAXPROCS(0),
+		runtime.Version(), rep.redisVersion, rep.loadBefore, rep.loadAfter, rep.took.Round(time.Second))
+	p("Workload: %d clients chosen at random per decision, limit %d per %v, so nearly every decision admits (the costlier path). ", clients, benchLimit, benchWindow)
+	p("Each point is measured for %v (redis-benchmark: %d requests), one after another against the same server, FLUSHALL in between.\n\n", rep.dur, rep.ceilN)
+	p("- **limiter**: `limiter.Decide` with default Options (decisions coalesced into pipelines: MaxInflight 2, MaxBatch 256; Timeout 50ms), client from `NewRedisClient`. Only decisions answered by Redis are counted.\n")
+	p("- **textbook**: the same Lua script, one `EVAL` round trip per decision, go-redis default options.\n")
+	p("- **ceiling**: `redis-benchmark -P 16 -c <callers>` running the same script by EVALSHA: the server's capacity with the lightest client.\n\n")
+	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter} {
+		p("### %s\n\n", alg)
+		p("| callers | limiter dec/s | p50 µs | p99 µs | scripts/trip | textbook dec/s | p50 µs | p99 µs | ceiling dec/s | limiter ÷ ceiling | limiter ÷ textbook |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range rows {
+			if r.alg != alg {
+				continue
+			}
+			p("| %d | %.0f | %s | %s | %.1f | %.0f | %s | %s | %.0f | %.2f | %.2f |\n",
+				r.callers, r.lim.dps, us(r.lim.p50), us(r.lim.p99), r.lim.perTrip,
+				r.textbook.dps, us(r.textbook.p50), us(r.textbook.p99), r.ceiling.dps,
+				r.lim.dps/r.ceiling.dps, r.lim.dps/r.textbook.dps)
+		}
+		p("\n")
+	}
+	var fb int64
+	for _, r := range rows {
+		fb += r.lim.fallbacks
+	}
+	if fb > 0 {
+		p("%d limiter decisions timed out (50ms) and were made by the fallback; they are not counted above.\n\n", fb)
+	}
+	p("### Goal at 64 callers: ≥ 0.5 × ceiling and ≥ 3 × textbook\n\n")
+	for _, r := range rows {
+		if r.callers != 64 {
+			continue
+		}
+		vc, vt := r.lim.dps/r.ceiling.dps, r.lim.dps/r.textbook.dps
+		p("- %s: %.2f × ceiling (%s), %.2f × textbook (%s).\n", r.alg, vc, met(vc >= 0.5), vt, met(vt >= 3))
+	}
+	p("\n### Redis memory per tracked client\n\n")
+	p("A client's key filled to the limit (window 1h, nothing expires), `MEMORY USAGE <key> SAMPLES 0` averaged over 200 clients; in brackets the growth of `used_memory` per client.\n\n")
+	p("| algorithm | limit 10 | limit 100 | limit 1000 |\n|---|---:|---:|---:|\n")
+	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter} {
+		p("| %s |", alg)
+		for _, m := range mem {
+			if m.alg == alg {
+				p(" %.0f B (%.0f B) |", m.bytes, m.used)
+			}
+		}
+		p("\n")
+	}
+	p("\nSlidingLog keeps one sorted-set member per admit in the window (a listpack up to 128 members, then a skiplist); SlidingWindowCounter keeps one small hash whatever the limit.\n")
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+
+	var c strings.Builder
+	w := csv.NewWriter(&c)
+	_ = w.Write([]string{"algorithm", "callers", "limiter_dps", "textbook_dps", "ceiling_dps",
+		"limiter_p50_us", "limiter_p99_us", "textbook_p50_us", "textbook_p99_us", "ceiling_p50_us", "ceiling_p99_us"})
+	for _, r := range rows {
+		_ = w.Write([]string{string(r.alg), strconv.Itoa(r.callers),
+			fmt.Sprintf("%.0f", r.lim.dps), fmt.Sprintf("%.0f", r.textbook.dps), fmt.Sprintf("%.0f", r.ceiling.dps),
+			us(r.lim.p50), us(r.lim.p99), us(r.textbook.p50), us(r.textbook.p99), us(r.ceiling.p50), us(r.ceiling.p99)})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return err
+	}
+	return os.WriteFile(strings.TrimSuffix(out, filepath.Ext(out))+".csv", []byte(c.String()), 0o644)
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**not met**"
+}
