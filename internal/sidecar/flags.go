@@ -1,0 +1,96 @@
+package sidecar
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+var logOutput = os.Stderr
+
+// EnvPrefix prefixes the environment variable of every flag:
+// --listen-address is also SLIDEGATE_LISTEN_ADDRESS.
+const EnvPrefix = "SLIDEGATE_"
+
+// Environment variables holding the Redis credentials (from a Secret). They
+// have no flag, so that they never show in a process listing.
+const (
+	EnvRedisUsername = "REDIS_USERNAME"
+	EnvRedisPassword = "REDIS_PASSWORD"
+)
+
+// RegisterFlags defines one flag per option on fs, with o's values as the
+// defaults. The injector relies on these names.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of the proxied port (the pod's Service sends traffic here)")
+	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress, "address serving /metrics, /healthz and /readyz")
+	fs.StringVar(&o.Upstream, "upstream", o.Upstream, "URL of the application on localhost")
+	fs.StringVar(&o.UpstreamProtocol, "upstream-protocol", o.UpstreamProtocol, "protocol to the application: http1, h2c, or auto (h2c for HTTP/2 requests)")
+	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "rendered sidecar config file (its directory is watched)")
+	fs.StringVar(&o.PodLabelsFile, "pod-labels-file", o.PodLabelsFile, "downward-API file with the pod's labels (empty: no labels)")
+	fs.DurationVar(&o.ConfigResyncInterval, "config-resync-interval", o.ConfigResyncInterval, "re-read the config and labels files this often even without a file event")
+	fs.StringVar(&o.Redis.Mode, "redis-mode", o.Redis.Mode, "Redis deployment: standalone, cluster or sentinel")
+	fs.Var((*listValue)(&o.Redis.Addrs), "redis-addrs", "comma-separated host:port list: the server, cluster seeds or sentinels")
+	fs.StringVar(&o.Redis.MasterName, "redis-master-name", o.Redis.MasterName, "sentinel master set name (sentinel mode)")
+	fs.BoolVar(&o.Redis.TLS, "redis-tls", o.Redis.TLS, "connect to Redis over TLS")
+	fs.StringVar(&o.Redis.TLSCAFile, "redis-tls-ca-file", o.Redis.TLSCAFile, "PEM CA bundle to verify Redis with (default: system roots)")
+	fs.StringVar(&o.Redis.TLSServerName, "redis-tls-server-name", o.Redis.TLSServerName, "server name to verify in the Redis certificate")
+	fs.IntVar(&o.FallbackReplicas, "fallback-replicas", o.FallbackReplicas, "replicas sharing a limit: a fail-open policy enforces limit/replicas locally while Redis is unavailable")
+	fs.StringVar(&o.KeyPrefix, "key-prefix", o.KeyPrefix, "prefix of the limiter's Redis keys (empty: the limiter's default)")
+	fs.DurationVar(&o.DecisionTimeout, "decision-timeout", o.DecisionTimeout, "timeout of one limiter round trip to Redis")
+	fs.DurationVar(&o.DecisionBatchWait, "decision-batch-wait", o.DecisionBatchWait, "let a free Redis connection wait this long to pipeline more decisions together (0: send at once)")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, keep serving this long with /readyz failing before closing the listeners")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long to drain in-flight requests on shutdown")
+	fs.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", o.ReadHeaderTimeout, "timeout to read a request's headers")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "keep-alive timeout of idle client connections")
+	fs.DurationVar(&o.UpstreamDialTimeout, "upstream-dial-timeout", o.UpstreamDialTimeout, "timeout to connect to the application")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+}
+
+// EnvName is the environment variable of a flag.
+func EnvName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// ApplyEnv sets every flag that was not given on the command line from its
+// environment variable, if that is set: a flag beats the environment, which
+// beats the default. Call it after fs.Parse. It also reads the Redis
+// credentials into o.
+func (o *Options) ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		if v, ok := lookup(EnvName(f.Name)); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: %w", EnvName(f.Name), e)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	o.Redis.Username, _ = lookup(EnvRedisUsername)
+	o.Redis.Password, _ = lookup(EnvRedisPassword)
+	return nil
+}
+
+// listValue is a comma-separated list flag.
+type listValue []string
+
+func (l *listValue) String() string { return strings.Join(*l, ",") }
+
+func (l *listValue) Set(s string) error {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	*l = out
+	return nil
+}

@@ -1,0 +1,94 @@
+package sidecar
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFlagsAndEnv(t *testing.T) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
+	o.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--listen-address=:9000", "--redis-addrs", "a:1, b:2", "--redis-mode=cluster"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"SLIDEGATE_LISTEN_ADDRESS":    ":1111", // the flag wins
+		"SLIDEGATE_DECISION_TIMEOUT":  "75ms",
+		"SLIDEGATE_FALLBACK_REPLICAS": "3",
+		"SLIDEGATE_REDIS_TLS":         "true",
+		"REDIS_USERNAME":              "slidegate",
+		"REDIS_PASSWORD":              "hunter2",
+	}
+	if err := o.ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if o.ListenAddress != ":9000" || o.DecisionTimeout != 75*time.Millisecond || o.FallbackReplicas != 3 ||
+		!o.Redis.TLS || o.Redis.Mode != "cluster" || fmt.Sprint(o.Redis.Addrs) != "[a:1 b:2]" ||
+		o.Redis.Username != "slidegate" || o.Redis.Password != "hunter2" {
+		t.Errorf("options %+v", o)
+	}
+	if err := o.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	// The injector relies on these names.
+	for _, name := range []string{"listen-address", "admin-address", "upstream", "config-file", "pod-labels-file",
+		"redis-mode", "redis-addrs", "redis-master-name", "redis-tls", "fallback-replicas", "key-prefix",
+		"decision-timeout", "shutdown-timeout"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("flag --%s missing", name)
+		}
+	}
+	for _, secret := range []string{"redis-password", "redis-username"} {
+		if fs.Lookup(secret) != nil {
+			t.Errorf("--%s must not be a flag (environment only)", secret)
+		}
+	}
+
+	// Credentials never reach a log line or a %v.
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("starting", "redis", o.Redis)
+	if s := buf.String() + fmt.Sprint(o.Redis) + fmt.Sprintf("%+v", o.Redis); strings.Contains(s, "hunter2") {
+		t.Errorf("password leaked: %s", s)
+	}
+
+	bad := DefaultOptions()
+	fs = flag.NewFlagSet("sidecar", flag.ContinueOnError)
+	bad.RegisterFlags(fs)
+	if err := bad.ApplyEnv(fs, func(k string) (string, bool) { return "x", k == "SLIDEGATE_DECISION_TIMEOUT" }); err == nil {
+		t.Error("a malformed environment value must be an error")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Options)
+	}{
+		{"same ports", func(o *Options) { o.AdminAddress = o.ListenAddress }},
+		{"https upstream", func(o *Options) { o.Upstream = "https://127.0.0.1:8443" }},
+		{"upstream without host", func(o *Options) { o.Upstream = "http://" }},
+		{"unknown upstream protocol", func(o *Options) { o.UpstreamProtocol = "h3" }},
+		{"sentinel without master", func(o *Options) { o.Redis.Mode = RedisSentinel }},
+		{"standalone with two addrs", func(o *Options) { o.Redis.Addrs = []string{"a:1", "b:1"} }},
+		{"no redis", func(o *Options) { o.Redis.Addrs = nil }},
+		{"zero replicas", func(o *Options) { o.FallbackReplicas = 0 }},
+		{"zero timeout", func(o *Options) { o.DecisionTimeout = 0 }},
+		{"bad log level", func(o *Options) { o.LogLevel = "loud" }},
+		{"CA without TLS", func(o *Options) { o.Redis.TLSCAFile = "/ca.pem" }},
+	} {
+		o := DefaultOptions()
+		tc.mod(&o)
+		if err := o.Validate(); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+	if o := DefaultOptions(); o.Validate() != nil {
+		t.Errorf("defaults invalid: %v", o.Validate())
+	}
+}

@@ -1,0 +1,142 @@
+package sidecar
+
+import (
+	"encoding/base64"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+func jwt(payload string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(payload)) + ".c2lnbmF0dXJl"
+}
+
+func compiledPolicy(t testing.TB, p sidecarconfig.Policy) *policy {
+	t.Helper()
+	st, err := compile(testConfig(nil, p), nil, [32]byte{}, [32]byte{})
+	if err != nil || len(st.policies) != 1 {
+		t.Fatalf("compile: %v", err)
+	}
+	return st.policies[0]
+}
+
+func TestClientKey(t *testing.T) {
+	tests := []struct {
+		name    string
+		key     sidecarconfig.Key
+		url     string
+		headers map[string]string
+		want    string // "" = missing; "ip" = the remote address key; "hash:<prefix><value>"
+	}{
+		{name: "global", key: sidecarconfig.Key{Source: "Global", OnMissing: "Deny"}, want: "global"},
+		{name: "remote address", key: sidecarconfig.Key{Source: "RemoteAddress", OnMissing: "Deny"}, want: "ip"},
+		{name: "header", key: sidecarconfig.Key{Source: "Header", Name: "x-api-key", OnMissing: "Deny"},
+			headers: map[string]string{"X-Api-Key": " secret-1 "}, want: "hash:h:secret-1"},
+		{name: "header missing, Deny", key: sidecarconfig.Key{Source: "Header", Name: "X-Api-Key", OnMissing: "Deny"}, want: ""},
+		{name: "header empty, Allow", key: sidecarconfig.Key{Source: "Header", Name: "X-Api-Key", OnMissing: "Allow"},
+			headers: map[string]string{"X-Api-Key": "  "}, want: ""},
+		{name: "header missing, RemoteAddress", key: sidecarconfig.Key{Source: "Header", Name: "X-Api-Key", OnMissing: "RemoteAddress"}, want: "ip"},
+		{name: "query", key: sidecarconfig.Key{Source: "QueryParameter", Name: "api_key", OnMissing: "Deny"},
+			url: "/x?a=1&api_key=k%20ey&api_key=second", want: "hash:q:k ey"},
+		{name: "query escaped name", key: sidecarconfig.Key{Source: "QueryParameter", Name: "api key", OnMissing: "Deny"},
+			url: "/x?api+key=v", want: "hash:q:v"},
+		{name: "query undecodable value used raw", key: sidecarconfig.Key{Source: "QueryParameter", Name: "k", OnMissing: "Deny"},
+			url: "/x?k=%zz", want: "hash:q:%zz"},
+		{name: "query missing", key: sidecarconfig.Key{Source: "QueryParameter", Name: "api_key", OnMissing: "Deny"},
+			url: "/x?api_keyx=1&api_key=", want: ""},
+		{name: "jwt string claim", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "Deny"},
+			headers: map[string]string{"Authorization": "Bearer " + jwt(`{"sub":"alice","n":1}`)}, want: "hash:jwt:alice"},
+		{name: "jwt numeric claim", key: sidecarconfig.Key{Source: "JWTClaim", Name: "uid", OnMissing: "Deny"},
+			headers: map[string]string{"Authorization": "bearer " + jwt(`{"uid":42}`)}, want: "hash:jwt:42"},
+		{name: "jwt namespaced claim", key: sidecarconfig.Key{Source: "JWTClaim", Name: "https://example.com/tenant", OnMissing: "Deny"},
+			headers: map[string]string{"Authorization": "Bearer " + jwt(`{"https://example.com/tenant":"t1"}`)}, want: "hash:jwt:t1"},
+		{name: "jwt object claim is missing", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "Deny"},
+			headers: map[string]string{"Authorization": "Bearer " + jwt(`{"sub":{"a":1}}`)}, want: ""},
+		{name: "jwt padded payload", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "Deny"},
+			headers: map[string]string{"Authorization": "Bearer e30." + base64.URLEncoding.EncodeToString([]byte(`{"sub":"bob"}`)) + ".x"}, want: "hash:jwt:bob"},
+		{name: "jwt not bearer", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "Deny"},
+			headers: map[string]string{"Authorization": "Basic " + jwt(`{"sub":"alice"}`)}, want: ""},
+		{name: "jwt garbage falls back", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "RemoteAddress"},
+			headers: map[string]string{"Authorization": "Bearer a.!!!.b"}, want: "ip"},
+		{name: "jwt over-long token is missing", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "Deny"},
+			headers: map[string]string{"Authorization": "Bearer " + jwt(`{"sub":"alice","pad":"`+strings.Repeat("x", maxBearerBytes)+`"}`)}, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := compiledPolicy(t, testPolicy("p", 1, withKey(tt.key.Source, tt.key.Name, tt.key.OnMissing)))
+			u := tt.url
+			if u == "" {
+				u = "/"
+			}
+			r := httptest.NewRequest("GET", u, nil)
+			r.RemoteAddr = "192.0.2.1:1234"
+			for k, v := range tt.headers {
+				r.Header.Set(k, v)
+			}
+			ri := reqInfo{r: r}
+			got, ok := ri.key(p)
+			want := tt.want
+			switch {
+			case want == "ip":
+				want = "ip:192.0.2.1"
+			case strings.HasPrefix(want, "hash:"):
+				v := strings.TrimPrefix(want, "hash:")
+				prefix, value, _ := strings.Cut(v, ":")
+				want = hashKey(prefix+":", value)
+			}
+			if (want == "") == ok || got != want {
+				t.Errorf("key = %q (ok %v), want %q", got, ok, want)
+			}
+		})
+	}
+}
+
+func TestClientKeyBounded(t *testing.T) {
+	p := compiledPolicy(t, testPolicy("p", 1, withKey("Header", "X-Key", "Deny")))
+	long := strings.Repeat("a", 100_000)
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-Key", long)
+	ri := reqInfo{r: r}
+	k1, _ := ri.key(p)
+	r.Header.Set("X-Key", long[:maxKeyValueBytes]+"different tail")
+	ri = reqInfo{r: r}
+	k2, _ := ri.key(p)
+	if len(k1) > 32 || k1 != k2 {
+		t.Errorf("long values must hash their bounded prefix: %q %q", k1, k2)
+	}
+	// Values are never stored in clear: a secret in a header does not reach
+	// Redis or the logs.
+	if strings.Contains(k1, "aaaa") {
+		t.Errorf("key %q contains the value", k1)
+	}
+}
+
+func TestPolicyMatches(t *testing.T) {
+	p := compiledPolicy(t, testPolicy("p", 1, func(p *sidecarconfig.Policy) {
+		p.Match = sidecarconfig.Match{Methods: []string{"POST"}, PathPrefixes: []string{"/admin/", "/api"}}
+	}))
+	tests := []struct {
+		method, target string
+		want           bool
+	}{
+		{"POST", "/admin/users", true},
+		{"GET", "/admin/users", false},
+		{"POST", "/apiv2", true}, // a plain string prefix
+		{"POST", "/public", false},
+		{"POST", "/public/../admin/x", true},
+		{"POST", "//admin/x", true},
+		{"POST", "/./admin/", true},
+		{"POST", "/admin", false},
+		{"POST", "/%61dmin/x", true}, // decoded before matching
+		{"POST", "/Admin/x", false},  // case-sensitive, as documented
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest(tt.method, "http://x"+tt.target, nil)
+		if got := p.matches(&reqInfo{r: r}); got != tt.want {
+			t.Errorf("%s %s: matches = %v, want %v", tt.method, tt.target, got, tt.want)
+		}
+	}
+}

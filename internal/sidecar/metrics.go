@@ -1,0 +1,155 @@
+package sidecar
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Values of the decision label of slidegate_sidecar_requests_total: what one
+// policy did to one request.
+const (
+	// DecisionAllowed: the policy admitted the request (for a DryRun policy:
+	// it would have).
+	DecisionAllowed = "allowed"
+	// DecisionRejected: the policy rejected the request (429).
+	DecisionRejected = "rejected"
+	// DecisionDryRunRejected: a DryRun policy would have rejected the
+	// request; it was forwarded (unless another policy rejected it).
+	DecisionDryRunRejected = "dry_run_rejected"
+	// DecisionFailedClosed: Redis could not decide and the policy fails
+	// closed (503).
+	DecisionFailedClosed = "failed_closed"
+	// DecisionNotCounted: the policy admitted the request but another policy
+	// rejected it, so the admit was undone.
+	DecisionNotCounted = "not_counted"
+	// DecisionMissingKey: the request has no client key for the policy and
+	// the policy's onMissing is Deny (429; a DryRun policy only counts it).
+	DecisionMissingKey = "missing_key_rejected"
+	// DecisionSkipped: the request has no client key and the policy's
+	// onMissing is Allow: the policy does not apply.
+	DecisionSkipped = "skipped"
+)
+
+// Indexes of the decisions in policy.counters.
+const (
+	idxAllowed = iota
+	idxRejected
+	idxDryRunRejected
+	idxFailedClosed
+	idxNotCounted
+	idxMissingKey
+	idxSkipped
+	numDecisions
+)
+
+var decisions = [numDecisions]string{
+	idxAllowed:        DecisionAllowed,
+	idxRejected:       DecisionRejected,
+	idxDryRunRejected: DecisionDryRunRejected,
+	idxFailedClosed:   DecisionFailedClosed,
+	idxNotCounted:     DecisionNotCounted,
+	idxMissingKey:     DecisionMissingKey,
+	idxSkipped:        DecisionSkipped,
+}
+
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests        *prometheus.CounterVec
+	decisionSeconds prometheus.Histogram
+	limiterSources  *prometheus.CounterVec
+	redisErrors     prometheus.Counter
+	responses       *prometheus.CounterVec
+	upstreamErrors  prometheus.Counter
+	inflight        prometheus.Gauge
+
+	reloads          *prometheus.CounterVec
+	revision         *prometheus.GaugeVec
+	lastReloadOK     prometheus.Gauge
+	lastReloadTime   prometheus.Gauge
+	configLoaded     prometheus.Gauge
+	policiesActive   prometheus.Gauge
+	policiesInConfig prometheus.Gauge
+}
+
+// Response outcomes, the label of slidegate_sidecar_responses_total.
+const (
+	outcomeForwarded    = "forwarded"
+	outcomeRejected     = "rejected"
+	outcomeFailedClosed = "failed_closed"
+	outcomeNoConfig     = "no_config"
+)
+
+func newMetrics(fallbackActive func() float64) *metrics {
+	const ns, sub = "slidegate", "sidecar"
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "requests_total",
+		Help: "Decisions of each policy on the requests it applied to, by policy and decision.",
+	}, []string{"policy", "decision"})
+	m.decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: ns, Subsystem: sub, Name: "decision_duration_seconds",
+		Help:    "Time the limiter took to decide all the policies of one request.",
+		Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1},
+	})
+	m.limiterSources = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "limiter_decisions_total",
+		Help: "Limiter decisions by the path that produced them: redis, fallback (fail-open, local) or failed-closed.",
+	}, []string{"source"})
+	m.redisErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
+		Help: "Requests whose limiter decision hit a Redis error (timeout, connection) and went to the fallback or failed closed.",
+	})
+	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "responses_total",
+		Help: "Requests by outcome: forwarded to the application, rejected (429), failed_closed (503) or no_config (503 before any config loaded).",
+	}, []string{"outcome"})
+	m.upstreamErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "upstream_errors_total",
+		Help: "Forwarded requests that failed to reach the application or lost it mid-response (502 when nothing was sent yet).",
+	})
+	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "inflight_requests",
+		Help: "Requests being handled, upgraded connections included.",
+	})
+	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "fallback_active",
+		Help: "1 while the limiter's circuit to Redis is open: fail-open policies decide locally, fail-closed ones reject.",
+	}, fallbackActive)
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "config_reloads_total",
+		Help: "Loads of a changed config or labels file, by result (success, failure); a failure keeps the last good config.",
+	}, []string{"result"})
+	m.revision = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "config_revision_info",
+		Help: "1 for the revision (digest of the config and labels files) in force.",
+	}, []string{"revision"})
+	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "config_last_reload_successful",
+		Help: "1 if the last attempt to load a changed config succeeded, 0 if it failed (the last good config stays in force).",
+	})
+	m.lastReloadTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "config_last_reload_success_timestamp_seconds",
+		Help: "Time of the last successful config load.",
+	})
+	m.configLoaded = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "config_loaded",
+		Help: "1 once a config has been loaded.",
+	})
+	m.policiesActive = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "policies_active",
+		Help: "Policies of the config whose selector matches this pod.",
+	})
+	m.policiesInConfig = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "policies_in_config",
+		Help: "Policies in the namespace's config.",
+	})
+	m.reg.MustRegister(
+		m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
+		m.upstreamErrors, m.inflight, fallback, m.reloads, m.revision, m.lastReloadOK,
+		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}

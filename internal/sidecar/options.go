@@ -1,0 +1,253 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Redis deployment modes accepted by --redis-mode.
+const (
+	RedisStandalone = "standalone"
+	RedisCluster    = "cluster"
+	RedisSentinel   = "sentinel"
+)
+
+// Upstream protocols accepted by --upstream-protocol.
+const (
+	// UpstreamHTTP1 forwards every request over HTTP/1.1 (the default; any
+	// application speaks it).
+	UpstreamHTTP1 = "http1"
+	// UpstreamH2C forwards every request over cleartext HTTP/2 with prior
+	// knowledge (an application that speaks only h2c, such as a gRPC server).
+	UpstreamH2C = "h2c"
+	// UpstreamAuto forwards HTTP/2 requests over h2c and the others over
+	// HTTP/1.1.
+	UpstreamAuto = "auto"
+)
+
+// Options are the sidecar's settings. The zero value is not usable: start
+// from DefaultOptions.
+type Options struct {
+	// ListenAddress is the proxied port: the pod's Service reaches the
+	// sidecar here (the injector takes over the application's named port).
+	ListenAddress string
+	// AdminAddress serves /metrics, /healthz and /readyz.
+	AdminAddress string
+	// Upstream is the application, on localhost.
+	Upstream string
+	// UpstreamProtocol is one of the Upstream* constants.
+	UpstreamProtocol string
+	// ConfigFile is the rendered sidecar config (sidecarconfig.FileName in
+	// the mounted ConfigMap). Its directory is watched.
+	ConfigFile string
+	// PodLabelsFile is the downward-API file with the pod's labels. Empty
+	// means the pod has no labels (for running outside Kubernetes).
+	PodLabelsFile string
+	// ConfigResyncInterval re-reads both files even without a file event,
+	// a backstop for missed events and for directories that appear late.
+	ConfigResyncInterval time.Duration
+
+	Redis RedisOptions
+
+	// FallbackReplicas is the number of sidecar replicas sharing a limit;
+	// a fail-open policy enforces Limit/FallbackReplicas locally while
+	// Redis is unavailable.
+	FallbackReplicas int
+	// KeyPrefix prefixes every Redis key of the limiter (empty: the
+	// limiter's default).
+	KeyPrefix string
+	// DecisionTimeout bounds one Redis round trip of the limiter.
+	DecisionTimeout time.Duration
+	// DecisionBatchWait lets a free Redis connection wait this long for more
+	// decisions to pipeline together (limiter MaxWait; 0 sends at once).
+	// Fewer round trips cost less CPU per request at up to this much
+	// latency.
+	DecisionBatchWait time.Duration
+
+	// ShutdownDelay keeps serving (with /readyz failing) for this long
+	// after SIGTERM before closing the listeners, so that endpoints
+	// controllers and load balancers stop sending new connections first.
+	ShutdownDelay time.Duration
+	// ShutdownTimeout bounds the drain of in-flight requests.
+	ShutdownTimeout time.Duration
+
+	// ReadHeaderTimeout and IdleTimeout protect the proxied port from slow
+	// or idle clients. There is deliberately no read or write timeout on
+	// whole requests: bodies may stream for as long as the app wants.
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	// UpstreamDialTimeout bounds connecting to the application.
+	UpstreamDialTimeout time.Duration
+
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+}
+
+// RedisOptions say how to reach the shared Redis.
+type RedisOptions struct {
+	// Mode is standalone, cluster or sentinel.
+	Mode string
+	// Addrs are host:port seeds: the server (standalone), cluster nodes, or
+	// the sentinels.
+	Addrs []string
+	// MasterName is the sentinel master set (sentinel mode only).
+	MasterName string
+	// TLS turns on TLS to Redis, verified against the system roots (or
+	// TLSCAFile).
+	TLS bool
+	// TLSCAFile is a PEM bundle of CAs to verify the Redis server with.
+	TLSCAFile string
+	// TLSServerName overrides the name verified in the server certificate.
+	TLSServerName string
+	// Username and Password come from the environment only (REDIS_USERNAME,
+	// REDIS_PASSWORD, from a Secret). They are never logged.
+	Username string
+	Password string
+}
+
+// LogValue keeps the credentials out of every log line.
+func (r RedisOptions) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("mode", r.Mode),
+		slog.Any("addrs", r.Addrs),
+		slog.String("masterName", r.MasterName),
+		slog.Bool("tls", r.TLS),
+		slog.Bool("username", r.Username != ""),
+		slog.Bool("password", r.Password != ""),
+	)
+}
+
+// String keeps the credentials out of any %v.
+func (r RedisOptions) String() string {
+	return fmt.Sprintf("{mode=%s addrs=%v masterName=%q tls=%t username=%t password=%t}",
+		r.Mode, r.Addrs, r.MasterName, r.TLS, r.Username != "", r.Password != "")
+}
+
+// DefaultOptions are the flag defaults.
+func DefaultOptions() Options {
+	return Options{
+		ListenAddress:        ":15080",
+		AdminAddress:         ":15090",
+		Upstream:             "http://127.0.0.1:8080",
+		UpstreamProtocol:     UpstreamHTTP1,
+		ConfigFile:           "/etc/slidegate/config/config.json",
+		PodLabelsFile:        "/etc/slidegate/podinfo/labels",
+		ConfigResyncInterval: 10 * time.Second,
+		Redis: RedisOptions{
+			Mode:  RedisStandalone,
+			Addrs: []string{"redis:6379"},
+		},
+		FallbackReplicas:    1,
+		DecisionTimeout:     50 * time.Millisecond,
+		ShutdownDelay:       0,
+		ShutdownTimeout:     20 * time.Second,
+		ReadHeaderTimeout:   10 * time.Second,
+		IdleTimeout:         120 * time.Second,
+		UpstreamDialTimeout: 5 * time.Second,
+		LogLevel:            "info",
+	}
+}
+
+// Validate checks the options before anything starts.
+func (o *Options) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if o.ListenAddress == "" {
+		add("--listen-address is required")
+	}
+	if o.AdminAddress == "" {
+		add("--admin-address is required")
+	}
+	if o.ListenAddress != "" && o.ListenAddress == o.AdminAddress {
+		add("--listen-address and --admin-address must differ")
+	}
+	if _, err := upstreamURL(o.Upstream); err != nil {
+		add("--upstream: %v", err)
+	}
+	switch o.UpstreamProtocol {
+	case UpstreamHTTP1, UpstreamH2C, UpstreamAuto:
+	default:
+		add("--upstream-protocol %q is not http1, h2c or auto", o.UpstreamProtocol)
+	}
+	if o.ConfigFile == "" {
+		add("--config-file is required")
+	}
+	if o.ConfigResyncInterval <= 0 {
+		add("--config-resync-interval must be positive")
+	}
+	switch o.Redis.Mode {
+	case RedisStandalone, RedisCluster:
+	case RedisSentinel:
+		if o.Redis.MasterName == "" {
+			add("--redis-master-name is required in sentinel mode")
+		}
+	default:
+		add("--redis-mode %q is not standalone, cluster or sentinel", o.Redis.Mode)
+	}
+	if len(o.Redis.Addrs) == 0 {
+		add("--redis-addrs is required")
+	}
+	if o.Redis.Mode == RedisStandalone && len(o.Redis.Addrs) > 1 {
+		add("--redis-addrs: standalone mode takes one address, got %d", len(o.Redis.Addrs))
+	}
+	if (o.Redis.TLSCAFile != "" || o.Redis.TLSServerName != "") && !o.Redis.TLS {
+		add("--redis-tls-ca-file and --redis-tls-server-name need --redis-tls")
+	}
+	if o.FallbackReplicas < 1 {
+		add("--fallback-replicas must be at least 1")
+	}
+	if o.DecisionTimeout <= 0 {
+		add("--decision-timeout must be positive")
+	}
+	if o.DecisionBatchWait < 0 || o.DecisionBatchWait >= o.DecisionTimeout {
+		add("--decision-batch-wait must be at least 0 and below --decision-timeout")
+	}
+	if o.ShutdownDelay < 0 || o.ShutdownTimeout <= 0 {
+		add("--shutdown-delay must not be negative and --shutdown-timeout must be positive")
+	}
+	if o.ReadHeaderTimeout <= 0 || o.IdleTimeout <= 0 || o.UpstreamDialTimeout <= 0 {
+		add("timeouts must be positive")
+	}
+	if _, err := parseLevel(o.LogLevel); err != nil {
+		add("--log-level: %v", err)
+	}
+	return errors.Join(errs...)
+}
+
+func upstreamURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("%q: only http:// is supported (the application is on localhost)", s)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%q has no host", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("%q: no query, fragment or user info allowed", s)
+	}
+	return u, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
+		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// NewLogger returns the JSON logger the sidecar logs with.
+func NewLogger(o *Options) *slog.Logger {
+	level, err := parseLevel(o.LogLevel)
+	if err != nil {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(logOutput, &slog.HandlerOptions{Level: level}))
+}

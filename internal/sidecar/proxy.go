@@ -1,0 +1,139 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// proxyBufferSize is the size of the pooled copy buffers.
+const proxyBufferSize = 32 << 10
+
+// bufferPool recycles the reverse proxy's copy buffers. It stores array
+// pointers so that Put does not allocate.
+type bufferPool struct{ p sync.Pool }
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{p: sync.Pool{New: func() any { return new([proxyBufferSize]byte) }}}
+}
+
+func (b *bufferPool) Get() []byte { return b.p.Get().(*[proxyBufferSize]byte)[:] }
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) >= proxyBufferSize {
+		b.p.Put((*[proxyBufferSize]byte)(buf[:proxyBufferSize]))
+	}
+}
+
+// NewBufferPool returns the pool of copy buffers the sidecar's reverse proxy
+// uses (exported for the benchmark's bare-proxy baseline).
+func NewBufferPool() httputil.BufferPool { return newBufferPool() }
+
+// newUpstreamTransport is the client side to the application: keep-alive
+// with enough idle connections for the proxied concurrency (the default of
+// 2 per host would make most requests open a new connection), no
+// environment proxy, no transparent compression (the client's
+// Accept-Encoding goes through as sent).
+func newUpstreamTransport(o *Options) http.RoundTripper {
+	base := &http.Transport{
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			Timeout:   o.UpstreamDialTimeout,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   4096,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+		ReadBufferSize:        16 << 10,
+		WriteBufferSize:       16 << 10,
+	}
+	h1 := base.Clone()
+	h1.Protocols = new(http.Protocols)
+	h1.Protocols.SetHTTP1(true)
+	if o.UpstreamProtocol == UpstreamHTTP1 {
+		return h1
+	}
+	h2c := base.Clone()
+	h2c.Protocols = new(http.Protocols)
+	h2c.Protocols.SetUnencryptedHTTP2(true)
+	if o.UpstreamProtocol == UpstreamH2C {
+		return h2c
+	}
+	return protocolSwitch{h1: h1, h2c: h2c}
+}
+
+// protocolSwitch forwards HTTP/2 requests over h2c and the others over
+// HTTP/1.1 (--upstream-protocol=auto).
+type protocolSwitch struct{ h1, h2c http.RoundTripper }
+
+func (p protocolSwitch) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.ProtoMajor == 2 {
+		return p.h2c.RoundTrip(r)
+	}
+	return p.h1.RoundTrip(r)
+}
+
+// newProxy builds the reverse proxy to the application. It is transparent:
+// the application sees the client's Host and the forwarding headers as they
+// arrived, with the client's address appended to X-Forwarded-For (the
+// application now sees the sidecar as its peer).
+func newProxy(upstream *url.URL, transport http.RoundTripper, pool httputil.BufferPool, log *slog.Logger, upstreamErrors interface{ Inc() }) *httputil.ReverseProxy {
+	var lastLog atomic.Int64
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.Out.Host = pr.In.Host
+			// Rewrite mode strips these from the outbound request; put back
+			// what the client sent.
+			for _, k := range [...]string{"Forwarded", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+				if v, ok := pr.In.Header[k]; ok {
+					pr.Out.Header[k] = v
+				}
+			}
+			xff := pr.In.Header["X-Forwarded-For"]
+			if host, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+				if len(xff) > 0 {
+					pr.Out.Header["X-Forwarded-For"] = []string{strings.Join(xff, ", ") + ", " + host}
+				} else {
+					pr.Out.Header["X-Forwarded-For"] = []string{host}
+				}
+			} else if len(xff) > 0 {
+				pr.Out.Header["X-Forwarded-For"] = xff
+			}
+		},
+		Transport:  transport,
+		BufferPool: pool,
+		// Responses of unknown length (streams, server-sent events) are
+		// flushed as they come regardless; known-length ones are buffered.
+		FlushInterval: 0,
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			upstreamErrors.Inc()
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				// The client went away; nobody reads an answer.
+				return
+			}
+			// At most one line a second: a dead application must not flood
+			// the log.
+			if now := time.Now().UnixNano(); now-lastLog.Load() > int64(time.Second) {
+				lastLog.Store(now)
+				log.Warn("forwarding to the application failed", "upstream", upstream.Redacted(), "error", err)
+			}
+			h := w.Header()
+			setTextHeaders(h)
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = io.WriteString(w, "slidegate: the application is unavailable\n")
+		},
+	}
+}

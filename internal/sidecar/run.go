@@ -1,0 +1,73 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+)
+
+// redisConfig is the limiter's description of the shared Redis.
+func (o *Options) redisConfig() limiter.RedisConfig {
+	return limiter.RedisConfig{
+		Mode:       limiter.RedisMode(o.Redis.Mode),
+		Addrs:      o.Redis.Addrs,
+		MasterName: o.Redis.MasterName,
+		Username:   o.Redis.Username,
+		Password:   o.Redis.Password,
+		TLS:        o.Redis.TLS,
+		CAFile:     o.Redis.TLSCAFile,
+		ServerName: o.Redis.TLSServerName,
+	}
+}
+
+// limiterOptions are the limiter's options from the sidecar's.
+func (o *Options) limiterOptions() limiter.Options {
+	replicas := o.FallbackReplicas
+	return limiter.Options{
+		Prefix:   o.KeyPrefix,
+		Timeout:  o.DecisionTimeout,
+		MaxWait:  o.DecisionBatchWait,
+		Replicas: func() int { return replicas },
+	}
+}
+
+// Run is the whole sidecar process: it connects the limiter to Redis,
+// listens on both ports and serves until ctx ends (SIGTERM), then drains
+// and closes everything. It does not need Redis to be up: the limiter
+// connects lazily and decides by each policy's failMode meanwhile.
+func Run(ctx context.Context, o Options, log *slog.Logger) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	rdb, err := limiter.NewRedisClient(o.redisConfig())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rdb.Close() }()
+	lim, err := limiter.New(rdb, o.limiterOptions())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lim.Close() }()
+
+	s, err := New(o, lim, log)
+	if err != nil {
+		return err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", o.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", o.ListenAddress, err)
+	}
+	adminLn, err := lc.Listen(ctx, "tcp", o.AdminAddress)
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("listen %s: %w", o.AdminAddress, err)
+	}
+	log.Info("starting", "redis", o.Redis, "fallbackReplicas", o.FallbackReplicas,
+		"decisionTimeout", o.DecisionTimeout, "configFile", o.ConfigFile, "podLabelsFile", o.PodLabelsFile)
+	return s.Serve(ctx, ln, adminLn)
+}

@@ -1,0 +1,197 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+)
+
+// Limiter is what the sidecar needs of the shared limiter; *limiter.Limiter
+// implements it.
+type Limiter interface {
+	// Decide decides all the rules of one HTTP request together (see
+	// package limiter).
+	Decide(ctx context.Context, reqs []limiter.Request) []limiter.Decision
+	// Healthy is false while the limiter's circuit to Redis is open.
+	Healthy() bool
+}
+
+// Sidecar is the enforcement proxy of one pod.
+type Sidecar struct {
+	opts    Options
+	log     *slog.Logger
+	lim     Limiter
+	metrics *metrics
+	proxy   http.Handler
+
+	state atomic.Pointer[state]
+
+	loadMu      sync.Mutex
+	lastFailure string
+
+	// inflight counts running ServeHTTP calls, upgraded (WebSocket)
+	// connections included: http.Server.Shutdown does not wait for those.
+	inflight     sync.WaitGroup
+	shuttingDown atomic.Bool
+
+	respForwarded, respRejected, respFailedClosed prometheus.Counter
+	srcRedis, srcFallback, srcFailedClosed        prometheus.Counter
+}
+
+// New builds a sidecar that decides with lim and forwards to
+// opts.Upstream, and loads its config once (an error there is logged and
+// retried by the watch; the sidecar is not ready until a load succeeds).
+func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if lim == nil {
+		return nil, errors.New("sidecar: a limiter is required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	upstream, _ := upstreamURL(opts.Upstream) // checked by Validate
+	s := &Sidecar{opts: opts, log: log, lim: lim}
+	s.metrics = newMetrics(func() float64 {
+		if lim.Healthy() {
+			return 0
+		}
+		return 1
+	})
+	s.proxy = newProxy(upstream, newUpstreamTransport(&opts), newBufferPool(), log, s.metrics.upstreamErrors)
+	s.respForwarded = s.metrics.responses.WithLabelValues(outcomeForwarded)
+	s.respRejected = s.metrics.responses.WithLabelValues(outcomeRejected)
+	s.respFailedClosed = s.metrics.responses.WithLabelValues(outcomeFailedClosed)
+	s.srcRedis = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceRedis))
+	s.srcFallback = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceFallback))
+	s.srcFailedClosed = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceFailedClosed))
+	s.metrics.lastReloadOK.Set(1)
+	_ = s.Reload()
+	return s, nil
+}
+
+// Ready reports whether the sidecar can enforce: a config is loaded (the
+// limiter exists by construction) and it is not shutting down. Redis being
+// down does not make it unready: each policy's failMode decides what
+// happens then, and an unready sidecar would turn every fail-open policy
+// into an outage.
+func (s *Sidecar) Ready() bool { return s.state.Load() != nil && !s.shuttingDown.Load() }
+
+// Revision is the revision of the config in force ("" before the first
+// load).
+func (s *Sidecar) Revision() string {
+	if st := s.state.Load(); st != nil {
+		return st.revision
+	}
+	return ""
+}
+
+// Registry holds the sidecar's metrics.
+func (s *Sidecar) Registry() *prometheus.Registry { return s.metrics.reg }
+
+// AdminHandler serves /metrics, /healthz (the process is alive) and
+// /readyz (see Ready).
+func (s *Sidecar) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case s.shuttingDown.Load():
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		case s.state.Load() == nil:
+			http.Error(w, "no rate limit configuration loaded yet", http.StatusServiceUnavailable)
+		default:
+			_, _ = io.WriteString(w, "ok\n")
+		}
+	})
+	return mux
+}
+
+// Serve runs the sidecar on the proxied and admin listeners until ctx ends,
+// then shuts down gracefully: /readyz fails at once, the listeners stay
+// open for ShutdownDelay, then close, and in-flight requests (upgraded
+// connections included) get up to ShutdownTimeout to finish. The config
+// watch runs meanwhile.
+func (s *Sidecar) Serve(ctx context.Context, ln, adminLn net.Listener) error {
+	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		Protocols:         protocols,
+		ErrorLog:          errLog,
+	}
+	admin := &http.Server{
+		Handler:           s.AdminHandler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          errLog,
+	}
+
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); s.watchFiles(watchCtx) }()
+	defer func() { stopWatch(); <-watchDone }()
+
+	errc := make(chan error, 2)
+	go func() { errc <- fmt.Errorf("proxied port: %w", srv.Serve(ln)) }()
+	go func() { errc <- fmt.Errorf("admin port: %w", admin.Serve(adminLn)) }()
+	s.log.Info("sidecar serving", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(),
+		"upstream", s.opts.Upstream, "ready", s.Ready())
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		s.log.Error("server stopped", "error", serveErr)
+	}
+
+	s.shuttingDown.Store(true)
+	s.log.Info("shutting down: draining", "delay", s.opts.ShutdownDelay, "timeout", s.opts.ShutdownTimeout)
+	if serveErr == nil && s.opts.ShutdownDelay > 0 {
+		time.Sleep(s.opts.ShutdownDelay)
+	}
+	drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(drainCtx)
+	if err == nil {
+		// Shutdown does not wait for hijacked (upgraded) connections; their
+		// handlers still count in inflight.
+		done := make(chan struct{})
+		go func() { s.inflight.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-drainCtx.Done():
+			err = drainCtx.Err()
+		}
+	}
+	if err != nil {
+		s.log.Warn("drain did not finish in time; closing the remaining connections", "error", err)
+		_ = srv.Close()
+	} else {
+		s.log.Info("drained")
+	}
+	adminCtx, cancelAdmin := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancelAdmin()
+	_ = admin.Shutdown(adminCtx)
+	return serveErr
+}

@@ -1,0 +1,503 @@
+// Command sidecar benchmarks the enforcement sidecar against its baselines
+// and writes a Markdown section ("## Sidecar") for the benchmark report:
+//
+//	go run ./test/bench/sidecar -out bench-sidecar.md
+//
+// Four targets serve the same tiny application, side by side in one run:
+// (a) the application directly, (b) a bare httputil.ReverseProxy hop with a
+// buffer pool, (c) the sidecar with every request admitted and (d) the
+// sidecar with half the requests rejected (429). For each it measures the
+// maximum throughput (closed loop, fixed concurrency) and the p50/p99
+// latency at one fixed offered load (open loop, latency counted from each
+// request's scheduled send time, so a stall is not hidden). The targets are
+// measured in interleaved rounds, so that load from elsewhere on the machine
+// spreads over all of them. It needs redis-server in PATH.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/sidecar"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+type target struct {
+	name, label string
+	url         string
+	// path returns the path and client of the i-th request.
+	path func(i int) (string, string)
+}
+
+type result struct {
+	rps       []float64 // per round
+	cpu       []float64 // per round: CPU µs per request, this process
+	redisCPU  []float64 // per round: CPU µs per request, redis-server
+	allocs    []float64 // per round: heap allocations per request, this process
+	p50, p99  []float64 // per round, in ms
+	codes     map[int]int
+	errs      int
+	latErrors int
+}
+
+func main() { os.Exit(mainErr()) }
+
+func mainErr() int {
+	out := flag.String("out", "", "write the Markdown section to this file (default: stdout)")
+	rounds := flag.Int("rounds", 5, "interleaved rounds over the targets")
+	rpsDur := flag.Duration("rps-duration", 1500*time.Millisecond, "closed-loop slice per target and round")
+	latDur := flag.Duration("latency-duration", 3*time.Second, "open-loop slice per target and round")
+	conc := flag.Int("concurrency", 32, "closed-loop workers")
+	only := flag.String("only", "", "measure only these targets, e.g. \"bc\" (for profiling)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	rate := flag.Int("rate", 0, "offered load of the latency phase, requests/s (default: 30% of the lowest maximum)")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(*out, *only, *rounds, *rpsDur, *latDur, *conc, *rate); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate int) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := time.Now()
+	loadBefore := loadAvg()
+
+	// (a) the application: a small fixed body.
+	body := []byte(strings.Repeat("x", 128))
+	appURL, err := serveHTTP(ctx, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write(body)
+	}))
+	if err != nil {
+		return err
+	}
+
+	// (b) a bare reverse proxy hop with a buffer pool.
+	u, _ := url.Parse(appURL)
+	bare := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Host = pr.In.Host
+		},
+		Transport: &http.Transport{
+			MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: 90 * time.Second,
+			DisableCompression: true,
+		},
+		BufferPool: sidecar.NewBufferPool(),
+	}
+	bareURL, err := serveHTTP(ctx, bare)
+	if err != nil {
+		return err
+	}
+
+	// (c) and (d): the sidecar on a real limiter and redis-server.
+	redis, err := testsupport.NewRedis()
+	if err != nil {
+		return fmt.Errorf("redis-server: %w", err)
+	}
+	defer redis.Close()
+	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{redis.Addr}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rdb.Close() }()
+	// A timeout far above any queueing here: every decision is made by
+	// Redis, none by the local fallback (checked below).
+	lim, err := limiter.New(rdb, limiter.Options{Timeout: time.Second})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lim.Close() }()
+	tmp, err := os.MkdirTemp("", "slidegate-bench-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+
+	perUser := func(name string, limit, windowMs int64, prefix string) sidecarconfig.Policy {
+		return sidecarconfig.Policy{
+			Name: name, ID: "bench/" + name, WindowMillis: windowMs, Limit: limit,
+			Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce",
+			Key:   sidecarconfig.Key{Source: sidecarconfig.SourceHeader, Name: "X-User", OnMissing: sidecarconfig.MissingRemoteAddress},
+			Match: sidecarconfig.Match{PathPrefixes: []string{prefix}},
+		}
+	}
+	// /ok: 1000 users far under their limit. /hot: a limit of 1 per hour,
+	// spent during the warm-up, so every /hot request is rejected.
+	cfg := &sidecarconfig.Config{
+		Version: sidecarconfig.Version, Namespace: "bench",
+		Policies: []sidecarconfig.Policy{
+			perUser("hot", 1, 3_600_000, "/hot"),
+			perUser("ok", 1_000_000, 10_000, "/ok"),
+		},
+	}
+	data, err := sidecarconfig.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	cfgFile := filepath.Join(tmp, sidecarconfig.FileName)
+	if err := os.WriteFile(cfgFile, data, 0o644); err != nil {
+		return err
+	}
+	opts := sidecar.DefaultOptions()
+	opts.ListenAddress, opts.AdminAddress = "127.0.0.1:0", "127.0.0.1:1"
+	opts.Upstream = appURL
+	opts.ConfigFile = cfgFile
+	opts.PodLabelsFile = ""
+	opts.Redis.Addrs = []string{redis.Addr}
+	sc, err := sidecar.New(opts, lim, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	if !sc.Ready() {
+		return errors.New("sidecar not ready")
+	}
+	sideURL, err := serveSidecar(ctx, sc)
+	if err != nil {
+		return err
+	}
+
+	user := func(i int) string { return "u" + strconv.Itoa(i%1000) }
+	okPath := func(i int) (string, string) { return "/ok/items", user(i) }
+	targets := []*target{
+		{name: "a", label: "(a) direct to the app", url: appURL, path: okPath},
+		{name: "b", label: "(b) bare httputil.ReverseProxy + buffer pool", url: bareURL, path: okPath},
+		{name: "c", label: "(c) sidecar, all admitted", url: sideURL, path: okPath},
+		{name: "d", label: "(d) sidecar, half rejected", url: sideURL, path: func(i int) (string, string) {
+			if i%2 == 0 {
+				return "/ok/items", user(i / 2)
+			}
+			return "/hot/items", user(i / 2)
+		}},
+	}
+	if only != "" {
+		targets = slices.DeleteFunc(targets, func(t *target) bool { return !strings.Contains(only, t.name) })
+	}
+	client := &http.Client{Transport: &http.Transport{
+		MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
+	}}
+
+	// Warm-up: connections, scripts, and the hot users' budgets spent.
+	for _, t := range targets {
+		closedLoop(client, t, conc, 500*time.Millisecond)
+	}
+	for i := range 1000 {
+		_ = get(client, sideURL+"/hot/items", user(i))
+	}
+
+	results := map[string]*result{}
+	for _, t := range targets {
+		results[t.name] = &result{codes: map[int]int{}}
+	}
+	fmt.Fprintf(os.Stderr, "bench: max throughput, %d rounds of %v per target\n", rounds, rpsDur)
+	for range rounds {
+		for _, t := range targets {
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			cpu0, rcpu0 := processCPU(), pidCPU(redis.Pid())
+			rps, codes, errs := closedLoop(client, t, conc, rpsDur)
+			cpu1, rcpu1 := processCPU(), pidCPU(redis.Pid())
+			runtime.ReadMemStats(&m1)
+			r := results[t.name]
+			r.rps = append(r.rps, rps)
+			n := rps * rpsDur.Seconds()
+			r.cpu = append(r.cpu, float64(cpu1-cpu0)/float64(time.Microsecond)/n)
+			r.redisCPU = append(r.redisCPU, float64(rcpu1-rcpu0)/float64(time.Microsecond)/n)
+			r.allocs = append(r.allocs, float64(m1.Mallocs-m0.Mallocs)/n)
+			r.errs += errs
+			for c, n := range codes {
+				r.codes[c] += n
+			}
+		}
+	}
+	if rate <= 0 {
+		lowest := 0.0
+		for i, t := range targets {
+			if m := median(results[t.name].rps); i == 0 || m < lowest {
+				lowest = m
+			}
+		}
+		rate = max(100, int(lowest*0.3)/100*100)
+	}
+	fmt.Fprintf(os.Stderr, "bench: latency at %d req/s, %d rounds of %v per target\n", rate, rounds, latDur)
+	for _, t := range targets {
+		openLoop(client, t, rate, 500*time.Millisecond) // connections for the open loop
+	}
+	for range rounds {
+		for _, t := range targets {
+			lat, errs := openLoop(client, t, rate, latDur)
+			slices.Sort(lat)
+			r := results[t.name]
+			r.p50 = append(r.p50, msf(percentile(lat, 0.5)))
+			r.p99 = append(r.p99, msf(percentile(lat, 0.99)))
+			r.latErrors += errs
+		}
+	}
+	st := lim.Stats()
+	md := report(targets, results, rate, conc, rounds, rpsDur, latDur, st, time.Since(started), loadBefore, loadAvg())
+	if out == "" {
+		_, err = os.Stdout.WriteString(md)
+		return err
+	}
+	return os.WriteFile(out, []byte(md), 0o644)
+}
+
+func serveHTTP(ctx context.Context, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	return "http://" + ln.Addr().String(), nil
+}
+
+func serveSidecar(ctx context.Context, s *sidecar.Sidecar) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	go func() { _ = s.Serve(ctx, ln, adminLn) }()
+	return "http://" + ln.Addr().String(), nil
+}
+
+func get(c *http.Client, u, user string) int {
+	req, _ := http.NewRequest("GET", u, nil)
+	req.Header.Set("X-User", user)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// closedLoop runs conc workers sending back to back for d and returns the
+// completed requests per second and the status counts.
+func closedLoop(c *http.Client, t *target, conc int, d time.Duration) (float64, map[int]int, int) {
+	var n atomic.Int64
+	var mu sync.Mutex
+	codes := map[int]int{}
+	errs := 0
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			local := map[int]int{}
+			for time.Now().Before(deadline) {
+				i := int(n.Add(1))
+				p, u := t.path(i)
+				local[get(c, t.url+p, u)]++
+			}
+			mu.Lock()
+			for k, v := range local {
+				if k == 0 {
+					errs += v
+				}
+				codes[k] += v
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	total := 0
+	for _, v := range codes {
+		total += v
+	}
+	return float64(total) / time.Since(start).Seconds(), codes, errs
+}
+
+// openLoop offers rate requests/s for d regardless of how fast they are
+// answered, and returns each request's latency from its scheduled time.
+func openLoop(c *http.Client, t *target, rate int, d time.Duration) ([]time.Duration, int) {
+	n := int(float64(rate) * d.Seconds())
+	lat := make([]time.Duration, n)
+	var errs atomic.Int64
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		sched := start.Add(time.Duration(i) * interval)
+		if w := time.Until(sched); w > 0 {
+			time.Sleep(w)
+		}
+		wg.Go(func() {
+			p, u := t.path(i)
+			if code := get(c, t.url+p, u); code == 0 {
+				errs.Add(1)
+			}
+			lat[i] = time.Since(sched)
+		})
+	}
+	wg.Wait()
+	return lat, int(errs.Load())
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p)
+	return sorted[i]
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// processCPU is the CPU time (user+system) this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// pidCPU is the CPU time (user+system) process pid used so far (Linux).
+func pidCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the parenthesised command name; utime and stime are
+	// fields 14 and 15 of the whole line, in clock ticks (100 Hz on Linux).
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// loadAvg is the machine's 1-minute load average (Linux), to tell a quiet
+// run from one that shared the cores with other work.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "n/a"
+	}
+	return strings.Fields(string(b))[0]
+}
+
+func report(targets []*target, res map[string]*result, rate, conc, rounds int, rpsDur, latDur time.Duration, st limiter.Stats, took time.Duration, loadBefore, loadAfter string) string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("## Sidecar\n\n")
+	p("Generated by `go run ./test/bench/sidecar` on %s/%s, %d CPUs (GOMAXPROCS %d), %s, %s; the run took %s; 1-minute load average %s before, %s after.\n\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), time.Now().UTC().Format("2006-01-02"), took.Round(time.Second), loadBefore, loadAfter)
+	p("One process holds the application (a 128-byte response), the bare proxy, the sidecar and the load generator, ")
+	p("on loopback; redis-server runs beside it. They share the same cores, so the figures are relative, not absolute capacity. ")
+	p("The sidecar decides one per-user SlidingLog policy per request (1000 users, header key) through the real limiter with its default settings; ")
+	p("in (d) every other request goes to a policy whose budget is spent and is answered 429 without reaching the app.\n\n")
+	p("- Maximum throughput: closed loop, %d concurrent keep-alive HTTP/1.1 clients, median of %d interleaved slices of %v.\n", conc, rounds, rpsDur)
+	p("- Latency: open loop at a fixed offered load of **%d req/s** for every target (by default 30%% of the lowest maximum), %d interleaved slices of %v, measured from each request's scheduled send time; p50 and p99 are the medians of the slices' percentiles, so that one slice stalled by other work on the machine does not decide the figure.\n\n", rate, rounds, latDur)
+
+	p("- CPU µs/req: CPU time per request during the closed-loop slices, of this process (load generator, app and proxies together) and of redis-server. ")
+	p("The difference between (c) and (b) is what the sidecar costs beyond a bare hop; redis-server's share runs on another machine in a cluster. allocs/req: heap allocations per request in this process (load generator included).\n\n")
+	base := res["b"]
+	if base == nil {
+		base = res[targets[0].name] // -only without b: ratios against the first target
+	}
+	baseP99, baseRPS := median(base.p99), median(base.rps)
+	p("| target | p50 | p99 | max RPS | p99 / bare hop | max RPS / bare hop | CPU µs/req (bench process + redis-server) | allocs/req | status mix |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, t := range targets {
+		r := res[t.name]
+		p99, rps := median(r.p99), median(r.rps)
+		var mix []string
+		total := 0
+		for _, n := range r.codes {
+			total += n
+		}
+		for _, c := range []int{200, 429, 503, 502, 0} {
+			if n := r.codes[c]; n > 0 {
+				name := strconv.Itoa(c)
+				if c == 0 {
+					name = "error"
+				}
+				mix = append(mix, fmt.Sprintf("%s %.0f%%", name, 100*float64(n)/float64(total)))
+			}
+		}
+		p("| %s | %.2f ms | %.2f ms | %.0f | %.2f | %.2f | %.0f + %.0f | %.0f | %s |\n", t.label, median(r.p50), p99, rps,
+			p99/baseP99, rps/baseRPS, median(r.cpu), median(r.redisCPU), median(r.allocs), strings.Join(mix, ", "))
+	}
+	c := res["c"]
+	if c == nil {
+		c = base
+	}
+	cP99, cRPS := median(c.p99), median(c.rps)
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**not met**"
+	}
+	p("\nMax RPS of each slice, in round order (the spread shows how much other work on the machine moved them):\n\n")
+	for _, t := range targets {
+		var xs []string
+		for _, v := range res[t.name].rps {
+			xs = append(xs, fmt.Sprintf("%.0f", v))
+		}
+		p("- %s: %s\n", t.label, strings.Join(xs, ", "))
+	}
+	p("\nGoals for (c) against (b): p99 ≤ 1.3 × bare hop: %.2f × — %s; max RPS ≥ 0.8 × bare hop: %.2f × — %s.\n\n",
+		cP99/baseP99, verdict(cP99 <= 1.3*baseP99), cRPS/baseRPS, verdict(cRPS >= 0.8*baseRPS))
+	latErrs := 0
+	for _, r := range res {
+		latErrs += r.latErrors
+	}
+	p("Limiter during the run: %d decisions by Redis, %d by the fail-open fallback, %d failed closed; %d scripts in %d pipelined round trips (%.1f per round trip). Transport errors in the latency phase: %d.\n",
+		st.Redis, st.Fallback, st.FailedClosed, st.Ops, st.RoundTrips, float64(st.Ops)/max(1, float64(st.RoundTrips)), latErrs)
+	return b.String()
+}
