@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -46,9 +47,18 @@ func (s *Sidecar) reload() error {
 	if s.opts.PodLabelsFile != "" {
 		labelsData, labelsErr = readBounded(s.opts.PodLabelsFile, maxLabelsFileBytes)
 	}
+	cur := s.state.Load()
+	// The controller deletes the ConfigMap with the namespace's last policy,
+	// and the kubelet then empties the (optional) volume. After a config was
+	// in force, a missing file therefore means "no policies": forward
+	// everything, instead of enforcing deleted policies forever. Before any
+	// config, it stays an error: the sidecar is not ready until one arrives.
+	noPolicies := cur != nil && errors.Is(cfgErr, fs.ErrNotExist)
+	if noPolicies {
+		cfgData, cfgErr = nil, nil
+	}
 	cfgSum, labelsSum := sha256.Sum256(cfgData), sha256.Sum256(labelsData)
 
-	cur := s.state.Load()
 	if cfgErr == nil && labelsErr == nil && cur != nil && cur.configSum == cfgSum && cur.labelsSum == labelsSum {
 		if s.lastFailure != "" {
 			// The files went back to the config in force.
@@ -65,9 +75,12 @@ func (s *Sidecar) reload() error {
 		if labelsErr != nil {
 			return nil, fmt.Errorf("reading pod labels: %w", labelsErr)
 		}
-		cfg, err := sidecarconfig.Parse(cfgData)
-		if err != nil {
-			return nil, err
+		cfg := &sidecarconfig.Config{Version: sidecarconfig.Version, Namespace: cur.namespaceOrEmpty()}
+		if !noPolicies {
+			var err error
+			if cfg, err = sidecarconfig.Parse(cfgData); err != nil {
+				return nil, err
+			}
 		}
 		labels, err := ParseLabels(labelsData)
 		if err != nil {
@@ -245,4 +258,12 @@ func (s *Sidecar) noteEvent(ev fsnotify.Event, watching map[string]bool) {
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.log.Debug("config directory event", "event", ev.String())
 	}
+}
+
+// namespaceOrEmpty is the namespace of the state in force ("" for none).
+func (st *state) namespaceOrEmpty() string {
+	if st == nil {
+		return ""
+	}
+	return st.namespace
 }

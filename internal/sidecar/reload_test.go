@@ -265,3 +265,41 @@ func TestMetricsEndpoint(t *testing.T) {
 		drain(resp)
 	}
 }
+
+// TestDeletedConfigMeansNoPolicies: when the namespace's last policy goes,
+// the controller deletes the ConfigMap and the kubelet empties the volume.
+// The sidecar must stop enforcing (forward everything), not keep the
+// deleted policies as "the last good config" forever. Before any config,
+// a missing file keeps the sidecar unready.
+func TestDeletedConfigMeansNoPolicies(t *testing.T) {
+	h := newHarness(t, newMemLimiter(), testConfig(nil, testPolicy("p", 1)))
+	if resp, _ := h.do(t, "GET", "/", nil); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	if resp, _ := h.do(t, "GET", "/", nil); resp.StatusCode != 429 {
+		t.Fatalf("limit 1 not enforced: %s", resp.Status)
+	}
+	h.cfg.write(t, map[string][]byte{}) // the ConfigMap is gone: config.json dangles
+	if err := h.s.Reload(); err != nil {
+		t.Fatalf("reload after the ConfigMap was deleted: %v", err)
+	}
+	if !h.s.Ready() {
+		t.Fatal("not ready with an empty policy set")
+	}
+	for range 3 {
+		if resp, _ := h.do(t, "GET", "/", nil); resp.StatusCode != 200 {
+			t.Fatalf("a deleted policy is still enforced: %s", resp.Status)
+		}
+	}
+
+	// A sidecar that never had a config is not ready without one.
+	fresh := newVolume(t)
+	o := testOptions("http://127.0.0.1:1", fresh, h.labels)
+	s, err := New(o, newMemLimiter(), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); err == nil || s.Ready() {
+		t.Fatalf("reload without a config file: err %v, ready %v; want an error and not ready", err, s.Ready())
+	}
+}
