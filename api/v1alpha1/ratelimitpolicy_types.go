@@ -154,7 +154,9 @@ type RequestMatch struct {
 	// pathPrefixes are the beginnings of the request paths the policy
 	// applies to, e.g. ["/api/"]: a plain, case-sensitive prefix of the
 	// request path (without the query string), so "/api" also matches
-	// "/apis". Empty means every path.
+	// "/apis". A path that is not clean matches if either its raw or its
+	// cleaned form does, so "/x/../api" and "//api" cannot slip past
+	// "/api". Empty means every path.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=32
