@@ -34,6 +34,10 @@ manifests: controller-gen ## Generate CRDs, RBAC and webhook manifests from the 
 generate: controller-gen ## Generate DeepCopy code for the API types.
 	"$(CONTROLLER_GEN)" object:headerFile="hack/boilerplate.go.txt" paths="./..."
 
+.PHONY: docs
+docs: manifests ## Generate the API reference (docs/api.md) from the CRD's field descriptions.
+	go run ./hack/apidocs -crd config/crd/bases/ratelimit.slidegate.dev_ratelimitpolicies.yaml -out docs/api.md
+
 .PHONY: fmt
 fmt: ## Run go fmt.
 	go fmt ./...
@@ -47,13 +51,15 @@ lint: golangci-lint ## Run golangci-lint.
 	"$(GOLANGCI_LINT)" run ./...
 
 .PHONY: verify
-verify: generate manifests ## Regenerate code and manifests; fail on any difference from what is committed.
+verify: generate manifests docs ## Regenerate code, manifests and API docs; fail on any difference from what is committed.
 	go mod tidy -diff
-	@if [ -n "$$(git status --porcelain -- api config controllers internal cmd)" ]; then \
-		echo "verify: generated files are out of date; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config controllers internal cmd; git diff --stat -- api config; exit 1; \
+	@if [ -n "$$(git status --porcelain -- api config controllers internal cmd docs/api.md)" ]; then \
+		echo "verify: generated files are out of date; run 'make generate manifests docs' and commit:"; \
+		git status --porcelain -- api config controllers internal cmd docs/api.md; git diff --stat -- api config docs/api.md; exit 1; \
 	fi
 	kubectl kustomize config/default >/dev/null
+	kubectl kustomize config/cert-manager >/dev/null
+	kubectl kustomize config/samples >/dev/null
 
 .PHONY: test-deps
 test-deps: ## Install what the tests need: redis-server, the envtest control plane, tools.
@@ -106,14 +112,17 @@ undeploy: ## Remove the operator from the cluster.
 ##@ Main job and reports
 
 .PHONY: demo
-demo: ## Run the whole flow on this machine: control plane, Redis, manager, sidecar, traffic.
-	@echo "make demo: not built yet. It needs the limiter, controller, sidecar and injector (issues 3-6) and the demo itself (issue 7)." >&2
-	@exit 1
+demo: build ## Run the whole flow on this machine: control plane, Redis, manager, sidecar, traffic.
+	hack/redis.sh
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/demo -manager bin/manager -sidecar bin/sidecar
 
 .PHONY: bench
-bench: ## Run the benchmarks and write docs/benchmarks.md.
-	@echo "make bench: not built yet. The limiter and sidecar benchmarks come with issues 3 and 5, the report with issue 7." >&2
-	@exit 1
+bench: ## Run the limiter and sidecar benchmarks side by side and write docs/benchmarks.md.
+	hack/redis.sh
+	mkdir -p docs/bench
+	go run ./test/bench/limiter -out docs/bench/limiter.md
+	go run ./test/bench/sidecar -out docs/bench/sidecar.md
+	go run ./test/bench/report -limiter docs/bench/limiter.md -sidecar docs/bench/sidecar.md -out docs/benchmarks.md
 
 ##@ Tools
 
