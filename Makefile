@@ -70,7 +70,7 @@ test-deps: ## Install what the tests need: redis-server, the envtest control pla
 
 .PHONY: test
 test: test-deps vet verify lint ## Run every test (race detector on) against a real API server and redis-server.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 ./... 2>&1 | tee /dev/stderr | hack/test-summary.sh
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 ./... 2>&1 | hack/test-summary.sh
 
 ##@ Build
 
