@@ -102,7 +102,19 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		accepted = append(accepted, policies[i])
 	}
-	cfg, err := render.Render(accepted, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies})
+	// Count the pods first: each policy's enforcing pods are rendered as
+	// its fail-open share divisor, so N pods falling back together admit
+	// about the limit, not N times it.
+	pods, err := r.livePods(ctx, ns)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	unprotected := map[types.UID]bool{}
+	matched, enforced := map[string]int32{}, map[string]int32{}
+	for i := range policies {
+		matched[policies[i].Name], enforced[policies[i].Name] = countPods(&policies[i], pods, unprotected)
+	}
+	cfg, err := render.Render(accepted, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, Replicas: enforced})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("rendering namespace %s: %w", ns, err)
 	}
@@ -122,15 +134,10 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 
 	// Status.
-	pods, err := r.livePods(ctx, ns)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
 	var services corev1.ServiceList
 	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the services of namespace %s: %w", ns, err)
 	}
-	unprotected := map[types.UID]bool{}
 	var result ctrl.Result
 	for i := range policies {
 		p := &policies[i]
@@ -139,7 +146,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			revision:           revision,
 			credentialsProblem: credentialsProblem,
 		}
-		in.matched, in.enforced = countPods(p, pods, unprotected)
+		in.matched, in.enforced = matched[p.Name], enforced[p.Name]
 		in.bypass = bypassingServices(p, pods, services.Items)
 		if err := r.writeStatus(ctx, p, in); err != nil {
 			if apierrors.IsNotFound(err) {

@@ -461,6 +461,18 @@ func TestPodCounts(t *testing.T) {
 	}
 	create(t, newPod(ns, "plain-2", map[string]string{"app": "checkout"}, true))
 	eventually(t, "all selected pods injected", counts(2, 2, metav1.ConditionTrue, v1alpha1.ReasonEnforced))
+	// The two enforcing pods divide the limit between them when they fail
+	// open: the rendered policy says so.
+	eventually(t, "replicas rendered", func() error {
+		_, cfg, err := readConfig(ns)
+		if err != nil {
+			return err
+		}
+		if len(cfg.Policies) != 1 || cfg.Policies[0].Replicas != 2 {
+			return fmt.Errorf("rendered policies %+v, want replicas 2", cfg.Policies)
+		}
+		return nil
+	})
 
 	// A relabelled pod leaves the selection.
 	var canary corev1.Pod

@@ -47,6 +47,9 @@ type Rule struct {
 	Window    time.Duration
 	Algorithm Algorithm
 	FailMode  FailMode
+	// Replicas is how many sidecars share this rule's limit, for the
+	// fail-open share ceil(Limit/Replicas); 0 means Options.Replicas.
+	Replicas int
 }
 
 // Request asks whether one request of Client may pass Rule.

@@ -379,7 +379,11 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 				continue
 			}
 			out[i].Err = err
-			fbReqs = append(fbReqs, fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, share: ceilDiv(r.Rule.Limit, replicas), out: &out[i]})
+			n := replicas
+			if r.Rule.Replicas > 0 {
+				n = int64(r.Rule.Replicas)
+			}
+			fbReqs = append(fbReqs, fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, share: ceilDiv(r.Rule.Limit, n), out: &out[i]})
 		}
 		if len(fbReqs) > 0 {
 			errs := make([]error, len(fbReqs))

@@ -520,6 +520,15 @@ func TestFallbackThroughDecide(t *testing.T) {
 			t.Fatalf("fail-open decision %d: %+v", i, d)
 		}
 	}
+	// A rule's own Replicas (the pods that enforce its policy) overrides
+	// Options.Replicas: ceil(10/2) = 5.
+	perRule := Rule{ID: "ns/per-rule", Limit: 10, Window: time.Minute, FailMode: FailOpen, Replicas: 2}
+	for i := range 6 {
+		d := one(l, perRule, "c")
+		if d.Source != SourceFallback || d.Limit != 5 || d.Allowed != (i < 5) {
+			t.Fatalf("fail-open decision %d with Rule.Replicas 2: %+v", i, d)
+		}
+	}
 	if l.Healthy() {
 		t.Error("healthy while redis is dead")
 	}

@@ -140,3 +140,13 @@ func TestPolicyMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicasReachTheLimiter: the controller's count of enforcing pods is
+// passed to the limiter as the rule's fail-open share divisor.
+func TestReplicasReachTheLimiter(t *testing.T) {
+	p := testPolicy("p", 10)
+	p.Replicas = 3
+	if got := compiledPolicy(t, p).rule.Replicas; got != 3 {
+		t.Fatalf("rule.Replicas = %d, want 3", got)
+	}
+}

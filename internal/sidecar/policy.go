@@ -85,6 +85,7 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 				Window:    time.Duration(p.WindowMillis) * time.Millisecond,
 				Algorithm: limiter.Algorithm(p.Algorithm),
 				FailMode:  limiter.FailMode(p.FailMode),
+				Replicas:  int(p.Replicas),
 			},
 			dryRun:    p.Mode == "DryRun",
 			methods:   slices.Clone(p.Match.Methods),

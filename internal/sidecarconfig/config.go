@@ -67,6 +67,13 @@ type Policy struct {
 	Key Key `json:"key"`
 	// Match restricts the policy to some requests; empty matches all.
 	Match Match `json:"match"`
+	// Replicas is the number of pods that enforce the policy (those it
+	// selects that carry the sidecar), as the controller last counted them.
+	// While Redis cannot answer, a fail-open sidecar admits
+	// ceil(Limit/Replicas) locally, so together the pods stay near the
+	// limit instead of admitting Replicas × Limit. 0: unknown (the sidecar's
+	// --fallback-replicas applies).
+	Replicas int32 `json:"replicas,omitempty"`
 }
 
 // Selector is a Kubernetes label selector in plain data.
@@ -194,6 +201,9 @@ func (p *Policy) validate() error {
 	}
 	if p.WindowMillis < 1 || p.WindowMillis > MaxWindowMillis {
 		add("windowMillis %d is outside 1..%d", p.WindowMillis, MaxWindowMillis)
+	}
+	if p.Replicas < 0 {
+		add("replicas %d is negative", p.Replicas)
 	}
 	if p.Limit < 1 || p.Limit > MaxLimit {
 		add("limit %d is outside 1..%d", p.Limit, MaxLimit)
