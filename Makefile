@@ -76,8 +76,8 @@ test: test-deps vet verify lint ## Run every test (race detector on) against a r
 
 .PHONY: build
 build: ## Build the manager and sidecar binaries into bin/.
-	go build -trimpath -o bin/manager ./cmd/manager
-	go build -trimpath -o bin/sidecar ./cmd/sidecar
+	go build -o bin/manager ./cmd/manager
+	go build -o bin/sidecar ./cmd/sidecar
 
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in ~/.kube/config.
