@@ -49,11 +49,14 @@ func (s *Sidecar) reload() error {
 	}
 	cur := s.state.Load()
 	// The controller deletes the ConfigMap with the namespace's last policy,
-	// and the kubelet then empties the (optional) volume. After a config was
-	// in force, a missing file therefore means "no policies": forward
-	// everything, instead of enforcing deleted policies forever. Before any
-	// config, it stays an error: the sidecar is not ready until one arrives.
-	noPolicies := cur != nil && errors.Is(cfgErr, fs.ErrNotExist)
+	// and the kubelet then empties the (optional) volume. A missing file
+	// therefore means "no policies": forward everything, instead of
+	// enforcing deleted policies forever. At start it may also mean the
+	// controller has not written the ConfigMap yet, so a fresh sidecar waits
+	// one resync interval (unready) before it concludes so; a sidecar
+	// restarted after the last policy went must not stay unready forever.
+	noPolicies := errors.Is(cfgErr, fs.ErrNotExist) &&
+		(cur != nil || time.Since(s.created) >= s.opts.ConfigResyncInterval)
 	if noPolicies {
 		cfgData, cfgErr = nil, nil
 	}

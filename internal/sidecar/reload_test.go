@@ -292,14 +292,23 @@ func TestDeletedConfigMeansNoPolicies(t *testing.T) {
 		}
 	}
 
-	// A sidecar that never had a config is not ready without one.
+	// A sidecar that never had a config is not ready without one at first
+	// (the ConfigMap may be on its way) ...
 	fresh := newVolume(t)
 	o := testOptions("http://127.0.0.1:1", fresh, h.labels)
+	o.ConfigResyncInterval = 200 * time.Millisecond
 	s, err := New(o, newMemLimiter(), testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Reload(); err == nil || s.Ready() {
 		t.Fatalf("reload without a config file: err %v, ready %v; want an error and not ready", err, s.Ready())
+	}
+	// ... but a sidecar restarted after the last policy went becomes ready
+	// with no policies once a resync interval has passed, instead of
+	// answering 503 forever.
+	time.Sleep(o.ConfigResyncInterval)
+	if err := s.Reload(); err != nil || !s.Ready() {
+		t.Fatalf("reload a resync interval later: err %v, ready %v; want no policies and ready", err, s.Ready())
 	}
 }

@@ -40,6 +40,9 @@ type Sidecar struct {
 
 	loadMu      sync.Mutex
 	lastFailure string
+	// created is when New ran: a config file still missing one resync
+	// interval later means the namespace has no policies.
+	created time.Time
 
 	// inflight counts running ServeHTTP calls, upgraded (WebSocket)
 	// connections included: http.Server.Shutdown does not wait for those.
@@ -64,7 +67,7 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	upstream, _ := upstreamURL(opts.Upstream) // checked by Validate
-	s := &Sidecar{opts: opts, log: log, lim: lim}
+	s := &Sidecar{opts: opts, log: log, lim: lim, created: time.Now()}
 	s.metrics = newMetrics(func() float64 {
 		if lim.Healthy() {
 			return 0
