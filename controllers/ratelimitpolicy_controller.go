@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -213,8 +214,10 @@ func (r *RateLimitPolicyReconciler) livePods(ctx context.Context, ns string) ([]
 	return slices.DeleteFunc(pods.Items, func(p metav1.PartialObjectMetadata) bool { return !p.DeletionTimestamp.IsZero() }), nil
 }
 
-// countPods counts the pods the policy selects and those of them that carry
-// the sidecar; selected pods without it are added to unprotected.
+// countPods counts the pods the policy selects and those of them whose
+// sidecar guards the policy's targetPort; selected pods without it are
+// added to unprotected. A pod injected for another policy's port is not
+// protected by this one: traffic to this policy's port bypasses the sidecar.
 func countPods(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, unprotected map[types.UID]bool) (matched, enforced int32) {
 	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.TargetSelector)
 	if err != nil {
@@ -225,7 +228,7 @@ func countPods(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata,
 			continue
 		}
 		matched++
-		if carriesSidecar(&pods[i]) {
+		if st, ok := injection(&pods[i]); ok && (st.TargetPort == "" || st.TargetPort == targetPort(p)) {
 			enforced++
 		} else {
 			unprotected[pods[i].UID] = true
@@ -234,10 +237,29 @@ func countPods(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata,
 	return matched, enforced
 }
 
-// bypassingServices describes the Services that select a pod of the policy
-// and send a port's traffic to a number other than the sidecar's: the
-// sidecar took over the port's NAME, so only `targetPort: <name>` (or the
-// sidecar's own port number) passes through it.
+// targetPort is the port name the policy's sidecar takes over.
+func targetPort(p *v1alpha1.RateLimitPolicy) string {
+	if p.Spec.TargetPort == "" {
+		return "http" // the schema default
+	}
+	return p.Spec.TargetPort
+}
+
+// injection reads a pod's injection status. ok is false for a pod without
+// the sidecar; an unreadable status counts as a sidecar on any port.
+func injection(pod metav1.Object) (st v1alpha1.InjectionStatus, ok bool) {
+	raw, ok := pod.GetAnnotations()[v1alpha1.InjectedAnnotation]
+	if !ok {
+		return st, false
+	}
+	_ = json.Unmarshal([]byte(raw), &st)
+	return st, true
+}
+
+// bypassingServices describes the Services that select a protected pod of
+// the policy and send TCP traffic straight to the app's port number, which
+// the sidecar took the name of: that traffic is not limited. Other numeric
+// ports (metrics, a side port) are none of our business.
 func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, services []corev1.Service) string {
 	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.TargetSelector)
 	if err != nil {
@@ -246,20 +268,28 @@ func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectM
 	var found []string
 	for i := range services {
 		svc := &services[i]
-		if len(svc.Spec.Selector) == 0 || !selectsAny(labels.SelectorFromSet(svc.Spec.Selector), sel, pods) {
+		if len(svc.Spec.Selector) == 0 {
 			continue
+		}
+		svcSel := labels.SelectorFromSet(svc.Spec.Selector)
+		appPorts := map[int32]bool{}
+		for j := range pods {
+			set := labels.Set(pods[j].Labels)
+			if st, ok := injection(&pods[j]); ok && st.AppPort > 0 && svcSel.Matches(set) && sel.Matches(set) {
+				appPorts[st.AppPort] = true
+			}
 		}
 		for _, port := range svc.Spec.Ports {
 			target := port.TargetPort
-			if target.Type == intstr.String && target.StrVal != "" {
+			if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP || target.Type == intstr.String && target.StrVal != "" {
 				continue
 			}
 			num := target.IntVal
 			if num == 0 { // unset: the port number itself
 				num = port.Port
 			}
-			if num != v1alpha1.SidecarPort {
-				found = append(found, fmt.Sprintf("Service %s port %d targets port number %d", svc.Name, port.Port, num))
+			if appPorts[num] {
+				found = append(found, fmt.Sprintf("Service %s port %d targets the app's port number %d", svc.Name, port.Port, num))
 			}
 		}
 	}
@@ -267,19 +297,8 @@ func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectM
 	return strings.Join(found, "; ")
 }
 
-// selectsAny reports whether a pod matches both selectors.
-func selectsAny(svc, policy labels.Selector, pods []metav1.PartialObjectMetadata) bool {
-	for i := range pods {
-		set := labels.Set(pods[i].Labels)
-		if svc.Matches(set) && policy.Matches(set) {
-			return true
-		}
-	}
-	return false
-}
-
 func carriesSidecar(pod metav1.Object) bool {
-	_, ok := pod.GetAnnotations()[v1alpha1.InjectedAnnotation]
+	_, ok := injection(pod)
 	return ok
 }
 

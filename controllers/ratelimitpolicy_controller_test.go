@@ -90,7 +90,7 @@ func newPod(ns, name string, lbls map[string]string, injected bool) *corev1.Pod 
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
 	}
 	if injected {
-		p.Annotations = map[string]string{v1alpha1.InjectedAnnotation: "injected"}
+		p.Annotations = map[string]string{v1alpha1.InjectedAnnotation: `{"version":"v1","container":"slidegate-sidecar","targetPort":"http","appContainer":"app","appPort":8080}`}
 	}
 	return p
 }
@@ -776,16 +776,20 @@ func TestServiceBypassWarning(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
 		Spec: corev1.ServiceSpec{
 			Selector: map[string]string{"app": "checkout"},
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)},
+				// A numeric port that is not the app's taken-over one is fine.
+				{Name: "metrics", Port: 9090, TargetPort: intstr.FromInt32(9090)},
+			},
 		},
 	}
 	// A Service selecting other pods is no concern.
 	other := svc.DeepCopy()
 	other.Name, other.Spec.Selector = "other", map[string]string{"app": "other"}
 	create(t, svc, other)
-	eventually(t, "bypass reported", enforced(metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar, "Service web port 80 targets port number 8080"))
-	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced); strings.Contains(c.Message, "Service other") {
-		t.Errorf("a Service selecting other pods is reported: %s", c.Message)
+	eventually(t, "bypass reported", enforced(metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar, "Service web port 80 targets the app's port number 8080"))
+	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced); strings.Contains(c.Message, "Service other") || strings.Contains(c.Message, "9090") {
+		t.Errorf("a Service selecting other pods, or a port that is not the app's, is reported: %s", c.Message)
 	}
 	eventually(t, "warning event", func() error {
 		for _, e := range recorder.about(ns, "p") {
@@ -804,4 +808,26 @@ func TestServiceBypassWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "bypass cleared", enforced(metav1.ConditionTrue, v1alpha1.ReasonEnforced, ""))
+}
+
+// TestTargetPortMismatch: a pod's sidecar guards one port name. A second
+// policy selecting the same pod with another targetPort is not enforced
+// there (its traffic bypasses the sidecar), and says so.
+func TestTargetPortMismatch(t *testing.T) {
+	ns := newNamespace(t)
+	web := newPolicy(ns, "web")
+	api := newPolicy(ns, "api", func(s *v1alpha1.RateLimitPolicySpec) { s.TargetPort = "api" })
+	create(t, web, api, newPod(ns, "pod", map[string]string{"app": "checkout"}, true))
+	eventually(t, "web enforced, api not", func() error {
+		w := meta.FindStatusCondition(get(t, web).Status.Conditions, v1alpha1.ConditionEnforced)
+		a := meta.FindStatusCondition(get(t, api).Status.Conditions, v1alpha1.ConditionEnforced)
+		if w == nil || w.Status != metav1.ConditionTrue || a == nil || a.Status != metav1.ConditionFalse ||
+			a.Reason != v1alpha1.ReasonPartiallyEnforced || !strings.Contains(a.Message, `port "api"`) {
+			return fmt.Errorf("web %+v, api %+v", w, a)
+		}
+		if got := get(t, api).Status; got.MatchedPods != 1 || got.EnforcedPods != 0 {
+			return fmt.Errorf("api counts matched %d enforced %d, want 1 0", got.MatchedPods, got.EnforcedPods)
+		}
+		return nil
+	})
 }

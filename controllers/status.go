@@ -85,11 +85,12 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 	case in.enforced == in.matched && in.bypass != "":
 		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar,
 			fmt.Sprintf("all %d selected pods carry the sidecar, but %s: such traffic reaches the app unlimited; set targetPort to the port's name (%s)",
-				in.matched, in.bypass, p.Spec.TargetPort))
+				in.matched, in.bypass, targetPort(p)))
 	case in.enforced < in.matched:
 		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
-			fmt.Sprintf("%d of %d selected pods carry the sidecar; the others were created without it (is the namespace labelled %s=%s? restart them)",
-				in.enforced, in.matched, v1alpha1.InjectionLabel, v1alpha1.InjectionEnabled))
+			fmt.Sprintf("%d of %d selected pods carry the sidecar in front of port %q; the others were created without it (is the namespace labelled %s=%s? restart them) "+
+				"or with the sidecar on another port (another policy selecting them names a different targetPort)",
+				in.enforced, in.matched, targetPort(p), v1alpha1.InjectionLabel, v1alpha1.InjectionEnabled))
 	default:
 		set(v1alpha1.ConditionEnforced, metav1.ConditionTrue, v1alpha1.ReasonEnforced,
 			fmt.Sprintf("all %d selected pods carry the sidecar", in.matched))

@@ -62,6 +62,21 @@ const (
 	RedisPasswordKey = "password"
 )
 
+// InjectionStatus is the JSON value of InjectedAnnotation: what the injector
+// did to the pod, so that re-injection reproduces it and the controller can
+// tell which port a pod's sidecar guards.
+type InjectionStatus struct {
+	Version string `json:"version"`
+	// Container is the name of the sidecar container.
+	Container string `json:"container"`
+	// TargetPort is the port name the sidecar took over.
+	TargetPort string `json:"targetPort"`
+	// AppContainer and AppPort are where that name was, and where the
+	// sidecar forwards to.
+	AppContainer string `json:"appContainer"`
+	AppPort      int32  `json:"appPort"`
+}
+
 // Condition types of a RateLimitPolicy.
 const (
 	// ConditionReady is True when the policy is accepted and the sidecar
