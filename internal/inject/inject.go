@@ -81,12 +81,27 @@ type Options struct {
 
 // Status is recorded in v1alpha1.InjectedAnnotation: what was injected, and
 // what re-injection needs to reproduce it (the app port lost its name).
-type Status struct {
-	Version      string `json:"version"`
-	Container    string `json:"container"`
-	TargetPort   string `json:"targetPort"`
-	AppContainer string `json:"appContainer"`
-	AppPort      int32  `json:"appPort"`
+type Status = v1alpha1.InjectionStatus
+
+// ErrPortInUse means an app container already uses a port the sidecar
+// listens on; the pod would not work with both.
+var ErrPortInUse = errors.New("port already used by the pod")
+
+// portsFree checks that no container but our own uses the sidecar's ports.
+func portsFree(pod *corev1.Pod, o Options) error {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if c.Name == ContainerName {
+				continue
+			}
+			for _, p := range c.Ports {
+				if p.ContainerPort == o.ListenPort || p.ContainerPort == o.AdminPort {
+					return fmt.Errorf("%w: container %s port %d is one of the sidecar's (%d, %d)", ErrPortInUse, c.Name, p.ContainerPort, o.ListenPort, o.AdminPort)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // ErrNoTargetPort means no container of the pod has the port to take over,
@@ -112,6 +127,9 @@ func Inject(pod *corev1.Pod, opts Options) error {
 	opts = withDefaults(opts)
 	if t := pod.Annotations[TargetPortAnnotation]; t != "" {
 		opts.TargetPort = t
+	}
+	if err := portsFree(pod, opts); err != nil {
+		return err
 	}
 	st, err := takeOver(pod, opts.TargetPort)
 	if err != nil {
@@ -167,9 +185,19 @@ func takeOver(pod *corev1.Pod, target string) (Status, error) {
 				continue
 			}
 			p.Name = ""
-			// Probes addressing the port by name would no longer resolve.
+			// Probes and lifecycle hooks addressing the port by name would
+			// no longer resolve.
 			for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
-				renumberProbe(pr, target, p.ContainerPort)
+				if pr != nil {
+					renumber(pr.HTTPGet, pr.TCPSocket, target, p.ContainerPort)
+				}
+			}
+			if lc := c.Lifecycle; lc != nil {
+				for _, h := range []*corev1.LifecycleHandler{lc.PostStart, lc.PreStop} {
+					if h != nil {
+						renumber(h.HTTPGet, h.TCPSocket, target, p.ContainerPort)
+					}
+				}
 			}
 			return Status{Version: statusVersion, Container: ContainerName, TargetPort: target, AppContainer: c.Name, AppPort: p.ContainerPort}, nil
 		}
@@ -177,16 +205,13 @@ func takeOver(pod *corev1.Pod, target string) (Status, error) {
 	return Status{}, fmt.Errorf("%w %q (name the app's port, or set %s)", ErrNoTargetPort, target, TargetPortAnnotation)
 }
 
-func renumberProbe(pr *corev1.Probe, name string, port int32) {
-	if pr == nil {
-		return
-	}
+func renumber(get *corev1.HTTPGetAction, tcp *corev1.TCPSocketAction, name string, port int32) {
 	num := intstr.FromInt32(port)
-	if pr.HTTPGet != nil && pr.HTTPGet.Port.Type == intstr.String && pr.HTTPGet.Port.StrVal == name {
-		pr.HTTPGet.Port = num
+	if get != nil && get.Port.Type == intstr.String && get.Port.StrVal == name {
+		get.Port = num
 	}
-	if pr.TCPSocket != nil && pr.TCPSocket.Port.Type == intstr.String && pr.TCPSocket.Port.StrVal == name {
-		pr.TCPSocket.Port = num
+	if tcp != nil && tcp.Port.Type == intstr.String && tcp.Port.StrVal == name {
+		tcp.Port = num
 	}
 }
 

@@ -49,8 +49,8 @@ func TestInjectGolden(t *testing.T) {
 	for _, in := range inputs {
 		t.Run(filepath.Base(in), func(t *testing.T) {
 			pod := readPod(t, in)
-			if !restricted(t, pod) {
-				t.Fatalf("input %s must itself pass the restricted profile, so the check below tests the sidecar", in)
+			if failed := restricted(t, pod); len(failed) > 0 {
+				t.Fatalf("input %s must itself pass the restricted profile, so the check below tests the sidecar: %v", in, failed)
 			}
 			if err := Inject(pod, testOptions); err != nil {
 				t.Fatalf("Inject: %v", err)
@@ -80,29 +80,28 @@ func TestInjectGolden(t *testing.T) {
 			if d := cmp.Diff(pod, twice); d != "" {
 				t.Errorf("Inject(Inject(p)) != Inject(p) (-once +twice):\n%s", d)
 			}
-			if !restricted(t, pod) {
-				t.Error("the injected pod fails the restricted Pod Security profile")
+			if failed := restricted(t, pod); len(failed) > 0 {
+				t.Errorf("the injected pod fails the restricted Pod Security profile: %v", failed)
 			}
 		})
 	}
 }
 
-// restricted reports whether the pod passes the Pod Security Admission
-// "restricted" profile at the latest version, logging every failed check.
-func restricted(t *testing.T, pod *corev1.Pod) bool {
+// restricted returns the checks of the Pod Security Admission "restricted"
+// profile (latest version) that the pod fails.
+func restricted(t *testing.T, pod *corev1.Pod) []string {
 	t.Helper()
 	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := true
+	var failed []string
 	for _, r := range eval.EvaluatePod(api.LevelVersion{Level: api.LevelRestricted, Version: api.LatestVersion()}, &pod.ObjectMeta, &pod.Spec) {
 		if !r.Allowed {
-			ok = false
-			t.Logf("restricted: %s: %s", r.ForbiddenReason, r.ForbiddenDetail)
+			failed = append(failed, r.ForbiddenReason+": "+r.ForbiddenDetail)
 		}
 	}
-	return ok
+	return failed
 }
 
 // TestRestrictedCheckCanFail shows the restricted check above is not
@@ -114,7 +113,7 @@ func TestRestrictedCheckCanFail(t *testing.T) {
 	}
 	pod.Spec.InitContainers[0].SecurityContext.AllowPrivilegeEscalation = nil
 	pod.Spec.InitContainers[0].SecurityContext.Capabilities = nil
-	if restricted(&testing.T{}, pod) {
+	if len(restricted(t, pod)) == 0 {
 		t.Fatal("a sidecar without allowPrivilegeEscalation=false and dropped capabilities passed the restricted check")
 	}
 }
@@ -166,6 +165,7 @@ func TestInjectErrorsAndSkips(t *testing.T) {
 	}{
 		{name: "no such port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Name = "web" }, wantErr: ErrNoTargetPort},
 		{name: "udp port is not taken", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolUDP }, wantErr: ErrNoTargetPort},
+		{name: "app uses the sidecar's port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[1].ContainerPort = 15080 }, wantErr: ErrPortInUse},
 		{name: "host network", mutate: func(p *corev1.Pod) { p.Spec.HostNetwork = true }, wantSkip: "hostNetwork"},
 		{name: "opt out", mutate: func(p *corev1.Pod) { p.Annotations = map[string]string{OptOutAnnotation: "false"} }, wantSkip: "opted out"},
 	} {

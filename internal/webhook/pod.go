@@ -97,7 +97,16 @@ func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw)
+	// One sidecar guards one port name; a policy naming another port is not
+	// enforced on this pod (its status says so too).
+	for _, p := range matched[1:] {
+		if p.Spec.TargetPort != opts.TargetPort {
+			resp = resp.WithWarnings(fmt.Sprintf("slidegate: RateLimitPolicy %s names targetPort %q, but the sidecar takes over %q (from %s): %s is not enforced on this pod",
+				p.Name, p.Spec.TargetPort, opts.TargetPort, matched[0].Name, p.Name))
+		}
+	}
+	return resp
 }
 
 // Matching returns the policies whose targetSelector selects a pod with

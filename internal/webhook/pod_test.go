@@ -297,3 +297,32 @@ func FuzzAdmissionReview(f *testing.F) {
 		}
 	})
 }
+
+// TestHandlerWarnsOnTargetPortConflict: two policies select the pod with
+// different targetPorts; the sidecar can guard only one, and the other
+// policy's owner is told.
+func TestHandlerWarnsOnTargetPortConflict(t *testing.T) {
+	namespace(t, "mixed", true)
+	policy(t, "mixed")
+	other := &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "z-api", Namespace: "mixed"},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			TargetSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			TargetPort:     "api", Window: "10s", Limit: 5,
+			Key: v1alpha1.ClientKey{Source: "Global"},
+		},
+	}
+	if err := k8s.Create(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the cache sees the second policy", func() bool {
+		return cached.Get(context.Background(), client.ObjectKeyFromObject(other), &v1alpha1.RateLimitPolicy{}) == nil
+	})
+	resp := injector.Handle(context.Background(), admissionRequest(t, "mixed", webPod("mixed")))
+	if !resp.Allowed || len(resp.Patches) == 0 {
+		t.Fatalf("allowed=%v patches=%d, want the pod injected for the first policy", resp.Allowed, len(resp.Patches))
+	}
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "z-api is not enforced") {
+		t.Fatalf("warnings = %v, want one about z-api", resp.Warnings)
+	}
+}
