@@ -120,3 +120,23 @@ func TestSlotMatchesRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterACLUser: the least-privilege ACL user of ACLRules works on a
+// Redis Cluster too, where the client also reads the slot map.
+func TestClusterACLUser(t *testing.T) {
+	c := sharedCluster(t)
+	for _, n := range c.Nodes {
+		if _, err := n.Do(append([]string{"ACL", "SETUSER", "limiter", "on", ">s3cret"}, ACLRules("")...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := newLimiter(t, client(t, RedisConfig{Mode: RedisCluster, Addrs: c.Addrs(), Username: "limiter", Password: "s3cret"}), Options{Timeout: 5 * time.Second})
+	for i := range 20 {
+		reqs := multiRuleRequest("ns/cluster-acl", "client-"+strconv.Itoa(i))
+		for _, d := range l.Decide(context.Background(), reqs) {
+			if d.Source != SourceRedis || d.Err != nil {
+				t.Fatalf("decision as the ACL user on the cluster: %+v", d)
+			}
+		}
+	}
+}

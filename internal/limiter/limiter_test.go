@@ -555,7 +555,11 @@ func TestMaxWait(t *testing.T) {
 	wg.Wait()
 	st := l.Stats()
 	t.Logf("%d scripts in %d round trips", st.Ops, st.RoundTrips)
-	if st.Ops < 2*st.RoundTrips {
+	// Without coalescing every script is its own round trip (ratio 1). On
+	// an idle machine the ratio is far higher; under CPU starvation the
+	// callers resubmit late and it was seen as low as 1.8, so the bound is
+	// the one that separates "some sharing" from "none": 1.25.
+	if 4*st.Ops < 5*st.RoundTrips {
 		t.Errorf("%d scripts in %d round trips: no coalescing", st.Ops, st.RoundTrips)
 	}
 }

@@ -72,6 +72,8 @@ func ACLRules(prefix string) []string {
 		"+evalsha", "+eval", "+ping", "+hello", "+auth", "+client|setname",
 		"+time", "+zremrangebyscore", "+zcard", "+zadd", "+zrange", "+zrem", "+pexpire",
 		"+hmget", "+hget", "+hincrby", "+hlen", "+hkeys", "+hdel",
+		// A Cluster client reads the slot map; harmless elsewhere.
+		"+cluster|slots", "+cluster|shards", "+readonly",
 	}
 }
 
