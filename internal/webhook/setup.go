@@ -31,10 +31,12 @@ const (
 	CertModeExternal = "external"
 )
 
-// The rotator reads and updates its Secret and the webhook configuration's
-// caBundle.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;update
+// The rotator reads and updates its Secret (in the operator's namespace
+// only: a Role) and the caBundle of our webhook configuration (update only
+// on that name).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=slidegate-mutating-webhook-configuration
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;update
 
 // Options configure Setup.
 type Options struct {
