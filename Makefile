@@ -60,6 +60,9 @@ verify: generate manifests docs ## Regenerate code, manifests and API docs; fail
 	kubectl kustomize config/default >/dev/null
 	kubectl kustomize config/cert-manager >/dev/null
 	kubectl kustomize config/samples >/dev/null
+	@# make deploy's image must reach the manager and the sidecar it injects.
+	@test "$$(hack/render-install.sh registry.test:5000/sg/slidegate | grep -c 'registry.test:5000/sg/slidegate:latest')" = 2 || \
+		{ echo "verify: hack/render-install.sh does not set both images"; exit 1; }
 
 .PHONY: test-deps
 test-deps: ## Install what the tests need: redis-server, the envtest control plane, tools.

@@ -7,9 +7,11 @@ img=${1:?usage: $0 IMAGE[:TAG]}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d "$root/config/.overlay-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-name=${img%:*}
-tag=latest
-[ "$name" != "$img" ] && tag=${img##*:}
+# A tag is what follows the last ':' unless that ':' is a registry port.
+name=$img tag=latest
+if [[ ${img##*/} == *:* ]]; then
+	name=${img%:*} tag=${img##*:}
+fi
 cat >"$tmp/kustomization.yaml" <<YAML
 resources:
   - ../default
@@ -17,5 +19,18 @@ images:
   - name: ghcr.io/slidegate/slidegate
     newName: $name
     newTag: $tag
+# The injected sidecar runs the manager's image: copy it again after the
+# image change (config/default's own copy ran before it).
+replacements:
+  - source:
+      kind: Deployment
+      name: slidegate-controller-manager
+      fieldPath: spec.template.spec.containers.[name=manager].image
+    targets:
+      - select:
+          kind: Deployment
+          name: slidegate-controller-manager
+        fieldPaths:
+          - spec.template.spec.containers.[name=manager].env.[name=SLIDEGATE_SIDECAR_IMAGE].value
 YAML
 kubectl kustomize "$tmp"
