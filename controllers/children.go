@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -100,14 +101,14 @@ func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns st
 		return "", fmt.Errorf("reading the Redis credentials Secret %s: %w", r.RedisCredentials, err)
 	}
 	data := map[string][]byte{}
-	for _, k := range []string{v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey} {
+	for _, k := range v1alpha1.RedisCredentialKeys {
 		if v, ok := src.Data[k]; ok {
 			data[k] = v
 		}
 	}
 	if len(data) == 0 {
-		return fmt.Sprintf("the Redis credentials Secret %s has neither the key %s nor %s",
-			r.RedisCredentials, v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey), nil
+		return fmt.Sprintf("the Redis credentials Secret %s has none of the keys %s",
+			r.RedisCredentials, strings.Join(v1alpha1.RedisCredentialKeys, ", ")), nil
 	}
 
 	lbls := childLabels("redis-credentials")
@@ -142,7 +143,7 @@ func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns st
 // credentialsEqual compares the credential keys only: keys someone else
 // added are not ours to judge (server-side apply leaves them alone too).
 func credentialsEqual(cur, want map[string][]byte) bool {
-	for _, k := range []string{v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey} {
+	for _, k := range v1alpha1.RedisCredentialKeys {
 		c, inCur := cur[k]
 		w, inWant := want[k]
 		if inCur != inWant || string(c) != string(w) {

@@ -128,7 +128,8 @@ func setupRedisSecret(ctx context.Context) error {
 	return k.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: redisSecret.Name, Namespace: redisSecret.Namespace},
 		Type:       corev1.SecretTypeBasicAuth,
-		Data:       map[string][]byte{"username": []byte("sidecar"), "password": []byte("s3cret"), "unrelated": []byte("not copied")},
+		Data: map[string][]byte{"username": []byte("sidecar"), "password": []byte("s3cret"),
+			"sentinel-password": []byte("sentinel-s3cret"), "unrelated": []byte("not copied")},
 	})
 }
 

@@ -60,6 +60,11 @@ const (
 	// Secret (both optional: a password alone is the legacy AUTH form).
 	RedisUsernameKey = "username"
 	RedisPasswordKey = "password"
+	// RedisSentinelUsernameKey and RedisSentinelPasswordKey, optional, are
+	// the credentials of the sentinels themselves (sentinel mode), when they
+	// differ from the data nodes'.
+	RedisSentinelUsernameKey = "sentinel-username"
+	RedisSentinelPasswordKey = "sentinel-password"
 )
 
 // InjectionStatus is the JSON value of InjectedAnnotation: what the injector
@@ -76,6 +81,10 @@ type InjectionStatus struct {
 	AppContainer string `json:"appContainer"`
 	AppPort      int32  `json:"appPort"`
 }
+
+// RedisCredentialKeys are the keys of the credentials Secret that the
+// controller mirrors and the injected sidecar reads.
+var RedisCredentialKeys = []string{RedisUsernameKey, RedisPasswordKey, RedisSentinelUsernameKey, RedisSentinelPasswordKey}
 
 // Condition types of a RateLimitPolicy.
 const (

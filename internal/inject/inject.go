@@ -39,20 +39,22 @@ const (
 
 // Names of what the injector adds.
 const (
-	ContainerName  = "slidegate-sidecar"
-	ConfigVolume   = "slidegate-config"
-	PodInfoVolume  = "slidegate-podinfo"
-	ConfigDir      = "/etc/slidegate/config"
-	PodInfoDir     = "/etc/slidegate/podinfo"
-	AdminPortName  = "sg-admin"
-	statusVersion  = "v1"
-	defaultAdmin   = 15090
-	sidecarUID     = 65532
-	podLabelsFile  = "labels"
-	redisUserEnv   = "REDIS_USERNAME"
-	redisPassEnv   = "REDIS_PASSWORD"
-	defaultImage   = "ghcr.io/slidegate/slidegate:latest"
-	defaultCommand = "/sidecar"
+	ContainerName   = "slidegate-sidecar"
+	ConfigVolume    = "slidegate-config"
+	PodInfoVolume   = "slidegate-podinfo"
+	ConfigDir       = "/etc/slidegate/config"
+	PodInfoDir      = "/etc/slidegate/podinfo"
+	AdminPortName   = "sg-admin"
+	statusVersion   = "v1"
+	defaultAdmin    = 15090
+	sidecarUID      = 65532
+	podLabelsFile   = "labels"
+	redisUserEnv    = "REDIS_USERNAME"
+	redisPassEnv    = "REDIS_PASSWORD"
+	sentinelUserEnv = "REDIS_SENTINEL_USERNAME"
+	sentinelPassEnv = "REDIS_SENTINEL_PASSWORD"
+	defaultImage    = "ghcr.io/slidegate/slidegate:latest"
+	defaultCommand  = "/sidecar"
 )
 
 // Redis is the non-secret Redis connection the sidecar gets as flags; the
@@ -264,7 +266,10 @@ func sidecar(o Options, st Status) corev1.Container {
 			{Name: st.TargetPort, ContainerPort: o.ListenPort, Protocol: corev1.ProtocolTCP},
 			{Name: AdminPortName, ContainerPort: o.AdminPort, Protocol: corev1.ProtocolTCP},
 		},
-		Env:       []corev1.EnvVar{secretEnv(redisUserEnv, v1alpha1.RedisUsernameKey), secretEnv(redisPassEnv, v1alpha1.RedisPasswordKey)},
+		Env: []corev1.EnvVar{
+			secretEnv(redisUserEnv, v1alpha1.RedisUsernameKey), secretEnv(redisPassEnv, v1alpha1.RedisPasswordKey),
+			secretEnv(sentinelUserEnv, v1alpha1.RedisSentinelUsernameKey), secretEnv(sentinelPassEnv, v1alpha1.RedisSentinelPasswordKey),
+		},
 		Resources: o.Resources,
 		// The app starts once the proxy listens; readiness also needs a
 		// loaded config and a usable limiter.

@@ -18,6 +18,10 @@ const EnvPrefix = "SLIDEGATE_"
 const (
 	EnvRedisUsername = "REDIS_USERNAME"
 	EnvRedisPassword = "REDIS_PASSWORD"
+	// EnvRedisSentinelUsername and EnvRedisSentinelPassword are the
+	// sentinels' own credentials (sentinel mode), when they differ.
+	EnvRedisSentinelUsername = "REDIS_SENTINEL_USERNAME"
+	EnvRedisSentinelPassword = "REDIS_SENTINEL_PASSWORD"
 )
 
 // RegisterFlags defines one flag per option on fs, with o's values as the
@@ -76,6 +80,8 @@ func (o *Options) ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool))
 	}
 	o.Redis.Username, _ = lookup(EnvRedisUsername)
 	o.Redis.Password, _ = lookup(EnvRedisPassword)
+	o.Redis.SentinelUsername, _ = lookup(EnvRedisSentinelUsername)
+	o.Redis.SentinelPassword, _ = lookup(EnvRedisSentinelPassword)
 	return nil
 }
 

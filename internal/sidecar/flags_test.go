@@ -24,13 +24,15 @@ func TestFlagsAndEnv(t *testing.T) {
 		"SLIDEGATE_REDIS_TLS":         "true",
 		"REDIS_USERNAME":              "slidegate",
 		"REDIS_PASSWORD":              "hunter2",
+		"REDIS_SENTINEL_PASSWORD":     "sentinel-hunter3",
 	}
 	if err := o.ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		t.Fatal(err)
 	}
 	if o.ListenAddress != ":9000" || o.DecisionTimeout != 75*time.Millisecond || o.FallbackReplicas != 3 ||
 		!o.Redis.TLS || o.Redis.Mode != "cluster" || fmt.Sprint(o.Redis.Addrs) != "[a:1 b:2]" ||
-		o.Redis.Username != "slidegate" || o.Redis.Password != "hunter2" {
+		o.Redis.Username != "slidegate" || o.Redis.Password != "hunter2" || o.Redis.SentinelPassword != "sentinel-hunter3" ||
+		o.redisConfig().SentinelPassword != "sentinel-hunter3" {
 		t.Errorf("options %+v", o)
 	}
 	if err := o.Validate(); err != nil {
@@ -53,7 +55,7 @@ func TestFlagsAndEnv(t *testing.T) {
 	// Credentials never reach a log line or a %v.
 	var buf bytes.Buffer
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("starting", "redis", o.Redis)
-	if s := buf.String() + fmt.Sprint(o.Redis) + fmt.Sprintf("%+v", o.Redis); strings.Contains(s, "hunter2") {
+	if s := buf.String() + fmt.Sprint(o.Redis) + fmt.Sprintf("%+v", o.Redis); strings.Contains(s, "hunter") {
 		t.Errorf("password leaked: %s", s)
 	}
 

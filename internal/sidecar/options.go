@@ -107,6 +107,10 @@ type RedisOptions struct {
 	// REDIS_PASSWORD, from a Secret). They are never logged.
 	Username string
 	Password string
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// (REDIS_SENTINEL_USERNAME, REDIS_SENTINEL_PASSWORD); never logged.
+	SentinelUsername string
+	SentinelPassword string
 }
 
 // LogValue keeps the credentials out of every log line.
@@ -118,13 +122,14 @@ func (r RedisOptions) LogValue() slog.Value {
 		slog.Bool("tls", r.TLS),
 		slog.Bool("username", r.Username != ""),
 		slog.Bool("password", r.Password != ""),
+		slog.Bool("sentinelPassword", r.SentinelPassword != ""),
 	)
 }
 
 // String keeps the credentials out of any %v.
 func (r RedisOptions) String() string {
-	return fmt.Sprintf("{mode=%s addrs=%v masterName=%q tls=%t username=%t password=%t}",
-		r.Mode, r.Addrs, r.MasterName, r.TLS, r.Username != "", r.Password != "")
+	return fmt.Sprintf("{mode=%s addrs=%v masterName=%q tls=%t username=%t password=%t sentinelPassword=%t}",
+		r.Mode, r.Addrs, r.MasterName, r.TLS, r.Username != "", r.Password != "", r.SentinelPassword != "")
 }
 
 // DefaultOptions are the flag defaults.

@@ -12,14 +12,16 @@ import (
 // redisConfig is the limiter's description of the shared Redis.
 func (o *Options) redisConfig() limiter.RedisConfig {
 	return limiter.RedisConfig{
-		Mode:       limiter.RedisMode(o.Redis.Mode),
-		Addrs:      o.Redis.Addrs,
-		MasterName: o.Redis.MasterName,
-		Username:   o.Redis.Username,
-		Password:   o.Redis.Password,
-		TLS:        o.Redis.TLS,
-		CAFile:     o.Redis.TLSCAFile,
-		ServerName: o.Redis.TLSServerName,
+		Mode:             limiter.RedisMode(o.Redis.Mode),
+		Addrs:            o.Redis.Addrs,
+		MasterName:       o.Redis.MasterName,
+		Username:         o.Redis.Username,
+		Password:         o.Redis.Password,
+		SentinelUsername: o.Redis.SentinelUsername,
+		SentinelPassword: o.Redis.SentinelPassword,
+		TLS:              o.Redis.TLS,
+		CAFile:           o.Redis.TLSCAFile,
+		ServerName:       o.Redis.TLSServerName,
 	}
 }
 
