@@ -3,13 +3,16 @@
 //
 //	go run ./test/bench/sidecar -out bench-sidecar.md
 //
-// Four targets serve the same tiny application, side by side in one run:
+// Six targets serve the same tiny application, side by side in one run:
 // (a) the application directly, (b) a bare httputil.ReverseProxy hop with a
 // buffer pool, (c) the sidecar with every request admitted and (d) the
-// sidecar with half the requests rejected (429). For each it measures the
-// maximum throughput (closed loop, fixed concurrency) and the p50/p99
-// latency at one fixed offered load (open loop, latency counted from each
-// request's scheduled send time, so a stall is not hidden). The targets are
+// sidecar with half the requests rejected (429); (e) and (f) are the sidecar
+// with a limiter that admits at once and with one that only PINGs Redis per
+// request, which split (c)'s cost into handler, round trip and limiter. For
+// each it measures the maximum throughput (closed loop, fixed concurrency)
+// and the p50/p99 latency at one fixed offered load (open loop, latency
+// counted from each request's scheduled send time, so a stall is not
+// hidden). The targets are
 // measured in interleaved rounds, so that load from elsewhere on the machine
 // spreads over all of them. It needs redis-server in PATH.
 package main
@@ -37,6 +40,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecar"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -61,6 +66,9 @@ type result struct {
 	latErrors int
 }
 
+// limOpts are the limiter's options: its defaults unless a flag changes them.
+var limOpts limiter.Options
+
 func main() { os.Exit(mainErr()) }
 
 func mainErr() int {
@@ -72,6 +80,8 @@ func mainErr() int {
 	only := flag.String("only", "", "measure only these targets, e.g. \"bc\" (for profiling)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	rate := flag.Int("rate", 0, "offered load of the latency phase, requests/s (default: 30% of the lowest maximum)")
+	flag.DurationVar(&limOpts.MaxWait, "max-wait", 0, "limiter MaxWait (experiments; default: the limiter's default)")
+	flag.IntVar(&limOpts.MaxInflight, "max-inflight", 0, "limiter MaxInflight (experiments; default: the limiter's default)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -137,7 +147,8 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 	defer func() { _ = rdb.Close() }()
 	// A timeout far above any queueing here: every decision is made by
 	// Redis, none by the local fallback (checked below).
-	lim, err := limiter.New(rdb, limiter.Options{Timeout: time.Second})
+	limOpts.Timeout = time.Second
+	lim, err := limiter.New(rdb, limOpts)
 	if err != nil {
 		return err
 	}
@@ -191,6 +202,19 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 		return err
 	}
 
+	// (e) and (f) split (c)'s cost: the same sidecar with a limiter that
+	// admits at once (the proxy and handler alone), and with one that makes
+	// the cheapest possible Redis round trip, a PING, per request instead of
+	// a decision (the floor of any design that asks Redis per request).
+	instantURL, err := serveSidecarWith(ctx, opts, admitAll{})
+	if err != nil {
+		return err
+	}
+	pingURL, err := serveSidecarWith(ctx, opts, pingPerRequest{rdb})
+	if err != nil {
+		return err
+	}
+
 	user := func(i int) string { return "u" + strconv.Itoa(i%1000) }
 	okPath := func(i int) (string, string) { return "/ok/items", user(i) }
 	targets := []*target{
@@ -203,6 +227,8 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 			}
 			return "/hot/items", user(i / 2)
 		}},
+		{name: "e", label: "(e) sidecar, limiter admits at once (no Redis)", url: instantURL, path: okPath},
+		{name: "f", label: "(f) sidecar, one Redis PING per request instead of a decision", url: pingURL, path: okPath},
 	}
 	if only != "" {
 		targets = slices.DeleteFunc(targets, func(t *target) bool { return !strings.Contains(only, t.name) })
@@ -298,6 +324,37 @@ func serveSidecar(ctx context.Context, s *sidecar.Sidecar) (string, error) {
 	}
 	go func() { _ = s.Serve(ctx, ln, adminLn) }()
 	return "http://" + ln.Addr().String(), nil
+}
+
+func serveSidecarWith(ctx context.Context, opts sidecar.Options, lim sidecar.Limiter) (string, error) {
+	sc, err := sidecar.New(opts, lim, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return "", err
+	}
+	return serveSidecar(ctx, sc)
+}
+
+// admitAll admits every request without asking Redis.
+type admitAll struct{}
+
+func (admitAll) Healthy() bool { return true }
+
+func (admitAll) Decide(_ context.Context, reqs []limiter.Request) []limiter.Decision {
+	out := make([]limiter.Decision, len(reqs))
+	for i, r := range reqs {
+		out[i] = limiter.Decision{Allowed: true, Limit: r.Rule.Limit, Remaining: r.Rule.Limit - 1, ResetAfter: r.Rule.Window, Source: limiter.SourceRedis}
+	}
+	return out
+}
+
+// pingPerRequest admits every request after one PING to Redis.
+type pingPerRequest struct{ rdb redis.UniversalClient }
+
+func (pingPerRequest) Healthy() bool { return true }
+
+func (p pingPerRequest) Decide(ctx context.Context, reqs []limiter.Request) []limiter.Decision {
+	_ = p.rdb.Ping(ctx).Err()
+	return admitAll{}.Decide(ctx, reqs)
 }
 
 func get(c *http.Client, u, user string) int {
@@ -439,7 +496,8 @@ func report(targets []*target, res map[string]*result, rate, conc, rounds int, r
 	p("One process holds the application (a 128-byte response), the bare proxy, the sidecar and the load generator, ")
 	p("on loopback; redis-server runs beside it. They share the same cores, so the figures are relative, not absolute capacity. ")
 	p("The sidecar decides one per-user SlidingLog policy per request (1000 users, header key) through the real limiter with its default settings; ")
-	p("in (d) every other request goes to a policy whose budget is spent and is answered 429 without reaching the app.\n\n")
+	p("in (d) every other request goes to a policy whose budget is spent and is answered 429 without reaching the app. ")
+	p("(e) and (f) are references, not products: the same sidecar with a limiter that admits without asking Redis, and with one that sends a single PING per request instead of a decision.\n\n")
 	p("- Maximum throughput: closed loop, %d concurrent keep-alive HTTP/1.1 clients, median of %d interleaved slices of %v.\n", conc, rounds, rpsDur)
 	p("- Latency: open loop at a fixed offered load of **%d req/s** for every target (by default 30%% of the lowest maximum), %d interleaved slices of %v, measured from each request's scheduled send time; p50 and p99 are the medians of the slices' percentiles, so that one slice stalled by other work on the machine does not decide the figure.\n\n", rate, rounds, latDur)
 
@@ -493,6 +551,12 @@ func report(targets []*target, res map[string]*result, rate, conc, rounds int, r
 	}
 	p("\nGoals for (c) against (b): p99 ≤ 1.3 × bare hop: %.2f × — %s; max RPS ≥ 0.8 × bare hop: %.2f × — %s.\n\n",
 		cP99/baseP99, verdict(cP99 <= 1.3*baseP99), cRPS/baseRPS, verdict(cRPS >= 0.8*baseRPS))
+	if e, f := res["e"], res["f"]; e != nil && f != nil && res["c"] != nil {
+		p("Where the gap goes (max RPS ratios): the handler, keys and headers alone, (e) / (b) = %.2f; one Redis round trip per request with no script at all, (f) / (b) = %.2f; ",
+			median(e.rps)/baseRPS, median(f.rps)/baseRPS)
+		p("the real limiter against that floor, (c) / (f) = %.2f. CPU per request: (f) costs %.0f µs more than (e) in this process and %.0f µs in redis-server, (c) %.0f µs and %.0f µs.\n\n",
+			cRPS/median(f.rps), median(f.cpu)-median(e.cpu), median(f.redisCPU), median(c.cpu)-median(e.cpu), median(c.redisCPU))
+	}
 	latErrs := 0
 	for _, r := range res {
 		latErrs += r.latErrors
