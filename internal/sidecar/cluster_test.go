@@ -1,0 +1,169 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// TestRunOnRedisCluster runs two sidecar processes (Run, as cmd/sidecar
+// does) against a real 3-master Redis Cluster. A request under two policies
+// touches two keys that live in different slots, so the limiter decides it
+// in two scripts and undoes the admit of one when the other denies: the
+// limit must still be exact and a rejected request must leave no entry.
+func TestRunOnRedisCluster(t *testing.T) {
+	if _, err := testsupport.RedisCLIPath(); err != nil {
+		testsupport.Missing(t, "redis-cli", err)
+	}
+	if _, err := testsupport.RedisServerPath(); err != nil {
+		testsupport.Missing(t, "redis-server", err)
+	}
+	cl, err := testsupport.NewCluster(3)
+	if err != nil {
+		t.Fatalf("starting a Redis Cluster: %v", err)
+	}
+	t.Cleanup(cl.Close)
+
+	const prefix, limit = "cl:", 30
+	global := limiter.Key(prefix, testNamespace+"/global", keyGlobal)
+	user, userKey := "", ""
+	for i := range 100 { // a user whose per-user key is in another slot than the global key
+		u := fmt.Sprintf("user-%d", i)
+		k := limiter.Key(prefix, testNamespace+"/per-user", hashKey(keyPrefixHeader, u))
+		if keySlot(t, cl, k) != keySlot(t, cl, global) {
+			user, userKey = u, k
+			break
+		}
+	}
+	if user == "" {
+		t.Fatal("no user key outside the global key's slot")
+	}
+
+	up := newUpstream(t)
+	cfg := newVolume(t)
+	cfg.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, testConfig(nil,
+		testPolicy("global", limit),
+		testPolicy("per-user", 5, withKey("Header", "X-User", "Allow")),
+	))})
+	var fronts []string
+	for range 2 {
+		o := testOptions(up.URL, cfg, nil)
+		o.ListenAddress, o.AdminAddress = freeAddr(t), freeAddr(t)
+		o.Redis.Mode = RedisCluster
+		o.Redis.Addrs = cl.Addrs()[:1] // one seed: the client discovers the rest
+		o.KeyPrefix = prefix
+		o.DecisionTimeout = exactTimeout
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- Run(ctx, o, testLogger(t)) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+		eventually(t, 10*time.Second, "/readyz", func() bool {
+			resp, err := http.Get("http://" + o.AdminAddress + "/readyz")
+			if err != nil {
+				return false
+			}
+			drain(resp)
+			return resp.StatusCode == 200
+		})
+		fronts = append(fronts, "http://"+o.ListenAddress)
+	}
+
+	send := func(n int, header map[string]string) map[int]int {
+		var mu sync.Mutex
+		counts := map[int]int{}
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				req, _ := http.NewRequest("GET", fronts[i%len(fronts)]+"/", nil)
+				for k, v := range header {
+					req.Header.Set(k, v)
+				}
+				code := 0
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					code = resp.StatusCode
+					drain(resp)
+				}
+				mu.Lock()
+				counts[code]++
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return counts
+	}
+
+	// The user's budget first: 5 of 8 admitted, and each admit also counts
+	// in the global budget (two slots, one request).
+	if got := send(8, map[string]string{"X-User": user}); got[200] != 5 || got[429] != 3 {
+		t.Fatalf("user %s: statuses %v, want 5×200 and 3×429", user, got)
+	}
+	// Anonymous traffic takes the rest of the global budget, exactly.
+	if got := send(100, nil); got[200] != limit-5 || got[429] != 100-(limit-5) {
+		t.Fatalf("anonymous: statuses %v, want exactly %d admitted", got, limit-5)
+	}
+	if n := up.hits.Load(); n != limit {
+		t.Fatalf("the app saw %d requests, want %d", n, limit)
+	}
+	if n := clusterDo(t, cl, "ZCARD", global); n != fmt.Sprint(limit) {
+		t.Errorf("global key holds %s entries, want %d", n, limit)
+	}
+
+	// A second user, under their own limit but rejected by the spent
+	// global policy: their per-user admits must be undone on the other slot.
+	other, otherKey := "", ""
+	for i := range 100 {
+		u := fmt.Sprintf("other-%d", i)
+		k := limiter.Key(prefix, testNamespace+"/per-user", hashKey(keyPrefixHeader, u))
+		if keySlot(t, cl, k) != keySlot(t, cl, global) {
+			other, otherKey = u, k
+			break
+		}
+	}
+	if got := send(4, map[string]string{"X-User": other}); got[429] != 4 {
+		t.Fatalf("user %s after the global budget is spent: statuses %v, want 4×429", other, got)
+	}
+	if n := clusterDo(t, cl, "ZCARD", otherKey); n != "0" {
+		t.Errorf("per-user key of %s holds %s entries after only rejections, want 0 (admits undone across slots)", other, n)
+	}
+	if n := clusterDo(t, cl, "ZCARD", userKey); n != "5" {
+		t.Errorf("per-user key of %s holds %s entries, want 5", user, n)
+	}
+	if n := up.hits.Load(); n != limit {
+		t.Errorf("the app saw %d requests, want still %d", n, limit)
+	}
+}
+
+// keySlot is the cluster's slot of key (CLUSTER KEYSLOT).
+func keySlot(t *testing.T, cl *testsupport.Cluster, key string) string {
+	t.Helper()
+	s, err := cl.Nodes[0].Do("CLUSTER", "KEYSLOT", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// clusterDo runs a one-key command on the master that serves key.
+func clusterDo(t *testing.T, cl *testsupport.Cluster, cmd, key string) string {
+	t.Helper()
+	for _, n := range cl.Nodes {
+		out, err := n.Do(cmd, key)
+		if err == nil {
+			return out
+		}
+	}
+	t.Fatalf("%s %s: no node served the key", cmd, key)
+	return ""
+}
