@@ -2,15 +2,8 @@ package limiter
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -121,24 +114,15 @@ func TestACLUser(t *testing.T) {
 // TestTLS: the limiter decides over mutual TLS with a private CA.
 func TestTLS(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ca, caKey := writeCA(t, dir)
-	writeLeaf(t, dir, "server", ca, caKey, x509.ExtKeyUsageServerAuth)
-	writeLeaf(t, dir, "client", ca, caKey, x509.ExtKeyUsageClientAuth)
+	pki := testsupport.NewPKI(t)
 	port := freeTCPPort(t)
-	r := testsupport.StartRedis(t,
-		"--tls-port", strconv.Itoa(port),
-		"--tls-cert-file", filepath.Join(dir, "server.pem"),
-		"--tls-key-file", filepath.Join(dir, "server-key.pem"),
-		"--tls-ca-cert-file", filepath.Join(dir, "ca.pem"),
-		"--tls-auth-clients", "yes")
-	_ = r
+	testsupport.StartRedis(t, pki.RedisTLSArgs(port, true)...)
 	cfg := RedisConfig{
 		Addrs:      []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(port))},
 		TLS:        true,
-		CAFile:     filepath.Join(dir, "ca.pem"),
-		CertFile:   filepath.Join(dir, "client.pem"),
-		KeyFile:    filepath.Join(dir, "client-key.pem"),
+		CAFile:     pki.CA,
+		CertFile:   pki.ClientCert,
+		KeyFile:    pki.ClientKey,
 		ServerName: "localhost",
 	}
 	l := newLimiter(t, client(t, cfg), Options{Timeout: 2 * time.Second})
@@ -206,63 +190,4 @@ func freeTCPPort(t *testing.T) int {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-func writeCA(t *testing.T, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "slidegate test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", der)
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca, key
-}
-
-func writeLeaf(t *testing.T, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, name+".pem"), "CERTIFICATE", der)
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, name+"-key.pem"), "EC PRIVATE KEY", kder)
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -86,11 +86,12 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	deny, closed, redisErr := -1, -1, false
+	deny, closed := -1, -1
+	var redisErr error
 	for i := range ds {
 		d := &ds[i]
 		if d.Err != nil {
-			redisErr = true
+			redisErr = d.Err
 		}
 		s.countSource(d.Source)
 		if reqs[i].DryRun || d.Allowed {
@@ -106,8 +107,9 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			deny = i
 		}
 	}
-	if redisErr {
+	if redisErr != nil {
 		s.metrics.redisErrors.Inc()
+		s.logRedisError(redisErr)
 	}
 	rejected := deny >= 0 || closed >= 0
 	for i, p := range pols {
@@ -236,4 +238,22 @@ func (s *Sidecar) failClosed(w http.ResponseWriter, st *state, p *policy, d limi
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = io.WriteString(w, "slidegate: rate limiter unavailable and policy "+strconv.Quote(p.name)+
 		" in namespace "+strconv.Quote(st.namespace)+" fails closed; retry in "+retry+"s\n")
+}
+
+// redisErrorLogEvery spaces the log lines about failed Redis decisions.
+const redisErrorLogEvery = 10 * time.Second
+
+// logRedisError says why decisions did not come from Redis (a refused
+// login, a timeout, a lost connection), at most once per redisErrorLogEvery.
+// The limiter's errors carry neither credentials nor client keys.
+func (s *Sidecar) logRedisError(err error) {
+	quiet := s.redisErrQuiet.Add(1)
+	now := time.Now().UnixNano()
+	last := s.redisErrLogged.Load()
+	if last != 0 && now-last < int64(redisErrorLogEvery) || !s.redisErrLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.redisErrQuiet.Add(-quiet)
+	s.log.Warn("Redis did not decide; policies follow their failMode", "error", err, "errorsSinceLastLog", quiet,
+		"fallbackActive", !s.lim.Healthy(), "nextLogIn", redisErrorLogEvery)
 }

@@ -3,8 +3,10 @@ package sidecar
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,5 +283,41 @@ func TestNoMatchingPolicyForwards(t *testing.T) {
 	}
 	if got := len(h.s.state.Load().policies); got != 1 {
 		t.Errorf("%d policies apply to the pod, want 1 (the selector of other-pods does not match)", got)
+	}
+}
+
+// TestRedisErrorsAreLoggedSparingly: Redis being down is logged with its
+// reason once per interval, not once per request, and the next line counts
+// the errors in between.
+func TestRedisErrorsAreLoggedSparingly(t *testing.T) {
+	mem := newMemLimiter()
+	mem.decide = func(reqs []limiter.Request) []limiter.Decision {
+		out := make([]limiter.Decision, len(reqs))
+		for i, r := range reqs {
+			out[i] = limiter.Decision{Allowed: true, Limit: r.Rule.Limit, Source: limiter.SourceFallback, Err: errors.New("dial tcp 10.0.0.9:6379: connection refused")}
+		}
+		return out
+	}
+	h := newHarness(t, mem, testConfig(nil, testPolicy("open", 10)))
+	var logs syncBuffer
+	h.s.log = slog.New(slog.NewTextHandler(&logs, nil))
+	lines := func() []string {
+		return slices.DeleteFunc(strings.Split(grepLines(logs.String(), "Redis did not decide"), "\n"), func(l string) bool { return l == "" })
+	}
+	for range 30 {
+		if resp, _ := h.do(t, "GET", "/", nil); resp.StatusCode != 200 {
+			t.Fatalf("fail-open policy: status %d", resp.StatusCode)
+		}
+	}
+	if got := testutilCounter(h.s.metrics.redisErrors); got != 30 {
+		t.Errorf("redis errors = %v, want 30", got)
+	}
+	if l := lines(); len(l) != 1 || !strings.Contains(l[0], "connection refused") || !strings.Contains(l[0], "errorsSinceLastLog=1") {
+		t.Fatalf("after 30 failed decisions, want one log line with the reason, got:\n%s", strings.Join(l, "\n"))
+	}
+	h.s.redisErrLogged.Store(time.Now().Add(-redisErrorLogEvery).UnixNano()) // the interval has passed
+	h.do(t, "GET", "/", nil)
+	if l := lines(); len(l) != 2 || !strings.Contains(l[1], "errorsSinceLastLog=30") {
+		t.Fatalf("after the interval, want a second line counting the 30 errors since the first, got:\n%s", strings.Join(l, "\n"))
 	}
 }

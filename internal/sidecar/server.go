@@ -49,6 +49,12 @@ type Sidecar struct {
 	inflight     sync.WaitGroup
 	shuttingDown atomic.Bool
 
+	// Redis errors are logged at most once per redisErrorLogEvery, with
+	// the count since the last line: one per request would flood the log
+	// exactly when Redis is down.
+	redisErrLogged atomic.Int64 // UnixNano of the last line
+	redisErrQuiet  atomic.Int64 // errors since then
+
 	respForwarded, respRejected, respFailedClosed prometheus.Counter
 	srcRedis, srcFallback, srcFailedClosed        prometheus.Counter
 }

@@ -1,0 +1,129 @@
+package testsupport
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// PKI is a private CA with one server and one client certificate, as PEM
+// files in one directory, for tests of TLS to Redis. The leaf certificates
+// are valid for localhost and 127.0.0.1.
+type PKI struct {
+	CA                    string // ca.pem
+	ServerCert, ServerKey string // server.pem, server-key.pem
+	ClientCert, ClientKey string // client.pem, client-key.pem
+}
+
+// NewPKI writes a fresh PKI into a temporary directory of tb.
+func NewPKI(tb testing.TB) PKI {
+	tb.Helper()
+	dir := tb.TempDir()
+	ca, caKey := writeCA(tb, dir)
+	writeLeaf(tb, dir, "server", ca, caKey, x509.ExtKeyUsageServerAuth)
+	writeLeaf(tb, dir, "client", ca, caKey, x509.ExtKeyUsageClientAuth)
+	p := func(name string) string { return filepath.Join(dir, name) }
+	return PKI{
+		CA:         p("ca.pem"),
+		ServerCert: p("server.pem"), ServerKey: p("server-key.pem"),
+		ClientCert: p("client.pem"), ClientKey: p("client-key.pem"),
+	}
+}
+
+// RedisTLSArgs are redis-server arguments that serve TLS on tlsPort with
+// the PKI's server certificate; clientAuth requires client certificates.
+func (p PKI) RedisTLSArgs(tlsPort int, clientAuth bool) []string {
+	auth := "no"
+	if clientAuth {
+		auth = "yes"
+	}
+	return []string{
+		"--tls-port", strconv.Itoa(tlsPort),
+		"--tls-cert-file", p.ServerCert,
+		"--tls-key-file", p.ServerKey,
+		"--tls-ca-cert-file", p.CA,
+		"--tls-auth-clients", auth,
+	}
+}
+
+// FreePort is a TCP port free on 127.0.0.1 at the time of the call.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	p, err := freePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+func writeCA(tb testing.TB, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "slidegate test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	writePEM(tb, filepath.Join(dir, "ca.pem"), "CERTIFICATE", der)
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ca, key
+}
+
+func writeLeaf(tb testing.TB, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	writePEM(tb, filepath.Join(dir, name+".pem"), "CERTIFICATE", der)
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	writePEM(tb, filepath.Join(dir, name+"-key.pem"), "EC PRIVATE KEY", kder)
+}
+
+func writePEM(tb testing.TB, path, typ string, der []byte) {
+	tb.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+}
