@@ -111,6 +111,7 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, pool httputil.Buff
 			} else if len(xff) > 0 {
 				pr.Out.Header["X-Forwarded-For"] = xff
 			}
+			dropH2CUpgrade(pr.Out.Header)
 		},
 		Transport:  transport,
 		BufferPool: pool,
@@ -136,4 +137,36 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, pool httputil.Buff
 			_, _ = io.WriteString(w, "slidegate: the application is unavailable\n")
 		},
 	}
+}
+
+// dropH2CUpgrade removes an HTTP/1.1 offer to switch to HTTP/2 ("Upgrade:
+// h2c"): the application accepting it would turn the connection into an
+// HTTP/2 tunnel whose requests never pass the limiter. The request goes on
+// in HTTP/1.1, as Envoy does it (envoyproxy/envoy#7981); Java clients send
+// the offer on every request. Clients that want HTTP/2 without TLS use
+// prior knowledge, which the sidecar serves and limits per request; RFC
+// 9113 deprecates the upgrade. Other upgrades (WebSocket) pass.
+func dropH2CUpgrade(h http.Header) {
+	h.Del("Http2-Settings")
+	var keep []string
+	dropped := false
+	for _, v := range h.Values("Upgrade") {
+		for _, tok := range strings.Split(v, ",") {
+			tok = strings.TrimSpace(tok)
+			if strings.EqualFold(tok, "h2c") {
+				dropped = true
+			} else if tok != "" {
+				keep = append(keep, tok)
+			}
+		}
+	}
+	if !dropped {
+		return
+	}
+	if len(keep) > 0 {
+		h.Set("Upgrade", strings.Join(keep, ", "))
+		return
+	}
+	h.Del("Upgrade")
+	h.Del("Connection") // ReverseProxy set it to "Upgrade" alone
 }

@@ -367,3 +367,59 @@ func TestGracefulShutdownDrains(t *testing.T) {
 		t.Errorf("Serve: %v", err)
 	}
 }
+
+// TestProxyDropsH2CUpgrade: an application that accepts "Upgrade: h2c"
+// would turn the connection into an HTTP/2 tunnel that bypasses the limiter.
+// The sidecar drops the offer; the request, and the next one on the same
+// connection, are plain HTTP/1.1 requests, each decided. WebSocket-style
+// upgrades are untouched (TestProxyUpgrade).
+func TestProxyDropsH2CUpgrade(t *testing.T) {
+	var seen atomic.Value
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(fmt.Sprintf("upgrade=%q settings=%q connection=%q", r.Header.Get("Upgrade"), r.Header.Get("Http2-Settings"), r.Header.Get("Connection")))
+		if strings.EqualFold(r.Header.Get("Upgrade"), "h2c") {
+			// A lenient server: switch, then keep the connection as a tunnel.
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer func() { _ = conn.Close() }()
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+			_ = brw.Flush()
+			_, _ = io.Copy(conn, brw)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	s, front, _ := proxyHarness(t, app)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	for i, req := range []string{
+		// as Java's HttpClient sends it: HTTP2-Settings listed in Connection
+		"GET /a HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nX-User: a\r\n\r\n",
+		// HTTP2-Settings not listed in Connection, so not hop-by-hop
+		"GET /b HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: H2C\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nX-User: a\r\n\r\n",
+	} {
+		_, _ = io.WriteString(conn, req)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("request %d: %d %q, want 200 ok in HTTP/1.1 (the app saw %v)", i, resp.StatusCode, body, seen.Load())
+		}
+		if got := seen.Load(); got != `upgrade="" settings="" connection=""` {
+			t.Errorf("request %d: the app saw %v, want no upgrade offer", i, got)
+		}
+	}
+	if got := requestsCount(s, "limited", DecisionAllowed); got != 2 {
+		t.Errorf("decided requests = %v, want 2: both went through the limiter", got)
+	}
+}
