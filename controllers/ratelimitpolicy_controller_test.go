@@ -289,7 +289,7 @@ func TestCredentialsMirror(t *testing.T) {
 			if err := k.Get(ctx, key, &s); err != nil {
 				return err
 			}
-			want := map[string][]byte{"username": []byte("sidecar"), "password": []byte(wantPassword), "sentinel-password": []byte("sentinel-s3cret")}
+			want := map[string][]byte{"username": []byte("sidecar"), "password": []byte(wantPassword), "sentinel-password": []byte("sentinel-s3cret"), "ca.crt": []byte(testCA)}
 			if diff := cmp.Diff(want, s.Data); diff != "" {
 				return fmt.Errorf("mirrored data (-want +got):\n%s", diff)
 			}

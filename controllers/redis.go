@@ -66,9 +66,10 @@ func (c *RedisConnection) BindFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.MasterName, "redis-master-name", "", "Sentinel master set name (sentinel mode).")
-	fs.BoolVar(&c.TLS, "redis-tls", false, "Connect to Redis with TLS.")
+	fs.BoolVar(&c.TLS, "redis-tls", false, "Connect to Redis with TLS, verified against ca.crt in the Redis Secret, else the system roots.")
 	fs.StringVar(&c.CredentialsSecret.Name, "redis-secret-name", "",
-		"Secret in the manager's namespace with the Redis credentials (keys username and password); mirrored into every namespace that has policies as "+
+		"Secret in the manager's namespace with the Redis credentials (keys username and password) and, with --redis-tls, "+
+			"ca.crt and a client certificate tls.crt/tls.key; mirrored into every namespace that has policies as "+
 			"slidegate-redis-credentials. Empty: Redis without AUTH.")
 }
 

@@ -129,9 +129,13 @@ func setupRedisSecret(ctx context.Context) error {
 		ObjectMeta: metav1.ObjectMeta{Name: redisSecret.Name, Namespace: redisSecret.Namespace},
 		Type:       corev1.SecretTypeBasicAuth,
 		Data: map[string][]byte{"username": []byte("sidecar"), "password": []byte("s3cret"),
-			"sentinel-password": []byte("sentinel-s3cret"), "unrelated": []byte("not copied")},
+			"sentinel-password": []byte("sentinel-s3cret"), "ca.crt": []byte(testCA), "unrelated": []byte("not copied")},
 	})
 }
+
+// testCA stands for the CA of a Redis served over TLS; the mirror copies
+// it like the credentials (no tls.crt/tls.key: a CA alone is valid).
+const testCA = "-----BEGIN CERTIFICATE-----\nnot parsed by the controller\n-----END CERTIFICATE-----\n"
 
 func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error) {
 	skip := true

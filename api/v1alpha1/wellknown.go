@@ -65,6 +65,14 @@ const (
 	// differ from the data nodes'.
 	RedisSentinelUsernameKey = "sentinel-username"
 	RedisSentinelPasswordKey = "sentinel-password"
+	// RedisTLSCAKey, RedisTLSCertKey and RedisTLSKeyKey, optional, are the
+	// TLS material for --redis-tls, under the names cert-manager and
+	// kubernetes.io/tls Secrets use: the CA that signed the Redis server's
+	// certificate (instead of the system roots), and a client certificate
+	// and key for a server that requires one (tls-auth-clients yes).
+	RedisTLSCAKey   = "ca.crt"
+	RedisTLSCertKey = "tls.crt"
+	RedisTLSKeyKey  = "tls.key"
 )
 
 // InjectionStatus is the JSON value of InjectedAnnotation: what the injector
@@ -84,7 +92,10 @@ type InjectionStatus struct {
 
 // RedisCredentialKeys are the keys of the credentials Secret that the
 // controller mirrors and the injected sidecar reads.
-var RedisCredentialKeys = []string{RedisUsernameKey, RedisPasswordKey, RedisSentinelUsernameKey, RedisSentinelPasswordKey}
+var RedisCredentialKeys = []string{
+	RedisUsernameKey, RedisPasswordKey, RedisSentinelUsernameKey, RedisSentinelPasswordKey,
+	RedisTLSCAKey, RedisTLSCertKey, RedisTLSKeyKey,
+}
 
 // Condition types of a RateLimitPolicy.
 const (

@@ -42,8 +42,10 @@ const (
 	ContainerName   = "slidegate-sidecar"
 	ConfigVolume    = "slidegate-config"
 	PodInfoVolume   = "slidegate-podinfo"
+	RedisTLSVolume  = "slidegate-redis-tls"
 	ConfigDir       = "/etc/slidegate/config"
 	PodInfoDir      = "/etc/slidegate/podinfo"
+	RedisTLSDir     = "/etc/slidegate/redis-tls"
 	AdminPortName   = "sg-admin"
 	statusVersion   = "v1"
 	defaultAdmin    = 15090
@@ -166,6 +168,24 @@ func Inject(pod *corev1.Pod, opts Options) error {
 			Path: podLabelsFile, FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels"},
 		}}},
 	}})
+	if opts.Redis.TLS {
+		// Only the TLS keys of the mirrored Secret, each optional: a CA
+		// alone, or none (system roots), is as valid as a client
+		// certificate. The kubelet updates the files when the Secret
+		// changes, and the sidecar reads them for every new connection.
+		var items []corev1.KeyToPath
+		for _, k := range []string{v1alpha1.RedisTLSCAKey, v1alpha1.RedisTLSCertKey, v1alpha1.RedisTLSKeyKey} {
+			items = append(items, corev1.KeyToPath{Key: k, Path: k})
+		}
+		setVolume(pod, corev1.Volume{Name: RedisTLSVolume, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{
+				SecretName:  v1alpha1.RedisCredentialsSecretName,
+				Items:       items,
+				DefaultMode: ptr.To[int32](0o444),
+				Optional:    ptr.To(true),
+			},
+		}})
+	}
 	return nil
 }
 
@@ -236,7 +256,7 @@ func sidecar(o Options, st Status) corev1.Container {
 		args = append(args, "--redis-master-name="+o.Redis.MasterName)
 	}
 	if o.Redis.TLS {
-		args = append(args, "--redis-tls")
+		args = append(args, "--redis-tls", "--redis-tls-dir="+RedisTLSDir)
 	}
 	secretEnv := func(env, key string) corev1.EnvVar {
 		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
@@ -254,6 +274,13 @@ func sidecar(o Options, st Status) corev1.Container {
 	}
 	startup := probe("/healthz")
 	startup.PeriodSeconds, startup.FailureThreshold = 1, 30
+	mounts := []corev1.VolumeMount{
+		{Name: ConfigVolume, MountPath: ConfigDir, ReadOnly: true},
+		{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
+	}
+	if o.Redis.TLS {
+		mounts = append(mounts, corev1.VolumeMount{Name: RedisTLSVolume, MountPath: RedisTLSDir, ReadOnly: true})
+	}
 	return corev1.Container{
 		Name:            ContainerName,
 		Image:           o.Image,
@@ -276,10 +303,7 @@ func sidecar(o Options, st Status) corev1.Container {
 		StartupProbe:   startup,
 		LivenessProbe:  probe("/healthz"),
 		ReadinessProbe: probe("/readyz"),
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: ConfigVolume, MountPath: ConfigDir, ReadOnly: true},
-			{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
-		},
+		VolumeMounts:   mounts,
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
 			RunAsUser:                ptr.To[int64](sidecarUID),

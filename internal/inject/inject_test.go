@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/limiter"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -52,7 +53,11 @@ func TestInjectGolden(t *testing.T) {
 			if failed := restricted(t, pod); len(failed) > 0 {
 				t.Fatalf("input %s must itself pass the restricted profile, so the check below tests the sidecar: %v", in, failed)
 			}
-			if err := Inject(pod, testOptions); err != nil {
+			opts := testOptions
+			if strings.HasSuffix(in, "-tls.yaml") {
+				opts.Redis.TLS = true
+			}
+			if err := Inject(pod, opts); err != nil {
 				t.Fatalf("Inject: %v", err)
 			}
 			got, err := yaml.Marshal(pod)
@@ -74,7 +79,7 @@ func TestInjectGolden(t *testing.T) {
 			}
 
 			twice := pod.DeepCopy()
-			if err := Inject(twice, testOptions); err != nil {
+			if err := Inject(twice, opts); err != nil {
 				t.Fatalf("re-Inject: %v", err)
 			}
 			if d := cmp.Diff(pod, twice); d != "" {
@@ -190,5 +195,15 @@ func TestInjectErrorsAndSkips(t *testing.T) {
 				t.Errorf("a failed Inject changed the pod:\n%s", d)
 			}
 		})
+	}
+}
+
+// TestTLSFileNames: the injector mounts the Secret's TLS keys as files
+// named after the keys; the sidecar's limiter reads those names.
+func TestTLSFileNames(t *testing.T) {
+	got := []string{v1alpha1.RedisTLSCAKey, v1alpha1.RedisTLSCertKey, v1alpha1.RedisTLSKeyKey}
+	want := []string{limiter.TLSCAFile, limiter.TLSCertFile, limiter.TLSKeyFile}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Secret keys and the files the limiter reads differ (-limiter +keys):\n%s", d)
 	}
 }

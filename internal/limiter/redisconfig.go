@@ -1,11 +1,15 @@
 package limiter
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +52,11 @@ type RedisConfig struct {
 	CertFile   string
 	KeyFile    string
 	ServerName string
+	// TLSDir, instead of CAFile, CertFile and KeyFile, is a directory (a
+	// mounted Secret) that may hold TLSCAFile and, together, TLSCertFile
+	// and TLSKeyFile. They are read for every new connection, so a Secret
+	// that arrives after the start, or rotates, is used without a restart.
+	TLSDir string
 
 	// PoolSize per node (default: go-redis's, 10 per CPU). DialTimeout
 	// (default 1s) and ReadTimeout/WriteTimeout (default 1s) bound each
@@ -124,13 +133,22 @@ func (c RedisConfig) UniversalOptions() (*redis.UniversalOptions, error) {
 	default:
 		return nil, fmt.Errorf("redis config: unknown mode %q (standalone, cluster, sentinel)", c.Mode)
 	}
-	if c.TLS {
+	switch {
+	case c.TLS && c.TLSDir != "":
+		if c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" {
+			return nil, errors.New("redis config: a TLS directory excludes the CA and client certificate files")
+		}
+		// go-redis takes one fixed tls.Config; a dialer of our own builds
+		// one per connection from the directory's current files. Every
+		// client mode (cluster nodes, sentinels, the master) dials with it.
+		o.Dialer = c.tlsDirDialer(o.DialTimeout)
+	case c.TLS:
 		t, err := c.tlsConfig()
 		if err != nil {
 			return nil, err
 		}
 		o.TLSConfig = t
-	} else if c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" {
+	case c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" || c.TLSDir != "":
 		return nil, errors.New("redis config: CA or client certificate given without TLS")
 	}
 	return o, nil
@@ -165,6 +183,72 @@ func (c RedisConfig) tlsConfig() (*tls.Config, error) {
 			return nil, fmt.Errorf("redis config: client certificate: %w", err)
 		}
 		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
+
+// The files a TLSDir may hold, under the names of cert-manager and
+// kubernetes.io/tls Secrets.
+const (
+	TLSCAFile   = "ca.crt"
+	TLSCertFile = "tls.crt"
+	TLSKeyFile  = "tls.key"
+)
+
+// tlsDirDialer dials TLS with the directory's files as they are now. The
+// server's name is verified as by tls.Dial: ServerName, else the host of
+// the address.
+func (c RedisConfig) tlsDirDialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cfg, err := c.tlsConfigFromDir()
+		if err != nil {
+			return nil, err
+		}
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: cfg}
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
+func (c RedisConfig) tlsConfigFromDir() (*tls.Config, error) {
+	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
+	read := func(name string) ([]byte, bool, error) {
+		b, err := os.ReadFile(filepath.Join(c.TLSDir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("redis tls: %w", err)
+		}
+		return b, true, nil
+	}
+	ca, ok, err := read(TLSCAFile)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(ca) {
+			return nil, fmt.Errorf("redis tls: no certificate in %s", filepath.Join(c.TLSDir, TLSCAFile))
+		}
+		t.RootCAs = pool
+	}
+	crt, haveCrt, err := read(TLSCertFile)
+	if err != nil {
+		return nil, err
+	}
+	key, haveKey, err := read(TLSKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case haveCrt && haveKey:
+		pair, err := tls.X509KeyPair(crt, key)
+		if err != nil {
+			return nil, fmt.Errorf("redis tls: client certificate in %s: %w", c.TLSDir, err)
+		}
+		t.Certificates = []tls.Certificate{pair}
+	case haveCrt || haveKey:
+		return nil, fmt.Errorf("redis tls: a client certificate needs both %s and %s in %s", TLSCertFile, TLSKeyFile, c.TLSDir)
 	}
 	return t, nil
 }

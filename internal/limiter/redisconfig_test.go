@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -134,6 +135,74 @@ func TestTLS(t *testing.T) {
 	l2 := newLimiter(t, client(t, cfg), Options{Timeout: 2 * time.Second})
 	if d := one(l2, Rule{ID: "ns/tls", Limit: 1, Window: time.Minute}, "c"); d.Source != SourceFallback || d.Err == nil {
 		t.Fatalf("without a client certificate: %+v", d)
+	}
+}
+
+// TestTLSDir: with a TLS directory (a mounted Secret) the limiter reads
+// the CA and client certificate for every new connection, so files that
+// arrive after the start are used without a restart. The server's name and
+// CA are still verified: a wrong CA or name never connects.
+func TestTLSDir(t *testing.T) {
+	t.Parallel()
+	pki := testsupport.NewPKI(t)
+	port := freeTCPPort(t)
+	testsupport.StartRedis(t, pki.RedisTLSArgs(port, true)...)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	copyTo := func(dir string, files map[string]string) {
+		t.Helper()
+		for name, src := range files {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rule := Rule{ID: "ns/tlsdir", Limit: 1000, Window: time.Minute}
+	opts := Options{Timeout: 2 * time.Second, ProbeInterval: 50 * time.Millisecond}
+
+	dir := t.TempDir()
+	l := newLimiter(t, client(t, RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: dir}), opts)
+	// Empty: the system roots do not know the private CA.
+	if d := one(l, rule, "c"); d.Source != SourceFallback || d.Err == nil {
+		t.Fatalf("without the CA: %+v", d)
+	}
+	// The CA alone: the server still wants a client certificate.
+	copyTo(dir, map[string]string{TLSCAFile: pki.CA})
+	if d := one(l, rule, "c"); d.Source != SourceFallback || d.Err == nil {
+		t.Fatalf("without a client certificate: %+v", d)
+	}
+	// The whole Secret arrives: the same limiter connects.
+	copyTo(dir, map[string]string{TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey})
+	if _, ok := eventually(10*time.Second, func() bool { return one(l, rule, "c").Source == SourceRedis }); !ok {
+		t.Fatalf("files in place, still not deciding by Redis: %+v", one(l, rule, "c"))
+	}
+
+	// Verification stays on: another CA, or another server name, fails.
+	other := testsupport.NewPKI(t)
+	wrongCA := t.TempDir()
+	copyTo(wrongCA, map[string]string{TLSCAFile: other.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey})
+	if d := one(newLimiter(t, client(t, RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: wrongCA}), opts), rule, "c"); d.Source != SourceFallback || d.Err == nil {
+		t.Fatalf("server certificate from another CA accepted: %+v", d)
+	}
+	if d := one(newLimiter(t, client(t, RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: dir, ServerName: "redis.elsewhere"}), opts), rule, "c"); d.Source != SourceFallback || d.Err == nil || !strings.Contains(d.Err.Error(), "redis.elsewhere") {
+		t.Fatalf("server certificate accepted for another name: %+v", d)
+	}
+
+	// Half a client certificate is an error that says so.
+	half := t.TempDir()
+	copyTo(half, map[string]string{TLSCAFile: pki.CA, TLSCertFile: pki.ClientCert})
+	d := one(newLimiter(t, client(t, RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: half}), opts), rule, "c")
+	if d.Err == nil || !strings.Contains(d.Err.Error(), "needs both") {
+		t.Fatalf("tls.crt without tls.key: %+v", d)
+	}
+	if _, err := (RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: dir, CAFile: pki.CA}).UniversalOptions(); err == nil {
+		t.Error("a TLS directory and a CA file together: no error")
+	}
+	if _, err := (RedisConfig{Addrs: []string{addr}, TLSDir: dir}).UniversalOptions(); err == nil {
+		t.Error("a TLS directory without TLS: no error")
 	}
 }
 

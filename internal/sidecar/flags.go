@@ -39,6 +39,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Redis.MasterName, "redis-master-name", o.Redis.MasterName, "sentinel master set name (sentinel mode)")
 	fs.BoolVar(&o.Redis.TLS, "redis-tls", o.Redis.TLS, "connect to Redis over TLS")
 	fs.StringVar(&o.Redis.TLSCAFile, "redis-tls-ca-file", o.Redis.TLSCAFile, "PEM CA bundle to verify Redis with (default: system roots)")
+	fs.StringVar(&o.Redis.TLSDir, "redis-tls-dir", o.Redis.TLSDir, "directory with ca.crt, and tls.crt with tls.key for a client certificate (a mounted Secret; read for every new connection)")
 	fs.StringVar(&o.Redis.TLSServerName, "redis-tls-server-name", o.Redis.TLSServerName, "server name to verify in the Redis certificate")
 	fs.IntVar(&o.FallbackReplicas, "fallback-replicas", o.FallbackReplicas, "replicas sharing a limit: a fail-open policy enforces limit/replicas locally while Redis is unavailable")
 	fs.StringVar(&o.KeyPrefix, "key-prefix", o.KeyPrefix, "prefix of the limiter's Redis keys (empty: the limiter's default)")

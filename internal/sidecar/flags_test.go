@@ -40,7 +40,7 @@ func TestFlagsAndEnv(t *testing.T) {
 	}
 	// The injector relies on these names.
 	for _, name := range []string{"listen-address", "admin-address", "upstream", "config-file", "pod-labels-file",
-		"redis-mode", "redis-addrs", "redis-master-name", "redis-tls", "fallback-replicas", "key-prefix",
+		"redis-mode", "redis-addrs", "redis-master-name", "redis-tls", "redis-tls-dir", "fallback-replicas", "key-prefix",
 		"decision-timeout", "shutdown-timeout"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("flag --%s missing", name)
@@ -83,6 +83,10 @@ func TestValidate(t *testing.T) {
 		{"zero timeout", func(o *Options) { o.DecisionTimeout = 0 }},
 		{"bad log level", func(o *Options) { o.LogLevel = "loud" }},
 		{"CA without TLS", func(o *Options) { o.Redis.TLSCAFile = "/ca.pem" }},
+		{"TLS directory without TLS", func(o *Options) { o.Redis.TLSDir = "/etc/slidegate/redis-tls" }},
+		{"TLS directory and CA file", func(o *Options) {
+			o.Redis.TLS, o.Redis.TLSDir, o.Redis.TLSCAFile = true, "/etc/slidegate/redis-tls", "/ca.pem"
+		}},
 	} {
 		o := DefaultOptions()
 		tc.mod(&o)

@@ -103,6 +103,10 @@ type RedisOptions struct {
 	TLSCAFile string
 	// TLSServerName overrides the name verified in the server certificate.
 	TLSServerName string
+	// TLSDir, instead of TLSCAFile, is a directory (the injector mounts the
+	// mirrored Redis Secret there) that may hold ca.crt, and tls.crt with
+	// tls.key for a client certificate; read for every new connection.
+	TLSDir string
 	// Username and Password come from the environment only (REDIS_USERNAME,
 	// REDIS_PASSWORD, from a Secret). They are never logged.
 	Username string
@@ -120,6 +124,7 @@ func (r RedisOptions) LogValue() slog.Value {
 		slog.Any("addrs", r.Addrs),
 		slog.String("masterName", r.MasterName),
 		slog.Bool("tls", r.TLS),
+		slog.String("tlsDir", r.TLSDir),
 		slog.Bool("username", r.Username != ""),
 		slog.Bool("password", r.Password != ""),
 		slog.Bool("sentinelPassword", r.SentinelPassword != ""),
@@ -199,8 +204,11 @@ func (o *Options) Validate() error {
 	if o.Redis.Mode == RedisStandalone && len(o.Redis.Addrs) > 1 {
 		add("--redis-addrs: standalone mode takes one address, got %d", len(o.Redis.Addrs))
 	}
-	if (o.Redis.TLSCAFile != "" || o.Redis.TLSServerName != "") && !o.Redis.TLS {
-		add("--redis-tls-ca-file and --redis-tls-server-name need --redis-tls")
+	if (o.Redis.TLSCAFile != "" || o.Redis.TLSServerName != "" || o.Redis.TLSDir != "") && !o.Redis.TLS {
+		add("--redis-tls-ca-file, --redis-tls-dir and --redis-tls-server-name need --redis-tls")
+	}
+	if o.Redis.TLSCAFile != "" && o.Redis.TLSDir != "" {
+		add("--redis-tls-ca-file and --redis-tls-dir exclude each other")
 	}
 	if o.FallbackReplicas < 1 {
 		add("--fallback-replicas must be at least 1")

@@ -22,6 +22,7 @@ func (o *Options) redisConfig() limiter.RedisConfig {
 		TLS:              o.Redis.TLS,
 		CAFile:           o.Redis.TLSCAFile,
 		ServerName:       o.Redis.TLSServerName,
+		TLSDir:           o.Redis.TLSDir,
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,13 +21,25 @@ import (
 )
 
 // TestRunOverTLSAsACLUser runs the sidecar process (Run) against a real
-// redis-server that serves TLS with a private CA, logging in as an ACL user
-// confined to the key prefix. The decisions must come from Redis, and
-// neither password may reach a log line, not even when the login fails.
+// redis-server that serves mutual TLS with a private CA, as an injected
+// sidecar does it: the CA and client certificate in the mounted Secret's
+// directory (--redis-tls-dir), logging in as an ACL user confined to the
+// key prefix. The decisions must come from Redis, and neither password may
+// reach a log line, not even when the login fails.
 func TestRunOverTLSAsACLUser(t *testing.T) {
 	pki := testsupport.NewPKI(t)
 	tlsPort := testsupport.FreePort(t)
-	r := testsupport.StartRedis(t, pki.RedisTLSArgs(tlsPort, false)...)
+	r := testsupport.StartRedis(t, pki.RedisTLSArgs(tlsPort, true)...)
+	secret := t.TempDir() // the files under the Secret's keys
+	for name, src := range map[string]string{limiter.TLSCAFile: pki.CA, limiter.TLSCertFile: pki.ClientCert, limiter.TLSKeyFile: pki.ClientKey} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(secret, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	const prefix, good, wrong = "tls:", "pw-9f3b7c1e-good", "pw-2d6a0e84-wrong"
 	if _, err := r.Do(append([]string{"ACL", "SETUSER", "sidecar", "on", ">" + good}, limiter.ACLRules(prefix)...)...); err != nil {
 		t.Fatal(err)
@@ -39,7 +53,7 @@ func TestRunOverTLSAsACLUser(t *testing.T) {
 		o := testOptions(up.URL, cfg, nil)
 		o.ListenAddress, o.AdminAddress = freeAddr(t), freeAddr(t)
 		o.Redis.Addrs = []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))}
-		o.Redis.TLS, o.Redis.TLSCAFile, o.Redis.TLSServerName = true, pki.CA, "localhost"
+		o.Redis.TLS, o.Redis.TLSDir, o.Redis.TLSServerName = true, secret, "localhost"
 		o.Redis.Username, o.Redis.Password = "sidecar", password
 		o.KeyPrefix = prefix
 		o.DecisionTimeout = 2 * time.Second
