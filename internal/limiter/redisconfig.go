@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -268,4 +269,16 @@ func NewRedisClient(c RedisConfig) (redis.UniversalClient, error) {
 		return redis.NewFailoverClient(o.Failover()), nil
 	}
 	return redis.NewClient(o.Simple()), nil
+}
+
+// RouteClientLogs sends go-redis's own log lines (failed dials, sentinel
+// master switches) to log at debug level, so that the process writes only
+// structured lines; the sidecar logs why decisions failed at WARN itself.
+// The setting is process-wide: call it once, from main.
+func RouteClientLogs(log *slog.Logger) { redis.SetLogger(clientLogger{log}) }
+
+type clientLogger struct{ log *slog.Logger }
+
+func (l clientLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client", "message", fmt.Sprintf(format, v...))
 }

@@ -2,15 +2,15 @@ package limiter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -210,36 +210,8 @@ func TestTLSDir(t *testing.T) {
 func TestSentinel(t *testing.T) {
 	t.Parallel()
 	master := testsupport.StartRedis(t)
-	bin, err := testsupport.RedisServerPath()
-	if err != nil {
-		testsupport.Missing(t, "redis-server", err)
-	}
-	dir := t.TempDir()
-	port := freeTCPPort(t)
-	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %d 1\n", port, dir, master.Port)
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, conf, "--sentinel")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
-	defer func() { _ = sc.Close() }()
-	if _, ok := eventually(10*time.Second, func() bool {
-		a, err := sc.GetMasterAddrByName(context.Background(), "mymaster").Result()
-		return err == nil && len(a) == 2 && a[1] == strconv.Itoa(master.Port)
-	}); !ok {
-		t.Fatal("sentinel did not report the master")
-	}
-	rdb := client(t, RedisConfig{Mode: RedisSentinel, Addrs: []string{addr}, MasterName: "mymaster"})
+	sentinel := testsupport.StartSentinel(t, master, "mymaster", "")
+	rdb := client(t, RedisConfig{Mode: RedisSentinel, Addrs: []string{sentinel.Addr}, MasterName: "mymaster"})
 	l := newLimiter(t, rdb, Options{Timeout: 2 * time.Second})
 	if l.grouping != groupAll {
 		t.Errorf("sentinel client grouping %v, want all keys in one script", l.grouping)
@@ -259,4 +231,17 @@ func freeTCPPort(t *testing.T) int {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestClientLogsAreStructured(t *testing.T) {
+	var b strings.Builder
+	l := clientLogger{slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	l.Printf(context.Background(), "sentinel: new master=%q addr=%q", "shop-redis", "10.0.0.7:6379")
+	var line map[string]any
+	if err := json.Unmarshal([]byte(b.String()), &line); err != nil {
+		t.Fatalf("not one JSON line: %q: %v", b.String(), err)
+	}
+	if line["level"] != "DEBUG" || line["msg"] != "redis client" || line["message"] != `sentinel: new master="shop-redis" addr="10.0.0.7:6379"` {
+		t.Errorf("line %v", line)
+	}
 }

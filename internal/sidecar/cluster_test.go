@@ -1,12 +1,10 @@
 package sidecar
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -55,29 +53,12 @@ func TestRunOnRedisCluster(t *testing.T) {
 	var fronts []string
 	for range 2 {
 		o := testOptions(up.URL, cfg, nil)
-		o.ListenAddress, o.AdminAddress = freeAddr(t), freeAddr(t)
 		o.Redis.Mode = RedisCluster
 		o.Redis.Addrs = cl.Addrs()[:1] // one seed: the client discovers the rest
 		o.KeyPrefix = prefix
 		o.DecisionTimeout = exactTimeout
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- Run(ctx, o, testLogger(t)) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		})
-		eventually(t, 10*time.Second, "/readyz", func() bool {
-			resp, err := http.Get("http://" + o.AdminAddress + "/readyz")
-			if err != nil {
-				return false
-			}
-			drain(resp)
-			return resp.StatusCode == 200
-		})
-		fronts = append(fronts, "http://"+o.ListenAddress)
+		front, _ := startRun(t, o, testLogger(t))
+		fronts = append(fronts, front)
 	}
 
 	send := func(n int, header map[string]string) map[int]int {

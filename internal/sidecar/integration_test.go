@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -305,49 +304,20 @@ func (f *fleet) sources() map[string]float64 {
 
 // TestRun is the whole process as cmd/sidecar runs it: Redis client and
 // limiter from the options, both ports, and a clean exit when the context
-// (SIGTERM) ends.
+// (SIGTERM) ends (startRun checks it at cleanup).
 func TestRun(t *testing.T) {
 	r := testsupport.StartRedis(t)
 	up := newUpstream(t)
 	cfg := newVolume(t)
 	cfg.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, testConfig(nil, testPolicy("p", 2)))})
 	o := testOptions(up.URL, cfg, nil)
-	o.ListenAddress, o.AdminAddress = freeAddr(t), freeAddr(t)
 	o.Redis.Addrs = []string{r.Addr}
 	o.KeyPrefix = "run:"
 	o.DecisionTimeout = exactTimeout
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, o, testLogger(t)) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	eventually(t, 10*time.Second, "/readyz", func() bool {
-		resp, err := http.Get("http://" + o.AdminAddress + "/readyz")
-		if err != nil {
-			return false
-		}
-		drain(resp)
-		return resp.StatusCode == 200
+	front, admin := startRun(t, o, testLogger(t))
+	assertRedisDecides(t, front, admin, func() (string, error) {
+		return r.Do("ZCARD", limiter.Key("run:", testNamespace+"/p", keyGlobal))
 	})
-	var codes []int
-	for range 3 {
-		resp, err := http.Get("http://" + o.ListenAddress + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		drain(resp)
-		codes = append(codes, resp.StatusCode)
-	}
-	if fmt.Sprint(codes) != "[200 200 429]" {
-		t.Errorf("statuses %v", codes)
-	}
-	if keys, err := r.Do("KEYS", "run:*"); err != nil || keys == "" {
-		t.Errorf("no limiter key under the configured prefix in Redis: %q %v", keys, err)
-	}
 }
 
 func freeAddr(t *testing.T) string {

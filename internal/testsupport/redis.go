@@ -196,6 +196,12 @@ func (r *Redis) Do(args ...string) (string, error) {
 }
 
 func do(addr string, args ...string) (string, error) {
+	return doAuth(addr, "", args...)
+}
+
+// doAuth is do after AUTH password on the same connection (none when the
+// password is empty).
+func doAuth(addr, password string, args ...string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
@@ -203,14 +209,26 @@ func do(addr string, args ...string) (string, error) {
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	write := func(args ...string) {
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
 	}
+	if password != "" {
+		write("AUTH", password)
+	}
+	write(args...)
 	if _, err := conn.Write([]byte(b.String())); err != nil {
 		return "", err
 	}
-	return readReply(bufio.NewReader(conn))
+	br := bufio.NewReader(conn)
+	if password != "" {
+		if _, err := readReply(br); err != nil {
+			return "", fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	return readReply(br)
 }
 
 func readReply(br *bufio.Reader) (string, error) {

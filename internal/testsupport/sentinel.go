@@ -1,0 +1,74 @@
+package testsupport
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Sentinel is a redis-server in sentinel mode that monitors one master.
+type Sentinel struct {
+	Addr     string
+	password string
+}
+
+// StartSentinel starts a sentinel on a free loopback port that monitors
+// master as masterName and, when password is not empty, requires it from
+// its clients (requirepass). It returns once the sentinel reports the
+// master, and stops with the test.
+func StartSentinel(tb testing.TB, master *Redis, masterName, password string) *Sentinel {
+	tb.Helper()
+	bin, err := RedisServerPath()
+	if err != nil {
+		Missing(tb, "redis-server", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := tb.TempDir()
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, masterName, master.Port)
+	if password != "" {
+		conf += "requirepass " + password + "\n"
+	}
+	path := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(bin, path, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	s := &Sentinel{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), password: password}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName)
+		if err == nil && strings.HasSuffix(got, "\n"+strconv.Itoa(master.Port)) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("sentinel %s does not report master %s (%q, %v)", s.Addr, masterName, got, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Do sends one command to the sentinel (after AUTH when it has a password).
+func (s *Sentinel) Do(args ...string) (string, error) {
+	if s.password == "" {
+		return do(s.Addr, args...)
+	}
+	return doAuth(s.Addr, s.password, args...)
+}
