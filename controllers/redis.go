@@ -48,6 +48,10 @@ type RedisConnection struct {
 	MasterName string
 	// TLS turns on TLS to Redis (and to the sentinels).
 	TLS bool
+	// TLSServerName, with TLS, is the name every Redis certificate is
+	// verified for, instead of the host the sidecar dials (for Cluster and
+	// Sentinel that is the address the nodes announce, often an IP).
+	TLSServerName string
 	// CredentialsSecret is the Secret, in the manager's namespace, with the
 	// keys username and password. Empty Name: Redis without AUTH.
 	CredentialsSecret types.NamespacedName
@@ -67,6 +71,8 @@ func (c *RedisConnection) BindFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.MasterName, "redis-master-name", "", "Sentinel master set name (sentinel mode).")
 	fs.BoolVar(&c.TLS, "redis-tls", false, "Connect to Redis with TLS, verified against ca.crt in the Redis Secret, else the system roots.")
+	fs.StringVar(&c.TLSServerName, "redis-tls-server-name", "",
+		"With --redis-tls: the name to verify in every Redis certificate, instead of the host dialled (Cluster and Sentinel dial the addresses the nodes announce, often IPs).")
 	fs.StringVar(&c.CredentialsSecret.Name, "redis-secret-name", "",
 		"Secret in the manager's namespace with the Redis credentials (keys username and password) and, with --redis-tls, "+
 			"ca.crt and a client certificate tls.crt/tls.key; mirrored into every namespace that has policies as "+
@@ -111,6 +117,9 @@ func (c *RedisConnection) Validate() error {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
 			errs = append(errs, fmt.Errorf("--redis-addrs: %q is not host:port", a))
 		}
+	}
+	if c.TLSServerName != "" && !c.TLS {
+		errs = append(errs, errors.New("--redis-tls-server-name needs --redis-tls"))
 	}
 	if n := c.CredentialsSecret.Name; n != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(n) {

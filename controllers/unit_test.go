@@ -36,6 +36,8 @@ func TestRedisFlags(t *testing.T) {
 		{args: []string{"--redis-addrs=redis:6379"}},
 		{args: []string{"--redis-addrs=redis:6379", "--redis-secret-name=redis-auth"}, namespace: "slidegate-system"},
 		{args: []string{"--redis-mode=cluster", "--redis-addrs=a:7000, b:7001,c:7002", "--redis-tls"}},
+		{args: []string{"--redis-mode=cluster", "--redis-addrs=a:7000", "--redis-tls", "--redis-tls-server-name=redis.data.svc"}},
+		{args: []string{"--redis-addrs=a:1", "--redis-tls-server-name=redis.data.svc"}, wantErr: "--redis-tls-server-name needs --redis-tls"},
 		{args: []string{"--redis-mode=sentinel", "--redis-addrs=s1:26379,s2:26379", "--redis-master-name=mymaster"}},
 		{args: nil, wantErr: "--redis-addrs is required"},
 		{args: []string{"--redis-addrs=redis"}, wantErr: `"redis" is not host:port`},

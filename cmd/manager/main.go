@@ -134,7 +134,7 @@ func run() error {
 		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)
 	}
 	wh.Namespace = managerNamespace()
-	wh.Inject.Redis = inject.Redis{Mode: redis.Mode, Addrs: redis.Addrs, MasterName: redis.MasterName, TLS: redis.TLS}
+	wh.Inject.Redis = inject.Redis{Mode: redis.Mode, Addrs: redis.Addrs, MasterName: redis.MasterName, TLS: redis.TLS, TLSServerName: redis.TLSServerName}
 	webhookReady, err := webhook.Setup(mgr, wh)
 	if err != nil {
 		return fmt.Errorf("setting up the injection webhook: %w", err)

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -66,6 +67,9 @@ type Redis struct {
 	Addrs      []string
 	MasterName string
 	TLS        bool
+	// TLSServerName, with TLS, overrides the name verified in the
+	// certificates.
+	TLSServerName string
 }
 
 // Options shape the injected sidecar. Zero values take the defaults.
@@ -185,6 +189,9 @@ func Inject(pod *corev1.Pod, opts Options) error {
 				Optional:    ptr.To(true),
 			},
 		}})
+	} else {
+		// Re-injection without TLS: the sidecar no longer mounts it.
+		pod.Spec.Volumes = slices.DeleteFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == RedisTLSVolume })
 	}
 	return nil
 }
@@ -257,6 +264,9 @@ func sidecar(o Options, st Status) corev1.Container {
 	}
 	if o.Redis.TLS {
 		args = append(args, "--redis-tls", "--redis-tls-dir="+RedisTLSDir)
+		if o.Redis.TLSServerName != "" {
+			args = append(args, "--redis-tls-server-name="+o.Redis.TLSServerName)
+		}
 	}
 	secretEnv := func(env, key string) corev1.EnvVar {
 		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{

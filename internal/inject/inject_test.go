@@ -55,7 +55,7 @@ func TestInjectGolden(t *testing.T) {
 			}
 			opts := testOptions
 			if strings.HasSuffix(in, "-tls.yaml") {
-				opts.Redis.TLS = true
+				opts.Redis.TLS, opts.Redis.TLSServerName = true, "redis.data.svc"
 			}
 			if err := Inject(pod, opts); err != nil {
 				t.Fatalf("Inject: %v", err)
@@ -205,5 +205,26 @@ func TestTLSFileNames(t *testing.T) {
 	want := []string{limiter.TLSCAFile, limiter.TLSCertFile, limiter.TLSKeyFile}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Secret keys and the files the limiter reads differ (-limiter +keys):\n%s", d)
+	}
+}
+
+// TestReinjectWithoutTLS: a pod injected with TLS on and injected again
+// with it off keeps no TLS volume, mount or flag.
+func TestReinjectWithoutTLS(t *testing.T) {
+	pod := readPod(t, "testdata/basic.yaml")
+	withTLS := testOptions
+	withTLS.Redis.TLS = true
+	if err := Inject(pod, withTLS); err != nil {
+		t.Fatal(err)
+	}
+	if err := Inject(pod, testOptions); err != nil {
+		t.Fatal(err)
+	}
+	want := readPod(t, "testdata/basic.yaml")
+	if err := Inject(want, testOptions); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, pod); d != "" {
+		t.Errorf("re-injected without TLS differs from injected without TLS (-want +got):\n%s", d)
 	}
 }

@@ -205,15 +205,26 @@ func (c RedisConfig) tlsDirDialer(timeout time.Duration) func(ctx context.Contex
 		if err != nil {
 			return nil, err
 		}
-		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: cfg}
+		// The keep-alive of go-redis's own dialer, which this one replaces.
+		nd := &net.Dialer{Timeout: timeout, KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3,
+		}}
+		d := &tls.Dialer{NetDialer: nd, Config: cfg}
 		return d.DialContext(ctx, network, addr)
 	}
 }
 
 func (c RedisConfig) tlsConfigFromDir() (*tls.Config, error) {
 	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
+	// A mounted Secret's files are links into ..data, which the kubelet
+	// swaps atomically on an update: read all three from one snapshot, so
+	// that a certificate and key never come from two versions.
+	dir := c.TLSDir
+	if snap, err := filepath.EvalSymlinks(filepath.Join(dir, "..data")); err == nil {
+		dir = snap
+	}
 	read := func(name string) ([]byte, bool, error) {
-		b, err := os.ReadFile(filepath.Join(c.TLSDir, name))
+		b, err := os.ReadFile(filepath.Join(dir, name))
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, false, nil
 		}

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,10 +114,9 @@ func TestACLUser(t *testing.T) {
 func TestTLS(t *testing.T) {
 	t.Parallel()
 	pki := testsupport.NewPKI(t)
-	port := freeTCPPort(t)
-	testsupport.StartRedis(t, pki.RedisTLSArgs(port, true)...)
+	_, tlsAddr := testsupport.StartTLSRedis(t, pki, true)
 	cfg := RedisConfig{
-		Addrs:      []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(port))},
+		Addrs:      []string{tlsAddr},
 		TLS:        true,
 		CAFile:     pki.CA,
 		CertFile:   pki.ClientCert,
@@ -145,9 +142,7 @@ func TestTLS(t *testing.T) {
 func TestTLSDir(t *testing.T) {
 	t.Parallel()
 	pki := testsupport.NewPKI(t)
-	port := freeTCPPort(t)
-	testsupport.StartRedis(t, pki.RedisTLSArgs(port, true)...)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	_, addr := testsupport.StartTLSRedis(t, pki, true)
 	copyTo := func(dir string, files map[string]string) {
 		t.Helper()
 		for name, src := range files {
@@ -184,11 +179,43 @@ func TestTLSDir(t *testing.T) {
 	other := testsupport.NewPKI(t)
 	wrongCA := t.TempDir()
 	copyTo(wrongCA, map[string]string{TLSCAFile: other.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey})
-	if d := one(newLimiter(t, client(t, RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: wrongCA}), opts), rule, "c"); d.Source != SourceFallback || d.Err == nil {
+	if d := one(newLimiter(t, client(t, RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: wrongCA}), opts), rule, "c"); d.Source != SourceFallback || d.Err == nil || !strings.Contains(d.Err.Error(), "unknown authority") {
 		t.Fatalf("server certificate from another CA accepted: %+v", d)
 	}
 	if d := one(newLimiter(t, client(t, RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: dir, ServerName: "redis.elsewhere"}), opts), rule, "c"); d.Source != SourceFallback || d.Err == nil || !strings.Contains(d.Err.Error(), "redis.elsewhere") {
 		t.Fatalf("server certificate accepted for another name: %+v", d)
+	}
+	if d := one(newLimiter(t, client(t, RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: dir, ServerName: "localhost"}), opts), rule, "c"); d.Source != SourceRedis {
+		t.Fatalf("server name that the certificate carries (an IP is dialled): %+v", d)
+	}
+
+	// The kubelet's layout: files are links into ..data, swapped at once.
+	kube := t.TempDir()
+	version := func(name string, files map[string]string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(kube, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		copyTo(filepath.Join(kube, name), files)
+		tmp := filepath.Join(kube, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(kube, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		for f := range files {
+			_ = os.Symlink(filepath.Join("..data", f), filepath.Join(kube, f)) // exists after the first version
+		}
+	}
+	all := map[string]string{TLSCAFile: pki.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey}
+	version("..v1", all)
+	if d := one(newLimiter(t, client(t, RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: kube}), opts), rule, "c"); d.Source != SourceRedis {
+		t.Fatalf("kubelet layout: %+v", d)
+	}
+	version("..v2", map[string]string{TLSCAFile: other.CA, TLSCertFile: pki.ClientCert, TLSKeyFile: pki.ClientKey})
+	if d := one(newLimiter(t, client(t, RedisConfig{Addrs: []string{addr}, TLS: true, TLSDir: kube}), opts), rule, "c"); d.Source != SourceFallback {
+		t.Fatalf("after the swap to another CA, a new connection still verified with the old one: %+v", d)
 	}
 
 	// Half a client certificate is an error that says so.
@@ -222,15 +249,6 @@ func TestSentinel(t *testing.T) {
 	if n, _ := master.Do("EXISTS", Key(defaultPrefix, "ns/sentinel", "c")); n != "1" {
 		t.Error("the key is not on the master")
 	}
-}
-
-func freeTCPPort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func TestClientLogsAreStructured(t *testing.T) {

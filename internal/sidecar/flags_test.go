@@ -40,7 +40,7 @@ func TestFlagsAndEnv(t *testing.T) {
 	}
 	// The injector relies on these names.
 	for _, name := range []string{"listen-address", "admin-address", "upstream", "config-file", "pod-labels-file",
-		"redis-mode", "redis-addrs", "redis-master-name", "redis-tls", "redis-tls-dir", "fallback-replicas", "key-prefix",
+		"redis-mode", "redis-addrs", "redis-master-name", "redis-tls", "redis-tls-dir", "redis-tls-server-name", "fallback-replicas", "key-prefix",
 		"decision-timeout", "shutdown-timeout"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("flag --%s missing", name)

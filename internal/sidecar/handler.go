@@ -248,7 +248,9 @@ const redisErrorLogEvery = 10 * time.Second
 // The limiter's errors carry neither credentials nor client keys.
 func (s *Sidecar) logRedisError(err error) {
 	quiet := s.redisErrQuiet.Add(1)
-	now := time.Now().UnixNano()
+	// Monotonic (since New), so a clock step cannot silence the log; +1
+	// keeps 0 for "never logged".
+	now := int64(time.Since(s.created)) + 1
 	last := s.redisErrLogged.Load()
 	if last != 0 && now-last < int64(redisErrorLogEvery) || !s.redisErrLogged.CompareAndSwap(last, now) {
 		return

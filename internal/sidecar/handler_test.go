@@ -315,7 +315,7 @@ func TestRedisErrorsAreLoggedSparingly(t *testing.T) {
 	if l := lines(); len(l) != 1 || !strings.Contains(l[0], "connection refused") || !strings.Contains(l[0], "errorsSinceLastLog=1") {
 		t.Fatalf("after 30 failed decisions, want one log line with the reason, got:\n%s", strings.Join(l, "\n"))
 	}
-	h.s.redisErrLogged.Store(time.Now().Add(-redisErrorLogEvery).UnixNano()) // the interval has passed
+	h.s.redisErrLogged.Add(-int64(redisErrorLogEvery)) // the interval has passed
 	h.do(t, "GET", "/", nil)
 	if l := lines(); len(l) != 2 || !strings.Contains(l[1], "errorsSinceLastLog=30") {
 		t.Fatalf("after the interval, want a second line counting the 30 errors since the first, got:\n%s", strings.Join(l, "\n"))

@@ -153,7 +153,8 @@ func dropH2CUpgrade(h http.Header) {
 	for _, v := range h.Values("Upgrade") {
 		for _, tok := range strings.Split(v, ",") {
 			tok = strings.TrimSpace(tok)
-			if strings.EqualFold(tok, "h2c") {
+			// A protocol may carry a version ("h2c/1"): the name decides.
+			if name, _, _ := strings.Cut(tok, "/"); strings.EqualFold(strings.TrimSpace(name), "h2c") {
 				dropped = true
 			} else if tok != "" {
 				keep = append(keep, tok)

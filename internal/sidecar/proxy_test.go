@@ -377,7 +377,7 @@ func TestProxyDropsH2CUpgrade(t *testing.T) {
 	var seen atomic.Value
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen.Store(fmt.Sprintf("upgrade=%q settings=%q connection=%q", r.Header.Get("Upgrade"), r.Header.Get("Http2-Settings"), r.Header.Get("Connection")))
-		if strings.EqualFold(r.Header.Get("Upgrade"), "h2c") {
+		if strings.HasPrefix(strings.ToLower(r.Header.Get("Upgrade")), "h2c") {
 			// A lenient server: switch, then keep the connection as a tunnel.
 			conn, brw, err := http.NewResponseController(w).Hijack()
 			if err != nil {
@@ -404,6 +404,8 @@ func TestProxyDropsH2CUpgrade(t *testing.T) {
 		"GET /a HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nX-User: a\r\n\r\n",
 		// HTTP2-Settings not listed in Connection, so not hop-by-hop
 		"GET /b HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: H2C\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nX-User: a\r\n\r\n",
+		// a versioned token
+		"GET /c HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c/1\r\nX-User: a\r\n\r\n",
 	} {
 		_, _ = io.WriteString(conn, req)
 		resp, err := http.ReadResponse(br, nil)
@@ -419,7 +421,7 @@ func TestProxyDropsH2CUpgrade(t *testing.T) {
 			t.Errorf("request %d: the app saw %v, want no upgrade offer", i, got)
 		}
 	}
-	if got := requestsCount(s, "limited", DecisionAllowed); got != 2 {
-		t.Errorf("decided requests = %v, want 2: both went through the limiter", got)
+	if got := requestsCount(s, "limited", DecisionAllowed); got != 3 {
+		t.Errorf("decided requests = %v, want 3: each went through the limiter", got)
 	}
 }

@@ -52,7 +52,7 @@ type Sidecar struct {
 	// Redis errors are logged at most once per redisErrorLogEvery, with
 	// the count since the last line: one per request would flood the log
 	// exactly when Redis is down.
-	redisErrLogged atomic.Int64 // UnixNano of the last line
+	redisErrLogged atomic.Int64 // when the last line was written, in ns since created
 	redisErrQuiet  atomic.Int64 // errors since then
 
 	respForwarded, respRejected, respFailedClosed prometheus.Counter

@@ -2,10 +2,7 @@ package sidecar
 
 import (
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -22,18 +19,18 @@ import (
 // reach a log line, not even when the login fails.
 func TestRunOverTLSAsACLUser(t *testing.T) {
 	pki := testsupport.NewPKI(t)
-	tlsPort := testsupport.FreePort(t)
-	r := testsupport.StartRedis(t, pki.RedisTLSArgs(tlsPort, true)...)
-	secret := t.TempDir() // the files under the Secret's keys
+	r, tlsAddr := testsupport.StartTLSRedis(t, pki, true)
+	// The mounted Secret, in the kubelet's layout (links into ..data).
+	secret := newVolume(t)
+	files := map[string][]byte{}
 	for name, src := range map[string]string{limiter.TLSCAFile: pki.CA, limiter.TLSCertFile: pki.ClientCert, limiter.TLSKeyFile: pki.ClientKey} {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(secret, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		files[name] = b
 	}
+	secret.write(t, files)
 	const prefix, good, wrong = "tls:", "pw-9f3b7c1e-good", "pw-2d6a0e84-wrong"
 	if _, err := r.Do(append([]string{"ACL", "SETUSER", "sidecar", "on", ">" + good}, limiter.ACLRules(prefix)...)...); err != nil {
 		t.Fatal(err)
@@ -46,8 +43,9 @@ func TestRunOverTLSAsACLUser(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	run := func(password string) (front, admin string) {
 		o := testOptions(up.URL, cfg, nil)
-		o.Redis.Addrs = []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))}
-		o.Redis.TLS, o.Redis.TLSDir, o.Redis.TLSServerName = true, secret, "localhost"
+		// As injected: the name verified is the address's host, an IP here.
+		o.Redis.Addrs = []string{tlsAddr}
+		o.Redis.TLS, o.Redis.TLSDir = true, secret.dir
 		o.Redis.Username, o.Redis.Password = "sidecar", password
 		o.KeyPrefix = prefix
 		o.DecisionTimeout = 2 * time.Second

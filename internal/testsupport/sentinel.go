@@ -29,9 +29,25 @@ func StartSentinel(tb testing.TB, master *Redis, masterName, password string) *S
 	if err != nil {
 		Missing(tb, "redis-server", err)
 	}
+	var lastErr error
+	// As for redis-server: another port when the probed one is taken.
+	for range 3 {
+		s, stop, err := startSentinel(tb, bin, master, masterName, password)
+		if err == nil {
+			tb.Cleanup(stop)
+			return s
+		}
+		stop()
+		lastErr = err
+	}
+	tb.Fatalf("starting a sentinel: %v", lastErr)
+	return nil
+}
+
+func startSentinel(tb testing.TB, bin string, master *Redis, masterName, password string) (*Sentinel, func(), error) {
 	port, err := freePort()
 	if err != nil {
-		tb.Fatal(err)
+		return nil, func() {}, err
 	}
 	dir := tb.TempDir()
 	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, masterName, master.Port)
@@ -40,26 +56,36 @@ func StartSentinel(tb testing.TB, master *Redis, masterName, password string) *S
 	}
 	path := filepath.Join(dir, "sentinel.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		tb.Fatal(err)
+		return nil, func() {}, err
 	}
 	cmd := exec.Command(bin, path, "--sentinel")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
+		return nil, func() {}, err
 	}
-	tb.Cleanup(func() {
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+		<-exited
+	}
 	s := &Sentinel{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), password: password}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName)
 		if err == nil && strings.HasSuffix(got, "\n"+strconv.Itoa(master.Port)) {
-			return s
+			return s, stop, nil
+		}
+		select {
+		case <-exited:
+			return nil, stop, fmt.Errorf("sentinel on port %d exited at start", port)
+		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("sentinel %s does not report master %s (%q, %v)", s.Addr, masterName, got, err)
+			if err == nil {
+				err = fmt.Errorf("reply %q", got)
+			}
+			return nil, stop, fmt.Errorf("sentinel %s does not report master %s: %w", s.Addr, masterName, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

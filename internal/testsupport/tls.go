@@ -56,14 +56,31 @@ func (p PKI) RedisTLSArgs(tlsPort int, clientAuth bool) []string {
 	}
 }
 
-// FreePort is a TCP port free on 127.0.0.1 at the time of the call.
-func FreePort(tb testing.TB) int {
+// StartTLSRedis starts a redis-server for one test that also serves TLS
+// with the PKI's server certificate (clientAuth: client certificates are
+// required) and returns it with its TLS address. Like NewRedis it tries
+// other ports when one is taken between the probe and the bind.
+func StartTLSRedis(tb testing.TB, p PKI, clientAuth bool) (*Redis, string) {
 	tb.Helper()
-	p, err := freePort()
-	if err != nil {
-		tb.Fatal(err)
+	if _, err := RedisServerPath(); err != nil {
+		Missing(tb, "redis-server", err)
 	}
-	return p
+	var lastErr error
+	for range 5 {
+		tlsPort, err := freePort()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r, err := NewRedis(p.RedisTLSArgs(tlsPort, clientAuth)...)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		tb.Cleanup(r.Close)
+		return r, net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	}
+	tb.Fatalf("starting redis-server with TLS: %v", lastErr)
+	return nil, ""
 }
 
 func writeCA(tb testing.TB, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
