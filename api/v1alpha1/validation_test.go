@@ -208,6 +208,8 @@ func TestValidation(t *testing.T) {
 				if err != nil {
 					t.Fatalf("valid policy rejected: %v", err)
 				}
+				// envtest outlives one run (-count=2).
+				t.Cleanup(func() { _ = k.Delete(context.Background(), p) })
 				return
 			}
 			if err == nil {
@@ -234,6 +236,7 @@ func TestDefaults(t *testing.T) {
 	if err := k.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = k.Delete(context.Background(), p) })
 	var got v1alpha1.RateLimitPolicy
 	if err := k.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
 		t.Fatal(err)

@@ -24,8 +24,10 @@ func TestClusterMatchesStandalone(t *testing.T) {
 	t.Parallel()
 	c := sharedCluster(t)
 	s := testsupport.StartRedis(t)
-	cl := newLimiter(t, client(t, RedisConfig{Mode: RedisCluster, Addrs: c.Addrs()}), Options{Timeout: 5 * time.Second})
-	st := newLimiter(t, standalone(t, s.Addr), Options{Timeout: 5 * time.Second})
+	// The cluster outlives one run (-count=2): fresh keys for each.
+	opts := Options{Timeout: 5 * time.Second, Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
+	cl := newLimiter(t, client(t, RedisConfig{Mode: RedisCluster, Addrs: c.Addrs()}), opts)
+	st := newLimiter(t, standalone(t, s.Addr), opts)
 	if cl.grouping != groupSlot || st.grouping != groupAll {
 		t.Fatalf("grouping: cluster %v, standalone %v", cl.grouping, st.grouping)
 	}

@@ -223,6 +223,8 @@ func TestWebhookThroughAPIServer(t *testing.T) {
 			if err := k8s.Create(context.Background(), pod); err != nil {
 				t.Fatalf("creating the pod: %v", err)
 			}
+			// envtest outlives one run (-count=2); no kubelet: gone at once.
+			t.Cleanup(func() { _ = k8s.Delete(context.Background(), pod) })
 			if got := injected(pod); got != tc.wantInjected {
 				t.Fatalf("injected = %v, want %v (annotations %v, init containers %d)", got, tc.wantInjected, pod.Annotations, len(pod.Spec.InitContainers))
 			}
@@ -315,6 +317,7 @@ func TestHandlerWarnsOnTargetPortConflict(t *testing.T) {
 	if err := k8s.Create(context.Background(), other); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), other) })
 	eventually(t, 10*time.Second, "the cache sees the second policy", func() bool {
 		return cached.Get(context.Background(), client.ObjectKeyFromObject(other), &v1alpha1.RateLimitPolicy{}) == nil
 	})

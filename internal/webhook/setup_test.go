@@ -33,9 +33,12 @@ func TestSelfSignedCertificates(t *testing.T) {
 	defer cancel()
 	const ns, secretName, svc, whName = "slidegate-system", "wh-cert", "wh-svc", "rotation-test"
 	namespace(t, ns, false)
-	if err := k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns}}); err != nil {
+	certSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns}}
+	if err := k8s.Create(ctx, certSecret); err != nil {
 		t.Fatal(err)
 	}
+	// envtest outlives one run (-count=2).
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), certSecret) })
 	wh := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: whName},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
@@ -50,6 +53,7 @@ func TestSelfSignedCertificates(t *testing.T) {
 	if err := k8s.Create(ctx, wh); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), wh) })
 
 	certDir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
