@@ -31,18 +31,21 @@ func TestRunOnRedisCluster(t *testing.T) {
 
 	const prefix, limit = "cl:", 30
 	global := limiter.Key(prefix, testNamespace+"/global", keyGlobal)
-	user, userKey := "", ""
-	for i := range 100 { // a user whose per-user key is in another slot than the global key
-		u := fmt.Sprintf("user-%d", i)
-		k := limiter.Key(prefix, testNamespace+"/per-user", hashKey(keyPrefixHeader, u))
-		if keySlot(t, cl, k) != keySlot(t, cl, global) {
-			user, userKey = u, k
-			break
+	// userOutside is a user, named from base, whose per-user key is in
+	// another slot than the global key, and that key.
+	userOutside := func(base string) (string, string) {
+		t.Helper()
+		for i := range 100 {
+			u := fmt.Sprintf("%s-%d", base, i)
+			k := limiter.Key(prefix, testNamespace+"/per-user", hashKey(keyPrefixHeader, u))
+			if keySlot(t, cl, k) != keySlot(t, cl, global) {
+				return u, k
+			}
 		}
+		t.Fatalf("no %s key outside the global key's slot", base)
+		return "", ""
 	}
-	if user == "" {
-		t.Fatal("no user key outside the global key's slot")
-	}
+	user, userKey := userOutside("user")
 
 	up := newUpstream(t)
 	cfg := newVolume(t)
@@ -103,15 +106,7 @@ func TestRunOnRedisCluster(t *testing.T) {
 
 	// A second user, under their own limit but rejected by the spent
 	// global policy: their per-user admits must be undone on the other slot.
-	other, otherKey := "", ""
-	for i := range 100 {
-		u := fmt.Sprintf("other-%d", i)
-		k := limiter.Key(prefix, testNamespace+"/per-user", hashKey(keyPrefixHeader, u))
-		if keySlot(t, cl, k) != keySlot(t, cl, global) {
-			other, otherKey = u, k
-			break
-		}
-	}
+	other, otherKey := userOutside("other")
 	if got := send(4, map[string]string{"X-User": other}); got[429] != 4 {
 		t.Fatalf("user %s after the global budget is spent: statuses %v, want 4×429", other, got)
 	}
