@@ -2,14 +2,18 @@ package webhook
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -91,6 +95,13 @@ func Setup(mgr manager.Manager, o Options) (healthz.Checker, error) {
 		case <-ctx.Done():
 			return nil
 		}
+		// The rotator's "ready" means the files exist, but a kubelet
+		// first projects the install's empty Secret as empty files and
+		// brings the certificate one volume sync later (up to a minute).
+		// A server started on the empty files would stop the manager.
+		if !waitForKeyPair(ctx, o.CertDir) {
+			return nil
+		}
 		// GetWebhookServer adds the server to the running manager, which
 		// starts it now that the certificate exists.
 		srv := mgr.GetWebhookServer()
@@ -109,6 +120,27 @@ func Setup(mgr manager.Manager, o Options) (healthz.Checker, error) {
 		}
 		return (*check)(req)
 	}, nil
+}
+
+// waitForKeyPair polls until CertDir holds a loadable tls.crt and tls.key
+// (the names controller-runtime's webhook server reads), or ctx ends.
+func waitForKeyPair(ctx context.Context, dir string) bool {
+	logged := false
+	for {
+		_, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+		if err == nil {
+			return true
+		}
+		if !logged {
+			ctrllog.FromContext(ctx).Info("waiting for the webhook certificate to be mounted", "dir", dir, "reason", err.Error())
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // everyReplica is a runnable that runs on every replica: a plain

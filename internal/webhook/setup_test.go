@@ -56,6 +56,14 @@ func TestSelfSignedCertificates(t *testing.T) {
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), wh) })
 
 	certDir := t.TempDir()
+	// What a kubelet mounts first from the install's empty Secret
+	// (config/default/webhook_cert_secret.yaml): the files, empty. A server
+	// started on them stopped the manager (seen on the real node).
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if err := os.WriteFile(filepath.Join(certDir, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +102,16 @@ func TestSelfSignedCertificates(t *testing.T) {
 	if ready(req) == nil {
 		t.Fatal("/readyz is true before the certificate is mounted")
 	}
-	// What the kubelet does with the Secret volume.
+	// The rotator declares itself ready at most 2 s after injecting the
+	// caBundle (its first backoff step, 1 s with jitter 1); give it that.
+	time.Sleep(3 * time.Second)
+	select {
+	case err := <-done:
+		done <- nil // for the deferred wait
+		t.Fatalf("the manager stopped on the empty certificate files: %v", err)
+	default:
+	}
+	// What the kubelet does with the Secret volume at its next sync.
 	for _, f := range []string{"tls.crt", "tls.key"} {
 		if err := os.WriteFile(filepath.Join(certDir, f), secret.Data[f], 0o600); err != nil {
 			t.Fatal(err)
