@@ -72,8 +72,14 @@ test-deps: ## Install what the tests need: redis-server, the envtest control pla
 	hack/tools.sh golangci-lint >/dev/null
 
 .PHONY: test
-test: test-deps vet verify lint ## Run every test (race detector on) against a real API server and redis-server.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 ./... 2>&1 | hack/test-summary.sh
+test: test-deps vet verify lint ## Run every test: real API server and redis-server (race detector on), then the real node.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 $$(go list ./... | grep -v /test/node) 2>&1 | hack/test-summary.sh
+	$(MAKE) test-node
+
+.PHONY: test-node
+test-node: ## Run test/node on a real single node (kubelet, containerd, kube-proxy) brought up and torn down by hack/node.sh.
+	hack/node-bins.sh >/dev/null
+	SLIDEGATE_NODE_IMAGES="$$(hack/node-images.sh)" hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh
 
 ##@ Build
 

@@ -16,27 +16,16 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE_ROOT=${SLIDEGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slidegate}
 DEST="$CACHE_ROOT/envtest/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}"
 
+# shellcheck source=hack/k8s-wrapper.sh
+. "$ROOT/hack/k8s-wrapper.sh"
+
 log() { echo "envtest: $*" >&2; }
 
 build_apiserver() {
-	local work gomod
+	local work
 	work=$(mktemp -d)
 	trap 'rm -rf "$work"' RETURN
-	gomod=$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@v${K8S_VERSION}" |
-		sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
-	[ -f "$gomod" ] || { log "cannot find go.mod of k8s.io/kubernetes@v${K8S_VERSION}"; return 1; }
-	{
-		echo "module slidegate.dev/envtest-apiserver"
-		echo
-		echo "go $(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')"
-		echo
-		echo "require k8s.io/kubernetes v${K8S_VERSION}"
-		echo
-		# Every staging module k8s.io/kubernetes replaces with ./staging/... is
-		# published as k8s.io/<name> v0.<minor>.<patch>; point at those instead.
-		grep -E '^[[:space:]]*(replace[[:space:]]+)?k8s\.io/[^ ]+ => \./staging/' "$gomod" |
-			sed -E 's/^[[:space:]]*(replace[[:space:]]+)?(k8s\.io\/[^ ]+) => .*/replace \2 => \2 v0.'"${K8S_VERSION#1.}"'/'
-	} >"$work/go.mod"
+	k8s_wrapper_module "$work" "$K8S_VERSION" slidegate.dev/envtest-apiserver
 	log "building kube-apiserver v${K8S_VERSION} (about 10 minutes on 2 cores the first time)"
 	(cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$DEST/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
 	mv "$DEST/kube-apiserver.tmp" "$DEST/kube-apiserver"

@@ -1,0 +1,659 @@
+// Package node tests slidegate on a real Kubernetes node (hack/node.sh): the
+// install from config/default as a user makes it, the webhook called by the
+// API server, the sidecar injected by a real kubelet as a native sidecar,
+// traffic through a real ClusterIP Service, the ConfigMap projection, the
+// fail modes, rolling updates and the uninstall.
+//
+// Run with `make test-node`. The steps depend on each other (one install, one
+// demo), so they are subtests of one test, in order.
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+const (
+	image        = "slidegate.test/slidegate:node"
+	demoImage    = "slidegate.test/demo-app:node"
+	system       = "slidegate-system"
+	demo         = "slidegate-demo"
+	manager      = "deployment/slidegate-controller-manager"
+	userPolicy   = "per-user"     // config/samples: 5 per 10 s by X-User-ID, fail-open
+	loginPolicy  = "per-ip-login" // config/samples: POST /login, fail-closed
+	appPort      = 8080
+	demoReplicas = 2
+)
+
+var theNode *node
+
+func TestMain(m *testing.M) {
+	n, err := nodeFromEnv()
+	if err != nil {
+		testsupport.MissingInMain("a real node", err)
+	}
+	theNode = n
+	os.Exit(m.Run())
+}
+
+func TestNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	n := theNode
+	n.redis = startRedis(t, n.ip) // for all steps: a subtest's cleanup would stop it
+	steps := []struct {
+		name string
+		run  func(context.Context, *testing.T, *node)
+	}{
+		{"Install", testInstall},
+		{"DemoInjected", testDemoInjected},
+		{"ExactAcrossReplicas", testExactAcrossReplicas},
+		{"NumericTargetPortBypasses", testBypass},
+		{"LimitChangeReachesSidecars", testLimitChange},
+		{"FailModes", testFailModes},
+		{"RollingUpdatesLoseNothing", testRollingUpdates},
+		{"Uninstall", testUninstall},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.run(ctx, t, n) }) {
+			t.Fatalf("step %s failed; the later steps build on it", s.name)
+		}
+	}
+}
+
+// testInstall installs slidegate as a user does (config/default through
+// kustomize, image set by kustomize), with Redis where the default install
+// expects it, and waits for the manager with its self-issued webhook
+// certificate.
+func testInstall(ctx context.Context, t *testing.T, n *node) {
+	dir := n.overlay(t, installKustomization)
+	mustKubectl(ctx, t, "apply", "--server-side", "-k", dir)
+	// Redis as a selector-less Service with a hand-written EndpointSlice:
+	// what a user does for a Redis outside the cluster.
+	if _, err := kubectl(ctx, redisService(n.ip), "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
+
+	var cfg struct {
+		Webhooks []struct {
+			ClientConfig struct {
+				CABundle []byte `json:"caBundle"`
+				Service  *struct{ Name, Namespace string }
+			} `json:"clientConfig"`
+		} `json:"webhooks"`
+	}
+	eventually(t, time.Minute, time.Second, "webhook caBundle set by the manager", func() error {
+		getJSON(ctx, t, &cfg, "get", "mutatingwebhookconfiguration", "slidegate-mutating-webhook-configuration")
+		for _, w := range cfg.Webhooks {
+			if len(w.ClientConfig.CABundle) == 0 {
+				return fmt.Errorf("empty caBundle")
+			}
+			if w.ClientConfig.Service == nil || w.ClientConfig.Service.Namespace != system {
+				return fmt.Errorf("webhook not called through a Service of %s: %+v", system, w.ClientConfig.Service)
+			}
+		}
+		return nil
+	})
+	var secret corev1.Secret
+	getJSON(ctx, t, &secret, "-n", system, "get", "secret", "slidegate-webhook-server-cert")
+	if len(secret.Data["tls.crt"]) == 0 || len(secret.Data["tls.key"]) == 0 {
+		t.Fatalf("the webhook's serving certificate was not issued: keys %v", keys(secret.Data))
+	}
+	var pods corev1.PodList
+	getJSON(ctx, t, &pods, "-n", system, "get", "pods", "-l", "control-plane=controller-manager")
+	for _, p := range pods.Items {
+		if !podReady(&p) {
+			t.Errorf("manager pod %s is not Ready", p.Name)
+		}
+		if img := p.Spec.Containers[0].Image; img != image {
+			t.Errorf("manager pod %s runs %s, want %s", p.Name, img, image)
+		}
+		// The kubelet first mounts the install's empty certificate Secret;
+		// a manager that starts its webhook server on it exits once.
+		for _, c := range p.Status.ContainerStatuses {
+			if c.RestartCount != 0 {
+				t.Errorf("manager pod %s restarted %d times (last: %+v)", p.Name, c.RestartCount, c.LastTerminationState.Terminated)
+			}
+		}
+	}
+}
+
+// The default install, with the image changed the way a user's overlay (or
+// `make deploy IMG=...`) changes it.
+const installKustomization = `resources:
+  - ../default
+images:
+  - name: ghcr.io/slidegate/slidegate
+    newName: slidegate.test/slidegate
+    newTag: node
+replacements:
+  - source:
+      kind: Deployment
+      name: slidegate-controller-manager
+      fieldPath: spec.template.spec.containers.[name=manager].image
+    targets:
+      - select:
+          kind: Deployment
+          name: slidegate-controller-manager
+        fieldPaths:
+          - spec.template.spec.containers.[name=manager].env.[name=SLIDEGATE_SIDECAR_IMAGE].value
+`
+
+// config/samples, with the demo app's image replaced by this repository's
+// stand-in (test/node/demoapp takes agnhost's arguments).
+const demoKustomization = `resources:
+  - ../samples
+images:
+  - name: registry.k8s.io/e2e-test-images/agnhost
+    newName: slidegate.test/demo-app
+    newTag: node
+`
+
+func redisService(ip string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: redis, namespace: %[1]s}
+spec:
+  ports: [{name: redis, port: 6379, targetPort: 6379, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: redis-node
+  namespace: %[1]s
+  labels: {kubernetes.io/service-name: redis}
+addressType: IPv4
+ports: [{name: redis, port: 6379, protocol: TCP}]
+endpoints: [{addresses: [%[2]q]}]
+`, system, ip)
+}
+
+// testDemoInjected applies config/samples and checks what the kubelet runs:
+// every replica Ready with the sidecar as a native sidecar, admitted under
+// the namespace's enforced Pod Security "restricted" level.
+func testDemoInjected(ctx context.Context, t *testing.T, n *node) {
+	dir := n.overlay(t, demoKustomization)
+	mustKubectl(ctx, t, "apply", "--server-side", "-k", dir)
+	mustKubectl(ctx, t, "-n", demo, "rollout", "status", "deployment/demo-app", "--timeout=3m")
+	pods := demoPods(ctx, t)
+	if len(pods) != demoReplicas {
+		t.Fatalf("%d demo pods, want %d", len(pods), demoReplicas)
+	}
+	for _, p := range pods {
+		if len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name != inject.ContainerName {
+			t.Fatalf("pod %s: no injected sidecar (init containers %v)", p.Name, p.Spec.InitContainers)
+		}
+		sc := p.Spec.InitContainers[0]
+		if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			t.Errorf("pod %s: the sidecar is not a native sidecar (restartPolicy %v)", p.Name, sc.RestartPolicy)
+		}
+		if sc.Image != image {
+			t.Errorf("pod %s: sidecar image %s, want %s", p.Name, sc.Image, image)
+		}
+		if !podReady(&p) {
+			t.Errorf("pod %s is not Ready", p.Name)
+		}
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.Name == inject.ContainerName && (s.Started == nil || !*s.Started || !s.Ready) {
+				t.Errorf("pod %s: sidecar not started and ready: %+v", p.Name, s)
+			}
+		}
+	}
+	// The namespace label enforces "restricted" for real: the same app
+	// without its security context is refused by the API server.
+	bad := `apiVersion: v1
+kind: Pod
+metadata: {name: not-restricted, namespace: ` + demo + `, labels: {ratelimit.slidegate.dev/inject: "false"}}
+spec:
+  containers: [{name: app, image: ` + demoImage + `}]
+`
+	_, err := kubectl(ctx, bad, "apply", "-f", "-")
+	if err == nil || !strings.Contains(err.Error(), "violates PodSecurity") {
+		t.Errorf("a pod violating the restricted level was not refused: %v", err)
+	}
+	waitEnforced(ctx, t, userPolicy, demoReplicas)
+	waitServiceReachesAll(ctx, t)
+}
+
+// waitServiceReachesAll waits until requests through the demo Service reach
+// every replica: Ready pods are in the EndpointSlice a moment before
+// kube-proxy's rules send traffic to them.
+func waitServiceReachesAll(ctx context.Context, t *testing.T) {
+	t.Helper()
+	url := "http://" + serviceIP(ctx, t, "demo-app") + "/hostname"
+	seen := map[string]bool{}
+	var i int
+	eventually(t, time.Minute, 20*time.Millisecond, "the Service reaches every replica", func() error {
+		i++
+		a, err := request(ctx, "GET", url, map[string]string{"X-User-ID": fmt.Sprintf("warmup-%d", i)})
+		if err != nil {
+			return err
+		}
+		if a.code == 200 {
+			seen[strings.TrimSpace(a.body)] = true
+		}
+		if len(seen) < demoReplicas {
+			return fmt.Errorf("reached %v", seen)
+		}
+		return nil
+	})
+}
+
+// testExactAcrossReplicas sends each user's requests through the ClusterIP
+// Service (targetPort by name), one connection each, so kube-proxy spreads
+// them over both replicas: exactly the limit passes per user, and the app
+// saw exactly what was admitted.
+func testExactAcrossReplicas(ctx context.Context, t *testing.T, _ *node) {
+	const limit, perUser = 5, 8
+	url := "http://" + serviceIP(ctx, t, "demo-app") + "/"
+	before := appStats(ctx, t)
+	users := []string{"alice", "bob", "carol"}
+	for _, u := range users {
+		admitted := 0
+		for range perUser {
+			a, err := request(ctx, "GET", url, map[string]string{"X-User-ID": u})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch a.code {
+			case 200:
+				admitted++
+			case 429:
+				for _, h := range []string{"Retry-After", "RateLimit-Policy", "RateLimit"} {
+					if a.header.Get(h) == "" {
+						t.Errorf("429 without %s: %v", h, a.header)
+					}
+				}
+				if !strings.Contains(a.header.Get("RateLimit-Policy"), `"`+userPolicy+`";q=5;w=10`) {
+					t.Errorf("RateLimit-Policy %q does not name %s's limit", a.header.Get("RateLimit-Policy"), userPolicy)
+				}
+			default:
+				t.Fatalf("user %s: status %d: %s", u, a.code, a.body)
+			}
+		}
+		if admitted != limit {
+			t.Errorf("user %s: %d of %d admitted, want exactly %d", u, admitted, perUser, limit)
+		}
+	}
+	after := appStats(ctx, t)
+	podsHit := 0
+	for pod, s := range after {
+		if s.Total > before[pod].Total {
+			podsHit++
+		}
+	}
+	for _, u := range users {
+		got := 0
+		for pod, s := range after {
+			got += s.ByUser[u] - before[pod].ByUser[u]
+		}
+		if got != limit {
+			t.Errorf("the app saw %d requests of %s, want exactly the %d admitted", got, u, limit)
+		}
+	}
+	if podsHit != demoReplicas {
+		t.Errorf("admitted requests reached %d of %d replicas: the test did not exercise the shared limit", podsHit, demoReplicas)
+	}
+}
+
+// testBypass adds a Service with a numeric targetPort: it reaches the app
+// past the sidecar, and the policy says so.
+func testBypass(ctx context.Context, t *testing.T, _ *node) {
+	svc := `apiVersion: v1
+kind: Service
+metadata: {name: demo-app-direct, namespace: ` + demo + `}
+spec:
+  selector: {app: demo-app}
+  ports: [{name: http, port: 80, targetPort: ` + strconv.Itoa(appPort) + `}]
+`
+	if _, err := kubectl(ctx, svc, "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, time.Second, "Enforced=False ServiceBypassesSidecar", func() error {
+		c := condition(ctx, t, userPolicy, v1alpha1.ConditionEnforced)
+		if c == nil || c.Status != "False" || c.Reason != v1alpha1.ReasonServiceBypassesSidecar {
+			return fmt.Errorf("Enforced is %+v", c)
+		}
+		if !strings.Contains(c.Message, "demo-app-direct") {
+			return fmt.Errorf("message does not name the Service: %q", c.Message)
+		}
+		return nil
+	})
+	url := "http://" + serviceIP(ctx, t, "demo-app-direct") + "/"
+	for i := range 8 {
+		a, err := request(ctx, "GET", url, map[string]string{"X-User-ID": "bypass"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.code != 200 {
+			t.Fatalf("request %d past the sidecar: status %d (the numeric targetPort should not be limited)", i, a.code)
+		}
+	}
+	mustKubectl(ctx, t, "-n", demo, "delete", "service", "demo-app-direct")
+	waitEnforced(ctx, t, userPolicy, demoReplicas)
+}
+
+// testLimitChange patches the limit and measures how long the kubelet's
+// ConfigMap projection takes to bring it to every running sidecar, which must
+// not restart.
+func testLimitChange(ctx context.Context, t *testing.T, n *node) {
+	pods := demoPods(ctx, t)
+	restarts := sidecarRestarts(pods)
+	mustKubectl(ctx, t, "-n", demo, "patch", "rlp", userPolicy, "--type=merge", "-p", `{"spec":{"limit":8}}`)
+	start := time.Now()
+	// The kubelet refreshes a projected ConfigMap on a pod sync: at most
+	// one syncFrequency apart, plus its ConfigMap watch and the sidecar's
+	// reload. Twice the period and a fixed margin for a busy machine bound it.
+	timeout := 2*n.sync + 45*time.Second
+	var probe atomic.Int64
+	for _, p := range pods {
+		url := fmt.Sprintf("http://%s:%d/", p.Status.PodIP, v1alpha1.SidecarPort)
+		eventually(t, timeout, 250*time.Millisecond, "new limit at pod "+p.Name, func() error {
+			a, err := request(ctx, "GET", url, map[string]string{"X-User-ID": fmt.Sprintf("probe-%d", probe.Add(1))})
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(a.header.Get("RateLimit-Policy"), `"`+userPolicy+`";q=8;w=10`) {
+				return fmt.Errorf("RateLimit-Policy %q", a.header.Get("RateLimit-Policy"))
+			}
+			return nil
+		})
+		t.Logf("limit 5 → 8 reached %s %.1fs after the patch (kubelet syncFrequency %s)", p.Name, time.Since(start).Seconds(), n.sync)
+	}
+	after := demoPods(ctx, t)
+	if got := sidecarRestarts(after); got != restarts {
+		t.Errorf("sidecar restarts went from %v to %v", restarts, got)
+	}
+	if names(after) != names(pods) {
+		t.Errorf("pods changed: %s → %s", names(pods), names(after))
+	}
+}
+
+// testFailModes stops Redis: the fail-open policy serves within each
+// replica's share, the fail-closed one answers 503 with Retry-After; when
+// Redis is back, decisions come from it again.
+func testFailModes(ctx context.Context, t *testing.T, n *node) {
+	const limit = 8 // since testLimitChange
+	share := (limit + demoReplicas - 1) / demoReplicas
+	pods := demoPods(ctx, t)
+	n.redis.stop()
+	for _, p := range pods {
+		url := fmt.Sprintf("http://%s:%d/", p.Status.PodIP, v1alpha1.SidecarPort)
+		user := "down-" + p.Name
+		admitted := 0
+		for range limit {
+			a, err := request(ctx, "GET", url, map[string]string{"X-User-ID": user})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch a.code {
+			case 200:
+				admitted++
+			case 429:
+			default:
+				t.Fatalf("fail-open with Redis down: status %d: %s", a.code, a.body)
+			}
+		}
+		if admitted != share {
+			t.Errorf("pod %s with Redis down admitted %d of %d, want its share ceil(%d/%d) = %d", p.Name, admitted, limit, limit, demoReplicas, share)
+		}
+		a, err := request(ctx, "POST", url+"login", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.code != 503 || a.header.Get("Retry-After") == "" {
+			t.Errorf("fail-closed %s with Redis down: status %d, Retry-After %q; want 503 with Retry-After", loginPolicy, a.code, a.header.Get("Retry-After"))
+		}
+	}
+	n.redis.start(t)
+	restarted := time.Now()
+	for _, p := range pods {
+		url := fmt.Sprintf("http://%s:%d/login", p.Status.PodIP, v1alpha1.SidecarPort)
+		eventually(t, 30*time.Second, 100*time.Millisecond, "decisions from Redis again at "+p.Name, func() error {
+			a, err := request(ctx, "POST", url, nil)
+			if err != nil {
+				return err
+			}
+			if a.code == 503 {
+				return fmt.Errorf("still 503")
+			}
+			return nil
+		})
+		t.Logf("pod %s decides through Redis again %.2fs after redis-server restarted", p.Name, time.Since(restarted).Seconds())
+	}
+	// One replica alone now admits the whole limit: Redis decides, not the
+	// per-replica share.
+	url := fmt.Sprintf("http://%s:%d/", pods[0].Status.PodIP, v1alpha1.SidecarPort)
+	admitted := 0
+	for range limit + 2 {
+		a, err := request(ctx, "GET", url, map[string]string{"X-User-ID": "back-up"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.code == 200 {
+			admitted++
+		}
+	}
+	if admitted != limit {
+		t.Errorf("with Redis back, one replica admitted %d, want the whole limit %d", admitted, limit)
+	}
+}
+
+// testRollingUpdates drives traffic through the Service while the app rolls
+// and the manager restarts: no request may fail other than by a 429.
+func testRollingUpdates(ctx context.Context, t *testing.T, _ *node) {
+	url := "http://" + serviceIP(ctx, t, "demo-app") + "/"
+	var (
+		ok, limited atomic.Int64
+		mu          sync.Mutex
+		failures    []string
+		stop        = make(chan struct{})
+		wg          sync.WaitGroup
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				a, err := request(ctx, "GET", url, map[string]string{"X-User-ID": fmt.Sprintf("roll-%d-%d", w, i)})
+				switch {
+				case err == nil && a.code == 200:
+					ok.Add(1)
+				case err == nil && a.code == 429:
+					limited.Add(1)
+				default:
+					mu.Lock()
+					if err != nil {
+						failures = append(failures, err.Error())
+					} else {
+						failures = append(failures, fmt.Sprintf("status %d: %s", a.code, strings.TrimSpace(a.body)))
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	time.Sleep(2 * time.Second)
+	mustKubectl(ctx, t, "-n", demo, "rollout", "restart", "deployment/demo-app")
+	mustKubectl(ctx, t, "-n", demo, "rollout", "status", "deployment/demo-app", "--timeout=3m")
+	mustKubectl(ctx, t, "-n", system, "rollout", "restart", manager)
+	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
+	// Old pods may still be terminating behind the Service; keep going
+	// until they are gone.
+	eventually(t, 2*time.Minute, time.Second, "old demo pods gone", func() error {
+		var pods corev1.PodList
+		getJSON(ctx, t, &pods, "-n", demo, "get", "pods", "-l", "app=demo-app")
+		if len(pods.Items) != demoReplicas {
+			return fmt.Errorf("%d pods", len(pods.Items))
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("during the app's rolling update and the manager's restart: %d admitted, %d limited, %d failed", ok.Load(), limited.Load(), len(failures))
+	if len(failures) > 0 {
+		t.Errorf("%d requests failed, first: %v", len(failures), failures[:min(5, len(failures))])
+	}
+	if ok.Load() == 0 {
+		t.Error("no request was admitted during the updates")
+	}
+	waitEnforced(ctx, t, userPolicy, demoReplicas)
+	for _, p := range demoPods(ctx, t) {
+		if len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name != inject.ContainerName {
+			t.Errorf("pod %s of the rolled Deployment has no sidecar", p.Name)
+		}
+	}
+}
+
+// testUninstall removes the demo and then the install, and checks that
+// nothing slidegate created is left.
+func testUninstall(ctx context.Context, t *testing.T, n *node) {
+	mustKubectl(ctx, t, "delete", "--wait=true", "--timeout=3m", "-k", n.overlay(t, demoKustomization))
+	mustKubectl(ctx, t, "delete", "--wait=true", "--timeout=3m", "-k", n.overlay(t, installKustomization))
+	for _, q := range [][]string{
+		{"get", "crd", "ratelimitpolicies.ratelimit.slidegate.dev", "--ignore-not-found", "-o", "name"},
+		{"get", "namespace", system, demo, "--ignore-not-found", "-o", "name"},
+		{"get", "mutatingwebhookconfigurations,clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/part-of=slidegate", "-o", "name"},
+		{"get", "configmaps,secrets,services,deployments,roles,rolebindings,serviceaccounts,leases", "-A", "-l", "app.kubernetes.io/part-of=slidegate", "-o", "name"},
+		{"get", "configmaps,secrets", "-A", "-l", "app.kubernetes.io/managed-by=slidegate", "-o", "name"},
+	} {
+		eventually(t, 2*time.Minute, time.Second, "nothing left: kubectl "+strings.Join(q, " "), func() error {
+			out, err := kubectl(ctx, "", q...)
+			if err != nil {
+				return err
+			}
+			if s := strings.TrimSpace(out); s != "" {
+				return fmt.Errorf("left: %s", s)
+			}
+			return nil
+		})
+	}
+}
+
+// --- reading the cluster ----------------------------------------------------
+
+func demoPods(ctx context.Context, t *testing.T) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	getJSON(ctx, t, &pods, "-n", demo, "get", "pods", "-l", "app=demo-app", "--field-selector=status.phase=Running")
+	var live []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func serviceIP(ctx context.Context, t *testing.T, name string) string {
+	t.Helper()
+	var svc corev1.Service
+	getJSON(ctx, t, &svc, "-n", demo, "get", "service", name)
+	if svc.Spec.ClusterIP == "" {
+		t.Fatalf("service %s has no ClusterIP", name)
+	}
+	return svc.Spec.ClusterIP
+}
+
+func condition(ctx context.Context, t *testing.T, policy, typ string) *metav1.Condition {
+	t.Helper()
+	var p v1alpha1.RateLimitPolicy
+	getJSON(ctx, t, &p, "-n", demo, "get", "rlp", policy)
+	return meta.FindStatusCondition(p.Status.Conditions, typ)
+}
+
+// waitEnforced waits for Enforced=True on the policy with want pods.
+func waitEnforced(ctx context.Context, t *testing.T, policy string, want int32) {
+	t.Helper()
+	eventually(t, 2*time.Minute, time.Second, policy+" enforced on every pod", func() error {
+		var p v1alpha1.RateLimitPolicy
+		getJSON(ctx, t, &p, "-n", demo, "get", "rlp", policy)
+		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionEnforced)
+		if c == nil || c.Status != "True" || p.Status.EnforcedPods != want || p.Status.MatchedPods != want {
+			return fmt.Errorf("enforced %d/%d matched, condition %+v", p.Status.EnforcedPods, p.Status.MatchedPods, c)
+		}
+		return nil
+	})
+}
+
+type stats struct {
+	Total  int            `json:"total"`
+	ByUser map[string]int `json:"byUser"`
+}
+
+// appStats reads each demo pod's own counters on the app's port, past the
+// sidecar (the pod IP is reachable from the node).
+func appStats(ctx context.Context, t *testing.T) map[string]stats {
+	t.Helper()
+	out := map[string]stats{}
+	for _, p := range demoPods(ctx, t) {
+		a, err := request(ctx, "GET", fmt.Sprintf("http://%s:%d/stats", p.Status.PodIP, appPort), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s stats
+		if err := json.Unmarshal([]byte(a.body), &s); err != nil {
+			t.Fatalf("stats of %s: %v: %q", p.Name, err, a.body)
+		}
+		out[p.Name] = s
+	}
+	return out
+}
+
+func sidecarRestarts(pods []corev1.Pod) string {
+	var s []string
+	for _, p := range pods {
+		for _, c := range p.Status.InitContainerStatuses {
+			if c.Name == inject.ContainerName {
+				s = append(s, fmt.Sprintf("%s=%d", p.Name, c.RestartCount))
+			}
+		}
+	}
+	return strings.Join(s, ",")
+}
+
+func names(pods []corev1.Pod) string {
+	var s []string
+	for _, p := range pods {
+		s = append(s, p.Name)
+	}
+	return strings.Join(s, ",")
+}
+
+func keys(m map[string][]byte) []string {
+	var k []string
+	for key := range m {
+		k = append(k, key)
+	}
+	return k
+}
