@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -328,4 +330,28 @@ func freeAddr(t *testing.T) string {
 	}
 	defer func() { _ = ln.Close() }()
 	return ln.Addr().String()
+}
+
+// TestLongKeyValuesGetTheirOwnBudget: client values that differ only after a
+// 1,024-byte common prefix are distinct clients end to end, through Redis;
+// the same value again is still limited.
+func TestLongKeyValuesGetTheirOwnBudget(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	f := newFleet(t, []Limiter{redisLimiter(t, r, 1, exactTimeout)},
+		testConfig(nil, testPolicy("per-user", 1, withKey("Header", "X-User-ID", "Deny"))))
+	prefix := strings.Repeat("k", 1024)
+	var got []int
+	for _, user := range []string{"A", "B", "C", "A"} {
+		req, _ := http.NewRequest("GET", f.fronts[0]+"/", nil)
+		req.Header.Set("X-User-ID", prefix+user)
+		resp, err := f.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, resp.StatusCode)
+		drain(resp)
+	}
+	if want := []int{200, 200, 200, 429}; !slices.Equal(got, want) {
+		t.Errorf("statuses %v, want %v (A, B, C each their own budget of 1, then A again)", got, want)
+	}
 }

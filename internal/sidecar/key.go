@@ -13,11 +13,6 @@ import (
 )
 
 const (
-	// maxKeyValueBytes bounds the part of a header, query parameter or claim
-	// value that identifies a client. Longer values are cut to this length
-	// before hashing: clients whose values share such a prefix share a
-	// budget, which errs on the side of limiting.
-	maxKeyValueBytes = 1024
 	// maxBearerBytes bounds the bearer token whose payload is decoded; a
 	// longer token has no claims (OnMissing applies).
 	maxBearerBytes = 16 << 10
@@ -103,10 +98,11 @@ func (ri *reqInfo) key(p *policy) (key string, ok bool) {
 	return "", false
 }
 
+// hashKey hashes the whole value: cutting it first would make clients whose
+// values share the cut prefix share one budget. The hash alone bounds the key
+// (and so Redis memory); the value's own length is bounded by the server's
+// MaxHeaderBytes, which the query and the bearer token count against too.
 func hashKey(prefix, v string) string {
-	if len(v) > maxKeyValueBytes {
-		v = v[:maxKeyValueBytes]
-	}
 	sum := sha256.Sum256([]byte(v))
 	return prefix + base64.RawURLEncoding.EncodeToString(sum[:16])
 }

@@ -94,23 +94,61 @@ func TestClientKey(t *testing.T) {
 	}
 }
 
-func TestClientKeyBounded(t *testing.T) {
-	p := compiledPolicy(t, testPolicy("p", 1, withKey("Header", "X-Key", "Deny")))
+// TestClientKeyWholeValue: the whole value is hashed, so values that differ
+// only after a long common prefix are distinct clients, and the key stays
+// short and free of the value however long the value is.
+func TestClientKeyWholeValue(t *testing.T) {
+	prefix1K := strings.Repeat("k", 1024)
 	long := strings.Repeat("a", 100_000)
-	r := httptest.NewRequest("GET", "/", nil)
-	r.Header.Set("X-Key", long)
-	ri := reqInfo{r: r}
-	k1, _ := ri.key(p)
-	r.Header.Set("X-Key", long[:maxKeyValueBytes]+"different tail")
-	ri = reqInfo{r: r}
-	k2, _ := ri.key(p)
-	if len(k1) > 32 || k1 != k2 {
-		t.Errorf("long values must hash their bounded prefix: %q %q", k1, k2)
+	tests := []struct {
+		name     string
+		key      sidecarconfig.Key
+		url      func(v string) string
+		a, b     string
+		wantSame bool
+	}{
+		{name: "header, 1,024-byte common prefix", key: sidecarconfig.Key{Source: "Header", Name: "X-User-ID", OnMissing: "Deny"},
+			a: prefix1K + "A", b: prefix1K + "B"},
+		{name: "header, 100,000-byte common prefix", key: sidecarconfig.Key{Source: "Header", Name: "X-User-ID", OnMissing: "Deny"},
+			a: long, b: long + "different tail"},
+		{name: "header, same long value", key: sidecarconfig.Key{Source: "Header", Name: "X-User-ID", OnMissing: "Deny"},
+			a: long, b: long, wantSame: true},
+		{name: "query, 1,024-byte common prefix", key: sidecarconfig.Key{Source: "QueryParameter", Name: "user", OnMissing: "Deny"},
+			url: func(v string) string { return "/?user=" + v }, a: prefix1K + "A", b: prefix1K + "B"},
+		{name: "claim, 1,024-byte common prefix", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "Deny"},
+			a: prefix1K + "A", b: prefix1K + "B"},
 	}
-	// Values are never stored in clear: a secret in a header does not reach
-	// Redis or the logs.
-	if strings.Contains(k1, "aaaa") {
-		t.Errorf("key %q contains the value", k1)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := compiledPolicy(t, testPolicy("p", 1, withKey(tt.key.Source, tt.key.Name, tt.key.OnMissing)))
+			keyOf := func(v string) string {
+				u := "/"
+				if tt.url != nil {
+					u = tt.url(v)
+				}
+				r := httptest.NewRequest("GET", u, nil)
+				switch tt.key.Source {
+				case "Header":
+					r.Header.Set(tt.key.Name, v)
+				case "JWTClaim":
+					r.Header.Set("Authorization", "Bearer "+jwt(`{"sub":"`+v+`"}`))
+				}
+				ri := reqInfo{r: r}
+				k, ok := ri.key(p)
+				if !ok {
+					t.Fatalf("no key for a %d-byte value", len(v))
+				}
+				// Values are never stored in clear: a secret in a header
+				// does not reach Redis or the logs.
+				if len(k) > 32 || strings.Contains(k, "kkkk") || strings.Contains(k, "aaaa") {
+					t.Errorf("key %q is not a short hash of the value", k)
+				}
+				return k
+			}
+			if ka, kb := keyOf(tt.a), keyOf(tt.b); (ka == kb) != tt.wantSame {
+				t.Errorf("keys %q and %q: same = %v, want %v", ka, kb, ka == kb, tt.wantSame)
+			}
+		})
 	}
 }
 
