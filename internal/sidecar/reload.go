@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -55,7 +56,14 @@ func (s *Sidecar) reload() error {
 	// controller has not written the ConfigMap yet, so a fresh sidecar waits
 	// one resync interval (unready) before it concludes so; a sidecar
 	// restarted after the last policy went must not stay unready forever.
-	noPolicies := errors.Is(cfgErr, fs.ErrNotExist) &&
+	// A ConfigMap that is there but lacks the file is a bad config instead.
+	missing := errors.Is(cfgErr, fs.ErrNotExist)
+	if missing {
+		if err := configMapGone(s.opts.ConfigFile); err != nil {
+			cfgErr, missing = err, false
+		}
+	}
+	noPolicies := missing &&
 		(cur != nil || time.Since(s.created) >= s.opts.ConfigResyncInterval)
 	if noPolicies {
 		cfgData, cfgErr = nil, nil
@@ -146,6 +154,34 @@ func (s *Sidecar) bindCounters(st, old *state) {
 			}
 		}
 	}
+}
+
+// configMapGone tells why the config file is missing. The kubelet renders a
+// deleted optional ConfigMap as an empty ..data snapshot: nil, the ConfigMap
+// is gone. A snapshot holding other keys is a ConfigMap without the file:
+// an error, so that the last good config stays in force. A directory without
+// ..data is not a ConfigMap volume; there a missing file means gone too.
+func configMapGone(configFile string) error {
+	data := filepath.Join(filepath.Dir(configFile), "..data")
+	if _, err := os.Lstat(data); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	// Any error here (the snapshot was swapped while we looked) keeps the
+	// config in force: the swap's own event brings another reload, whereas
+	// taking "gone" for the truth would make "no policies" the last good.
+	keys, err := os.ReadDir(data)
+	if err != nil {
+		return fmt.Errorf("reading the config volume: %w", err)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	names := make([]string, 0, 3)
+	for _, k := range keys[:min(len(keys), cap(names))] {
+		names = append(names, k.Name())
+	}
+	return fmt.Errorf("the ConfigMap has no %s (it has %d other keys: %s)",
+		filepath.Base(configFile), len(keys), strings.Join(names, ", "))
 }
 
 func readBounded(path string, limit int64) ([]byte, error) {

@@ -6,6 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -310,5 +313,130 @@ func TestDeletedConfigMeansNoPolicies(t *testing.T) {
 	time.Sleep(o.ConfigResyncInterval)
 	if err := s.Reload(); err != nil || !s.Ready() {
 		t.Fatalf("reload a resync interval later: err %v, ready %v; want no policies and ready", err, s.Ready())
+	}
+}
+
+// TestSnapshotWithoutConfigFile: a ..data snapshot without config.json means
+// "no policies" only when it is empty, the kubelet's rendering of a deleted
+// ConfigMap. One with other keys is a ConfigMap without its config: a failed
+// reload that keeps the last good config, and, before any config, keeps the
+// sidecar unready even after the start-up grace.
+func TestSnapshotWithoutConfigFile(t *testing.T) {
+	tests := []struct {
+		name       string
+		loaded     bool // a config (policy p, limit 1) was in force before
+		files      map[string][]byte
+		wantErr    bool
+		wantStatus []int // nil: not ready
+	}{
+		{name: "empty snapshot after a config: ConfigMap deleted, no policies",
+			loaded: true, files: map[string][]byte{}, wantStatus: []int{200, 200, 200}},
+		{name: "other keys after a config: failed reload, limit 1 still enforced",
+			loaded: true, files: map[string][]byte{"config.yaml": []byte("policies: []")}, wantErr: true, wantStatus: []int{200, 429, 429}},
+		// files nil: ..data dangles, as when the snapshot is swapped and
+		// removed while the sidecar looks. Not proof that the ConfigMap is
+		// gone; the swap's own event brings the next reload.
+		{name: "..data dangling after a config: failed reload, limit 1 still enforced",
+			loaded: true, wantErr: true, wantStatus: []int{200, 429, 429}},
+		{name: "empty snapshot at start, after the grace: no policies",
+			files: map[string][]byte{}, wantStatus: []int{200, 200, 200}},
+		{name: "other keys at start, after the grace: not ready",
+			files: map[string][]byte{"config.yaml": []byte("policies: []")}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var cfg *sidecarconfig.Config
+			if tt.loaded {
+				cfg = testConfig(nil, testPolicy("p", 1))
+			}
+			h := newHarness(t, newMemLimiter(), cfg)
+			// Past the start-up grace without waiting for it.
+			h.s.created = time.Now().Add(-2 * h.s.opts.ConfigResyncInterval)
+			rev := h.s.Revision()
+			failures := testutil.ToFloat64(h.s.metrics.reloads.WithLabelValues("failure"))
+
+			if tt.files != nil {
+				h.cfg.write(t, tt.files)
+			} else {
+				data := h.cfg.path("..data")
+				if err := os.Remove(data); err != nil {
+					t.Fatal(err)
+				}
+				mustSymlink(t, "..removed", data)
+			}
+			err := h.s.Reload()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("reload: %v, want error %v", err, tt.wantErr)
+			}
+			gotFailures := testutil.ToFloat64(h.s.metrics.reloads.WithLabelValues("failure")) - failures
+			if tt.wantErr && (gotFailures != 1 || testutil.ToFloat64(h.s.metrics.lastReloadOK) != 0) {
+				t.Errorf("failures counted %v, last_reload_successful %v; want 1 and 0",
+					gotFailures, testutil.ToFloat64(h.s.metrics.lastReloadOK))
+			}
+			if tt.wantErr && tt.loaded && h.s.Revision() != rev {
+				t.Errorf("revision %q, want the last good %q", h.s.Revision(), rev)
+			}
+			if h.s.Ready() != (tt.wantStatus != nil) {
+				t.Fatalf("ready = %v, want %v", h.s.Ready(), tt.wantStatus != nil)
+			}
+			var got []int
+			for range tt.wantStatus {
+				resp, _ := h.do(t, "GET", "/", nil)
+				got = append(got, resp.StatusCode)
+			}
+			if !slices.Equal(got, tt.wantStatus) {
+				t.Errorf("statuses %v, want %v", got, tt.wantStatus)
+			}
+		})
+	}
+}
+
+func TestConfigMapGone(t *testing.T) {
+	tests := []struct {
+		name     string
+		layout   func(t *testing.T, dir string)
+		wantGone bool
+	}{
+		{name: "plain directory, no ..data", layout: func(*testing.T, string) {}, wantGone: true},
+		{name: "empty snapshot", layout: func(t *testing.T, dir string) {
+			mustSymlink(t, mkdir(t, dir, "..2026_01_01"), filepath.Join(dir, "..data"))
+		}, wantGone: true},
+		{name: "snapshot with other keys", layout: func(t *testing.T, dir string) {
+			snap := mkdir(t, dir, "..2026_01_01")
+			if err := os.WriteFile(filepath.Join(snap, "other"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			mustSymlink(t, snap, filepath.Join(dir, "..data"))
+		}},
+		// Swapped and removed while we looked: not proof that the ConfigMap
+		// is gone.
+		{name: "..data dangling", layout: func(t *testing.T, dir string) {
+			mustSymlink(t, filepath.Join(dir, "..2026_01_01"), filepath.Join(dir, "..data"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tt.layout(t, dir)
+			if err := configMapGone(filepath.Join(dir, sidecarconfig.FileName)); (err == nil) != tt.wantGone {
+				t.Errorf("configMapGone = %v, want gone %v", err, tt.wantGone)
+			}
+		})
+	}
+}
+
+func mkdir(t *testing.T, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.Mkdir(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
 	}
 }
