@@ -82,3 +82,34 @@ func FuzzRequestKey(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDropH2CUpgrade: whatever the client's Upgrade line, no h2c offer
+// reaches the application and every other token does, in order.
+//
+//	go test ./internal/sidecar -run '^$' -fuzz FuzzDropH2CUpgrade -fuzztime 1m
+func FuzzDropH2CUpgrade(f *testing.F) {
+	for _, s := range []string{"h2c", "websocket, h2c-14", "H2C;q=1,,echo/2", " h2c/1 "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, upgrade string) {
+		h := http.Header{"Connection": {"Upgrade"}, "Upgrade": {upgrade}}
+		dropH2CUpgrade(h)
+		var want []string
+		for _, tok := range strings.Split(upgrade, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" && !strings.HasPrefix(strings.ToLower(tok), "h2c") {
+				want = append(want, tok)
+			}
+		}
+		var got []string
+		for _, v := range h.Values("Upgrade") {
+			for _, tok := range strings.Split(v, ",") {
+				if tok = strings.TrimSpace(tok); tok != "" {
+					got = append(got, tok)
+				}
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("Upgrade %q became %q, want %q", upgrade, got, want)
+		}
+	})
+}

@@ -146,6 +146,10 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, pool httputil.Buff
 // the offer on every request. Clients that want HTTP/2 without TLS use
 // prior knowledge, which the sidecar serves and limits per request; RFC
 // 9113 deprecates the upgrade. Other upgrades (WebSocket) pass.
+//
+// ReverseProxy has already removed the client's hop-by-hop headers (those
+// its Connection lists too) and set "Connection: Upgrade" with the client's
+// first Upgrade line, which is what this sees.
 func dropH2CUpgrade(h http.Header) {
 	h.Del("Http2-Settings")
 	var keep []string
@@ -153,8 +157,7 @@ func dropH2CUpgrade(h http.Header) {
 	for _, v := range h.Values("Upgrade") {
 		for _, tok := range strings.Split(v, ",") {
 			tok = strings.TrimSpace(tok)
-			// A protocol may carry a version ("h2c/1"): the name decides.
-			if name, _, _ := strings.Cut(tok, "/"); strings.EqualFold(strings.TrimSpace(name), "h2c") {
+			if isH2CToken(tok) {
 				dropped = true
 			} else if tok != "" {
 				keep = append(keep, tok)
@@ -170,4 +173,12 @@ func dropH2CUpgrade(h http.Header) {
 	}
 	h.Del("Upgrade")
 	h.Del("Connection") // ReverseProxy set it to "Upgrade" alone
+}
+
+// isH2CToken reports whether an Upgrade token ("name[/version]") offers
+// h2c. Any name that starts with "h2c", in any case, counts: servers of the
+// HTTP/2 drafts accept "h2c-14", a lenient one may ignore what follows the
+// name ("h2c;q=1"), and dropping a made-up protocol costs nothing.
+func isH2CToken(tok string) bool {
+	return len(tok) >= 3 && strings.EqualFold(tok[:3], "h2c")
 }

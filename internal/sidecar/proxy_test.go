@@ -384,7 +384,7 @@ func TestProxyDropsH2CUpgrade(t *testing.T) {
 				return
 			}
 			defer func() { _ = conn.Close() }()
-			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + r.Header.Get("Upgrade") + "\r\n\r\n")
 			_ = brw.Flush()
 			_, _ = io.Copy(conn, brw)
 			return
@@ -406,6 +406,9 @@ func TestProxyDropsH2CUpgrade(t *testing.T) {
 		"GET /b HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: H2C\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nX-User: a\r\n\r\n",
 		// a versioned token
 		"GET /c HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c/1\r\nX-User: a\r\n\r\n",
+		// a draft's name, and parameters a lenient server ignores
+		"GET /d HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c-14\r\nX-User: a\r\n\r\n",
+		"GET /e HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c;q=1\r\nX-User: a\r\n\r\n",
 	} {
 		_, _ = io.WriteString(conn, req)
 		resp, err := http.ReadResponse(br, nil)
@@ -421,7 +424,58 @@ func TestProxyDropsH2CUpgrade(t *testing.T) {
 			t.Errorf("request %d: the app saw %v, want no upgrade offer", i, got)
 		}
 	}
-	if got := requestsCount(s, "limited", DecisionAllowed); got != 3 {
-		t.Errorf("decided requests = %v, want 3: each went through the limiter", got)
+	if got := requestsCount(s, "limited", DecisionAllowed); got != 5 {
+		t.Errorf("decided requests = %v, want 5: each went through the limiter", got)
+	}
+}
+
+// TestDropH2CUpgrade sees the outbound headers as ReverseProxy leaves them
+// for Rewrite: "Connection: Upgrade" and the client's first Upgrade line.
+func TestDropH2CUpgrade(t *testing.T) {
+	tests := []struct {
+		upgrade     string // "" = no Upgrade header
+		settings    bool   // an HTTP2-Settings header not listed in Connection
+		wantUpgrade string // "" = no Upgrade and no Connection
+	}{
+		{upgrade: "h2c", settings: true},
+		{upgrade: "H2C"},
+		{upgrade: "h2c/1"},
+		{upgrade: "h2c-14", settings: true},
+		{upgrade: "H2C-16"},
+		{upgrade: "h2c;q=1"},
+		{upgrade: "h2c ;q=1"},
+		{upgrade: "h2cx/2"},
+		{upgrade: " h2c-14 , h2c "},
+		{upgrade: "websocket", wantUpgrade: "websocket"},
+		{upgrade: "websocket, h2c-14", settings: true, wantUpgrade: "websocket"},
+		{upgrade: "h2c;q=1, websocket/13, H2C", wantUpgrade: "websocket/13"},
+		{upgrade: "xh2c", wantUpgrade: "xh2c"}, // the name decides, not a substring
+		{settings: true},                       // HTTP2-Settings alone goes too
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q settings=%v", tt.upgrade, tt.settings), func(t *testing.T) {
+			h := http.Header{}
+			if tt.upgrade != "" {
+				h.Set("Connection", "Upgrade")
+				h.Set("Upgrade", tt.upgrade)
+			}
+			if tt.settings {
+				h.Set("Http2-Settings", "AAMAAABkAARAAAAAAAIAAAAA")
+			}
+			dropH2CUpgrade(h)
+			wantConnection := ""
+			if tt.wantUpgrade != "" {
+				wantConnection = "Upgrade"
+			}
+			if got := h.Get("Upgrade"); got != tt.wantUpgrade {
+				t.Errorf("Upgrade = %q, want %q", got, tt.wantUpgrade)
+			}
+			if got := h.Get("Connection"); got != wantConnection {
+				t.Errorf("Connection = %q, want %q", got, wantConnection)
+			}
+			if got := h.Get("Http2-Settings"); got != "" {
+				t.Errorf("Http2-Settings = %q, want none", got)
+			}
+		})
 	}
 }
