@@ -198,6 +198,7 @@ make_namespace() {
 	unshare --net --mount --propagation private --fork sleep infinity &
 	local unshare_pid=$!
 	PIDS+=("$unshare_pid")
+	disown "$unshare_pid" # its end at teardown is expected, not news
 	# unshare forks: the holder is its child, the process inside the namespaces.
 	for _ in $(seq 1 50); do
 		HOLDER=$(pgrep -P "$unshare_pid" sleep || true)

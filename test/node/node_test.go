@@ -68,6 +68,7 @@ func TestNode(t *testing.T) {
 		{"LimitChangeReachesSidecars", testLimitChange},
 		{"FailModes", testFailModes},
 		{"RollingUpdatesLoseNothing", testRollingUpdates},
+		{"LastPolicyDeletedMeansNoLimit", testLastPolicyDeleted},
 		{"Uninstall", testUninstall},
 	}
 	for _, s := range steps {
@@ -526,10 +527,46 @@ func testRollingUpdates(ctx context.Context, t *testing.T, _ *node) {
 	}
 }
 
+// testLastPolicyDeleted deletes every policy of the namespace: the
+// controller deletes the ConfigMap, the kubelet renders the optional volume
+// as an empty snapshot, and the running sidecars stop limiting (no restart).
+func testLastPolicyDeleted(ctx context.Context, t *testing.T, n *node) {
+	pods := demoPods(ctx, t)
+	restarts := sidecarRestarts(pods)
+	mustKubectl(ctx, t, "-n", demo, "delete", "rlp", "--all")
+	eventually(t, time.Minute, time.Second, "the ConfigMap deleted with the last policy", func() error {
+		out, err := kubectl(ctx, "", "-n", demo, "get", "configmap", "slidegate-sidecar-config", "--ignore-not-found", "-o", "name")
+		if err == nil && strings.TrimSpace(out) != "" {
+			err = fmt.Errorf("still there: %s", out)
+		}
+		return err
+	})
+	var round atomic.Int64
+	for _, p := range pods {
+		url := fmt.Sprintf("http://%s:%d/", p.Status.PodIP, v1alpha1.SidecarPort)
+		eventually(t, 2*n.sync+45*time.Second, 500*time.Millisecond, "no limit at "+p.Name, func() error {
+			user := fmt.Sprintf("after-delete-%d", round.Add(1))
+			for i := range 10 { // over the limit of 8 it had
+				a, err := request(ctx, "GET", url, map[string]string{"X-User-ID": user})
+				if err != nil {
+					return err
+				}
+				if a.code != 200 {
+					return fmt.Errorf("request %d: status %d", i, a.code)
+				}
+			}
+			return nil
+		})
+	}
+	if got := sidecarRestarts(demoPods(ctx, t)); got != restarts {
+		t.Errorf("sidecar restarts went from %v to %v", restarts, got)
+	}
+}
+
 // testUninstall removes the demo and then the install, and checks that
 // nothing slidegate created is left.
 func testUninstall(ctx context.Context, t *testing.T, n *node) {
-	mustKubectl(ctx, t, "delete", "--wait=true", "--timeout=3m", "-k", n.overlay(t, demoKustomization))
+	mustKubectl(ctx, t, "delete", "--ignore-not-found", "--wait=true", "--timeout=3m", "-k", n.overlay(t, demoKustomization))
 	mustKubectl(ctx, t, "delete", "--wait=true", "--timeout=3m", "-k", n.overlay(t, installKustomization))
 	for _, q := range [][]string{
 		{"get", "crd", "ratelimitpolicies.ratelimit.slidegate.dev", "--ignore-not-found", "-o", "name"},
