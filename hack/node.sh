@@ -65,7 +65,9 @@ ns() { nsenter -t "$HOLDER" -n -m -- "$@"; }
 bg() {
 	local name=$1
 	shift
-	ns "$@" >"$STATE/log/$name.log" 2>&1 &
+	# nsenter itself, not the function ns: $! is then the daemon (nsenter
+	# execs it), which the teardown stops by that PID.
+	nsenter -t "$HOLDER" -n -m -- "$@" >"$STATE/log/$name.log" 2>&1 &
 	PIDS+=("$!")
 	echo "$!" >"$STATE/pid/$name"
 }
@@ -82,14 +84,17 @@ wait_for() { # seconds description command...
 # --- teardown ---------------------------------------------------------------
 
 # Every PID that belongs to this node: in the holder's mount namespace
-# (daemons, shims) or in one of the node's cgroups (containers).
+# (daemons, shims), in its network namespace (what the command started, such
+# as a test's redis-server), or in one of the node's cgroups (containers).
 node_pids() {
-	local mntns p
+	local mntns netns p
 	mntns=$(readlink "/proc/$HOLDER/ns/mnt" 2>/dev/null) || true
+	netns=$(readlink "/proc/$HOLDER/ns/net" 2>/dev/null) || true
 	for p in /proc/[0-9]*; do
 		p=${p#/proc/}
 		[ "$p" = $$ ] && continue
 		if [ -n "$mntns" ] && [ "$(readlink "/proc/$p/ns/mnt" 2>/dev/null)" = "$mntns" ]; then echo "$p"; fi
+		if [ -n "$netns" ] && [ "$(readlink "/proc/$p/ns/net" 2>/dev/null)" = "$netns" ]; then echo "$p"; fi
 	done
 	[ -n "${CGROUP_ROOT:-}" ] && find /sys/fs/cgroup/*/"$CGROUP_ROOT" -name cgroup.procs -exec cat {} + 2>/dev/null
 	return 0
@@ -224,8 +229,9 @@ make_namespace() {
 		echo "$v" >"$STATE/sysctl/${f//\//_}"
 		ns mount --bind "$STATE/sysctl/${f//\//_}" "/proc/sys/$f"
 	done
-	# Paths that containerd, the CNI plugins and the kubelet hard-code.
-	for f in /run/containerd /var/lib/cni /var/log/containers /var/log/pods; do
+	# Paths that containerd (its shims, pod network namespaces), the CNI
+	# plugins and the kubelet (device plugins, pod logs) hard-code.
+	for f in /run/containerd /run/netns /var/lib/cni /var/lib/kubelet /var/log/containers /var/log/pods; do
 		mkdir -p "$STATE/hardcoded$f"
 		# A mount point the machine lacks is created for the run and removed
 		# by the teardown.

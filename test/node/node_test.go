@@ -338,6 +338,11 @@ spec:
 		return nil
 	})
 	url := "http://" + serviceIP(ctx, t, "demo-app-direct") + "/"
+	// A new Service answers once kube-proxy has written its rules.
+	eventually(t, 30*time.Second, 100*time.Millisecond, "the new Service answers", func() error {
+		_, err := request(ctx, "GET", url+"hostname", nil)
+		return err
+	})
 	for i := range 8 {
 		a, err := request(ctx, "GET", url, map[string]string{"X-User-ID": "bypass"})
 		if err != nil {
