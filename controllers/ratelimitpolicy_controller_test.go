@@ -444,6 +444,17 @@ func TestPodCounts(t *testing.T) {
 		}
 	}
 	eventually(t, "no pods", counts(0, 0, metav1.ConditionFalse, v1alpha1.ReasonNoPodsSelected))
+	// Zero is stored, not left out: `kubectl get -o wide` shows 0, not a blank.
+	raw := &unstructured.Unstructured{}
+	raw.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RateLimitPolicy"))
+	if err := k.Get(ctx, client.ObjectKeyFromObject(p), raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"matchedPods", "enforcedPods"} {
+		if v, found, err := unstructured.NestedInt64(raw.Object, "status", f); !found || err != nil || v != 0 {
+			t.Errorf("status.%s = %d (present %v, %v), want a stored 0", f, v, found, err)
+		}
+	}
 
 	plain := newPod(ns, "plain", map[string]string{"app": "checkout"}, false)
 	create(t,

@@ -265,12 +265,14 @@ type RateLimitPolicyStatus struct {
 	// targetSelector selects.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:default=0
 	MatchedPods int32 `json:"matchedPods"`
 
 	// enforcedPods is the number of matched pods that carry the sidecar
 	// (annotated ratelimit.slidegate.dev/injected).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:default=0
 	EnforcedPods int32 `json:"enforcedPods"`
 
 	// revision is the content hash of the rendered sidecar configuration
@@ -294,11 +296,12 @@ type RateLimitPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Key",type=string,JSONPath=`.spec.key.source`
 // +kubebuilder:printcolumn:name="Fail mode",type=string,JSONPath=`.spec.failMode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.conditions[?(@.type=="Enforced")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Key name",type=string,JSONPath=`.spec.key.name`,priority=1
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`,priority=1
-// +kubebuilder:printcolumn:name="Matched",type=integer,JSONPath=`.status.matchedPods`,priority=1
-// +kubebuilder:printcolumn:name="Enforced",type=integer,JSONPath=`.status.enforcedPods`,priority=1
+// +kubebuilder:printcolumn:name="Matched pods",type=integer,JSONPath=`.status.matchedPods`,priority=1
+// +kubebuilder:printcolumn:name="Enforced pods",type=integer,JSONPath=`.status.enforcedPods`,priority=1
 type RateLimitPolicy struct {
 	metav1.TypeMeta `json:",inline"`
 
