@@ -78,8 +78,7 @@ test: test-deps vet verify lint ## Run every test: real API server and redis-ser
 
 .PHONY: test-node
 test-node: ## Run test/node on a real single node (kubelet, containerd, kube-proxy) brought up and torn down by hack/node.sh.
-	hack/node-bins.sh >/dev/null
-	SLIDEGATE_NODE_IMAGES="$$(hack/node-images.sh)" hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh
+	hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh
 
 ##@ Build
 

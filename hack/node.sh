@@ -19,9 +19,10 @@
 # the namespace holder are stopped by PID, their cgroups removed, and the state
 # directory deleted. Nothing is left behind, so runs can follow each other.
 #
-# Images: every *.tar in $SLIDEGATE_NODE_IMAGES (docker-archive tarballs, see
-# hack/nodeimage) is imported into containerd before the kubelet starts; the
-# sandbox ("pause") image is slidegate.test/pause:node from that directory.
+# Images: every *.tar in $SLIDEGATE_NODE_IMAGES (docker-archive tarballs; by
+# default hack/node-images.sh builds them from this checkout) is imported into
+# containerd before the kubelet starts; the sandbox ("pause") image is
+# slidegate.test/pause:node from that directory.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -69,6 +70,7 @@ bg() {
 	# execs it), which the teardown stops by that PID.
 	nsenter -t "$HOLDER" -n -m -- "$@" >"$STATE/log/$name.log" 2>&1 &
 	PIDS+=("$!")
+	disown "$!" # the teardown kills it: no job report
 	echo "$!" >"$STATE/pid/$name"
 }
 
@@ -325,12 +327,12 @@ EOF
 	bg containerd containerd --config "$STATE/containerd/config.toml"
 	wait_for 60 containerd ns ctr --address "$STATE/containerd/containerd.sock" version
 	local img
-	for img in "${SLIDEGATE_NODE_IMAGES:?set SLIDEGATE_NODE_IMAGES to a directory of image tarballs}"/*.tar; do
+	for img in "$IMAGES"/*.tar; do
 		ns ctr --address "$STATE/containerd/containerd.sock" -n k8s.io images import "$img" >/dev/null ||
 			die "importing $img"
 	done
 	ns ctr --address "$STATE/containerd/containerd.sock" -n k8s.io images ls -q | grep -qx "$PAUSE_IMAGE" ||
-		die "no $PAUSE_IMAGE among the images in $SLIDEGATE_NODE_IMAGES"
+		die "no $PAUSE_IMAGE among the images in $IMAGES"
 }
 
 start_node() {
@@ -409,6 +411,7 @@ shift
 need_packages
 ENVTEST=$("$ROOT/hack/envtest.sh")
 NODE_BIN=$("$ROOT/hack/node-bins.sh")
+IMAGES=${SLIDEGATE_NODE_IMAGES:-$("$ROOT/hack/node-images.sh")}
 
 PIDS=()
 CREATED_DIRS=()

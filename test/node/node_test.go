@@ -67,6 +67,7 @@ func TestNode(t *testing.T) {
 		{"NumericTargetPortBypasses", testBypass},
 		{"LimitChangeReachesSidecars", testLimitChange},
 		{"FailModes", testFailModes},
+		{"WebhookSurvivesAManagerPod", testWebhookAvailability},
 		{"RollingUpdatesLoseNothing", testRollingUpdates},
 		{"LastPolicyDeletedMeansNoLimit", testLastPolicyDeleted},
 		{"Uninstall", testUninstall},
@@ -460,6 +461,68 @@ func testFailModes(ctx context.Context, t *testing.T, n *node) {
 	if admitted != limit {
 		t.Errorf("with Redis back, one replica admitted %d, want the whole limit %d", admitted, limit)
 	}
+}
+
+// testWebhookAvailability deletes one manager pod while pods are being
+// created in the opted-in namespace (server-side dry runs: the API server
+// calls the webhook for them as for real ones): with failurePolicy Fail,
+// every create must still pass, served by the other replica.
+func testWebhookAvailability(ctx context.Context, t *testing.T, _ *node) {
+	if _, err := kubectl(ctx, "", "-n", system, "get", "pdb", "slidegate-controller-manager"); err != nil {
+		t.Errorf("no PodDisruptionBudget for the manager: %v", err)
+	}
+	var pods corev1.PodList
+	getJSON(ctx, t, &pods, "-n", system, "get", "pods", "-l", "control-plane=controller-manager")
+	if len(pods.Items) < 2 {
+		t.Fatalf("%d manager pods; the webhook needs two to survive one", len(pods.Items))
+	}
+	victim := pods.Items[0].Name
+	pod := func(i int) string {
+		return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: webhook-probe-%d, namespace: %s, labels: {app: webhook-probe}}
+spec:
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: app
+    image: %s
+    ports: [{name: http, containerPort: 8080}]
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+`, i, demo, demoImage)
+	}
+	mustKubectl(ctx, t, "-n", system, "delete", "pod", victim, "--wait=false")
+	var failures []string
+	deadline := time.Now().Add(20 * time.Second) // past the pod's 10 s grace period
+	i := 0
+	for ; time.Now().Before(deadline); i++ {
+		if _, err := kubectl(ctx, pod(i), "create", "--dry-run=server", "-f", "-"); err != nil {
+			failures = append(failures, err.Error())
+		}
+	}
+	t.Logf("%d pod creates while manager pod %s terminated: %d failed", i, victim, len(failures))
+	if len(failures) > 0 {
+		t.Errorf("pod creation failed while one manager pod was going: %v", failures[:min(3, len(failures))])
+	}
+	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
+
+	// The paired case, and the blast radius docs/operations.md describes:
+	// with no manager at all, the same create is refused, so the creates
+	// above did go through the webhook.
+	mustKubectl(ctx, t, "-n", system, "scale", manager, "--replicas=0")
+	eventually(t, time.Minute, 500*time.Millisecond, "no manager pod", func() error {
+		var left corev1.PodList
+		getJSON(ctx, t, &left, "-n", system, "get", "pods", "-l", "control-plane=controller-manager")
+		if len(left.Items) > 0 {
+			return fmt.Errorf("%d left", len(left.Items))
+		}
+		return nil
+	})
+	_, err := kubectl(ctx, pod(i), "create", "--dry-run=server", "-f", "-")
+	if err == nil || !strings.Contains(err.Error(), "inject.ratelimit.slidegate.dev") {
+		t.Errorf("with no manager, a pod create in %s was not refused by the webhook: %v", demo, err)
+	}
+	mustKubectl(ctx, t, "-n", system, "scale", manager, "--replicas=2")
+	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
 }
 
 // testRollingUpdates drives traffic through the Service while the app rolls
