@@ -326,7 +326,10 @@ func (r *RateLimitPolicyReconciler) writeStatus(ctx context.Context, p *v1alpha1
 	}
 	orig := p.DeepCopy()
 	p.Status = want
-	if err := r.Client.Status().Patch(ctx, p, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	// Under our own field manager, like the applied children: managedFields
+	// then name slidegate, not the binary ("manager").
+	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+	if err := r.Client.Status().Patch(ctx, p, patch, client.FieldOwner(FieldOwner)); err != nil {
 		return fmt.Errorf("writing the status of %s: %w", klog.KObj(p), err)
 	}
 	writesCounter.WithLabelValues("ratelimitpolicies/status", "patch").Inc()

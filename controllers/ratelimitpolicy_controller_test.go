@@ -444,6 +444,16 @@ func TestPodCounts(t *testing.T) {
 		}
 	}
 	eventually(t, "no pods", counts(0, 0, metav1.ConditionFalse, v1alpha1.ReasonNoPodsSelected))
+	// The status is written under the controller's own field manager.
+	var owners []string
+	for _, mf := range get(t, p).ManagedFields {
+		if mf.Subresource == "status" {
+			owners = append(owners, mf.Manager)
+		}
+	}
+	if !slices.Equal(owners, []string{FieldOwner}) {
+		t.Errorf("status field managers %v, want [%s]", owners, FieldOwner)
+	}
 	// Zero is stored, not left out: `kubectl get -o wide` shows 0, not a blank.
 	raw := &unstructured.Unstructured{}
 	raw.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("RateLimitPolicy"))
