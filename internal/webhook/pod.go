@@ -98,6 +98,15 @@ func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw)
+	// A pod is immutable where the takeover changed it (the app's port lost
+	// its name to the sidecar), so the same manifest applied again is
+	// refused. Controllers create new pods instead; a bare pod's owner must
+	// be told before the second apply fails.
+	if metav1.GetControllerOf(pod) == nil {
+		resp = resp.WithWarnings(fmt.Sprintf("slidegate: the sidecar took over port name %q of this bare pod; "+
+			"applying this manifest again (kubectl apply, Argo CD, Flux) will be refused (\"pod updates may not change fields\"): "+
+			"manage the pod with a Deployment or StatefulSet, or delete and recreate it to change it", opts.TargetPort))
+	}
 	// One sidecar guards one port name; a policy naming another port is not
 	// enforced on this pod (its status says so too).
 	for _, p := range matched[1:] {

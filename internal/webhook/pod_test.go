@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -254,6 +256,39 @@ func TestHandlerWarnsWhenPortMissing(t *testing.T) {
 	}
 }
 
+// TestHandlerWarnsOnBarePod: a pod no controller owns cannot be applied
+// again once injected; its creator is told so. A controller's pod is not
+// re-applied (the controller makes new ones), so it gets no such warning.
+func TestHandlerWarnsOnBarePod(t *testing.T) {
+	namespace(t, "bare", true)
+	policy(t, "bare")
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		warn bool
+	}{
+		{"bare", webPod("bare"), true},
+		{"owned by a ReplicaSet", owned(webPod("owned")), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := injector.Handle(context.Background(), admissionRequest(t, "bare", tc.pod))
+			if !resp.Allowed || len(resp.Patches) == 0 {
+				t.Fatalf("allowed=%v patches=%d, want the pod injected", resp.Allowed, len(resp.Patches))
+			}
+			warned := slices.ContainsFunc(resp.Warnings, func(w string) bool { return strings.Contains(w, "applying this manifest again") })
+			if warned != tc.warn {
+				t.Fatalf("warnings = %v, want the re-apply warning: %v", resp.Warnings, tc.warn)
+			}
+		})
+	}
+}
+
+// owned makes pod a ReplicaSet's, as a Deployment's pods are.
+func owned(pod *corev1.Pod) *corev1.Pod {
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "rs-uid", Controller: ptr.To(true)}}
+	return pod
+}
+
 func admissionRequest(t *testing.T, ns string, pod *corev1.Pod) admission.Request {
 	t.Helper()
 	raw, err := json.Marshal(pod)
@@ -321,7 +356,7 @@ func TestHandlerWarnsOnTargetPortConflict(t *testing.T) {
 	eventually(t, 10*time.Second, "the cache sees the second policy", func() bool {
 		return cached.Get(context.Background(), client.ObjectKeyFromObject(other), &v1alpha1.RateLimitPolicy{}) == nil
 	})
-	resp := injector.Handle(context.Background(), admissionRequest(t, "mixed", webPod("mixed")))
+	resp := injector.Handle(context.Background(), admissionRequest(t, "mixed", owned(webPod("mixed"))))
 	if !resp.Allowed || len(resp.Patches) == 0 {
 		t.Fatalf("allowed=%v patches=%d, want the pod injected for the first policy", resp.Allowed, len(resp.Patches))
 	}
