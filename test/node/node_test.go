@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,7 @@ func TestNode(t *testing.T) {
 		{"FailModes", testFailModes},
 		{"WebhookSurvivesAManagerPod", testWebhookAvailability},
 		{"RollingUpdatesLoseNothing", testRollingUpdates},
+		{"BarePodWarned", testBarePod},
 		{"LastPolicyDeletedMeansNoLimit", testLastPolicyDeleted},
 		{"Uninstall", testUninstall},
 	}
@@ -592,6 +594,39 @@ func testRollingUpdates(ctx context.Context, t *testing.T, _ *node) {
 		if len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name != inject.ContainerName {
 			t.Errorf("pod %s of the rolled Deployment has no sidecar", p.Name)
 		}
+	}
+}
+
+// testBarePod applies a bare pod twice, as a GitOps tool would: the first
+// apply warns that the second will be refused, and it is.
+func testBarePod(ctx context.Context, t *testing.T, n *node) {
+	manifest := `apiVersion: v1
+kind: Pod
+metadata: {name: bare, namespace: ` + demo + `, labels: {app: demo-app, bare: "true"}}
+spec:
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: app
+    image: ` + demoImage + `
+    ports: [{name: http, containerPort: 8080}]
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+`
+	file := n.overlay(t, "") + "/bare.yaml"
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = kubectl(context.Background(), "", "-n", demo, "delete", "pod", "bare", "--ignore-not-found", "--wait=true") })
+	cmd := exec.CommandContext(ctx, "kubectl", "apply", "-f", file)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("first apply: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "applying this manifest again") {
+		t.Errorf("the first apply printed no warning about applying again: %s", out)
+	}
+	out, err = exec.CommandContext(ctx, "kubectl", "apply", "-f", file).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "may not change fields") {
+		t.Errorf("the second apply of the injected bare pod: %v: %s; want it refused as the warning said", err, out)
 	}
 }
 
