@@ -94,7 +94,7 @@ func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns st
 	}
 
 	var src corev1.Secret
-	if err := r.Client.Get(ctx, r.RedisCredentials, &src); err != nil {
+	if err := r.credentialsReader().Get(ctx, r.RedisCredentials, &src); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Sprintf("the Redis credentials Secret %s configured on the manager does not exist", r.RedisCredentials), nil
 		}

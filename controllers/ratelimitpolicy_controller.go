@@ -65,12 +65,23 @@ type RateLimitPolicyReconciler struct {
 	// RedisCredentials is the Secret to mirror into namespaces with policies
 	// (--redis-secret-name in the manager's namespace); empty Name: none.
 	RedisCredentials types.NamespacedName
+
+	// credentials reads RedisCredentials: a cache of that one Secret, set
+	// up by SetupWithManager.
+	credentials client.Reader
 }
 
-// +kubebuilder:rbac:groups=ratelimit.slidegate.dev,resources=ratelimitpolicies,verbs=get;list;watch
+// RBAC (docs/operations.md, "Permissions", explains each verb). The
+// children are listed, watched, patched (server-side apply) and deleted by
+// name only; create cannot be restricted by name. The credentials Secret is
+// read in the manager's namespace only, by the name the install sets with
+// --redis-secret-name (change the Role with the flag).
+// +kubebuilder:rbac:groups=ratelimit.slidegate.dev,resources=ratelimitpolicies,verbs=list;watch
 // +kubebuilder:rbac:groups=ratelimit.slidegate.dev,resources=ratelimitpolicies/status,verbs=patch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=create
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=list;watch;patch;delete,resourceNames=slidegate-sidecar-config
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=list;watch;patch;delete,resourceNames=slidegate-redis-credentials
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=list;watch,resourceNames=slidegate-redis
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -169,6 +180,15 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	unprotectedPodsGauge.WithLabelValues(ns).Set(float64(len(unprotected)))
 	log.V(1).Info("reconciled", "policies", len(policies), "rejected", len(invalid), "revision", revision)
 	return result, nil
+}
+
+// credentialsReader reads the credentials Secret: its own cache once
+// SetupWithManager ran, else (a reconciler driven by hand) the client.
+func (r *RateLimitPolicyReconciler) credentialsReader() client.Reader {
+	if r.credentials != nil {
+		return r.credentials
+	}
+	return r.Client
 }
 
 // cleanup removes the children of a namespace that has no policy left. Only

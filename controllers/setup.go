@@ -18,11 +18,13 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -34,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -78,26 +81,56 @@ func selectorKeys(obj client.Object) []string {
 }
 
 // CacheOptions are the manager's cache settings the controller relies on: it
-// caches only slidegate's own ConfigMaps and Secrets (by label), plus every
-// Secret of the manager's namespace (for the credentials Secret); Pods are
-// watched as metadata only. Managed fields are dropped to save memory.
-func CacheOptions(redisCredentials types.NamespacedName) cache.Options {
+// caches only slidegate's own ConfigMaps and Secrets, selected by name (a
+// field selector on metadata.name, which is what lets RBAC restrict the
+// list and watch to that name) and by label; Pods are watched as metadata
+// only. Managed fields are dropped to save memory. The manager's own
+// credentials Secret is read through a cache of its own (SetupWithManager),
+// scoped to its namespace and name.
+func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.ManagedByLabel: v1alpha1.ManagedByValue})
-	secrets := cache.ByObject{Label: managed}
-	if redisCredentials.Name != "" {
-		secrets = cache.ByObject{Namespaces: map[string]cache.Config{
-			redisCredentials.Namespace: {LabelSelector: labels.Everything()},
-			cache.AllNamespaces:        {LabelSelector: managed},
-		}}
-	}
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: managed},
-			&corev1.Secret{}:    secrets,
+			&corev1.ConfigMap{}: {Label: managed, Field: nameSelector(sidecarconfig.ConfigMapName)},
+			&corev1.Secret{}:    {Label: managed, Field: nameSelector(v1alpha1.RedisCredentialsSecretName)},
 		},
 	}
 }
+
+// nameSelector selects the objects of one name.
+func nameSelector(name string) fields.Selector {
+	return fields.OneTermEqualSelector("metadata.name", name)
+}
+
+// credentialsCache is a cache of one Secret: the manager's Redis
+// credentials, by namespace and name, so that the manager needs no right on
+// the other Secrets of its namespace.
+func credentialsCache(ctx context.Context, mgr ctrl.Manager, key types.NamespacedName) (cache.Cache, error) {
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme:           mgr.GetScheme(),
+		Mapper:           mgr.GetRESTMapper(),
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{key.Namespace: {FieldSelector: nameSelector(key.Name)}}},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The informer exists before the manager starts, so the manager starts
+	// the cache with its own, and the controllers wait for both to sync.
+	if _, err := c.GetInformer(ctx, &corev1.Secret{}); err != nil {
+		return nil, err
+	}
+	return c, mgr.Add(managerCache{c})
+}
+
+// managerCache makes the manager run a cache with its own caches: started
+// before the controllers, and synced before they run.
+type managerCache struct{ cache.Cache }
+
+func (c managerCache) GetCache() cache.Cache { return c.Cache }
 
 // SetupWithManager registers the field index and the controller. The
 // manager's cache must be built with CacheOptions.
@@ -111,7 +144,17 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 	podMeta := &metav1.PartialObjectMetadata{}
 	podMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
 
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.RedisCredentials.Name != "" {
+		c, err := credentialsCache(ctx, mgr, r.RedisCredentials)
+		if err != nil {
+			return fmt.Errorf("creating the cache of the Redis credentials Secret: %w", err)
+		}
+		r.credentials = c
+		// The source changed: every namespace with policies re-mirrors it.
+		b = b.WatchesRawSource(source.Kind[client.Object](c, &corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.credentialsToNamespaces)))
+	}
+	return b.
 		Named(ControllerName).
 		// Policies: spec changes (generation) and deletion; not our own
 		// status writes.
@@ -156,13 +199,18 @@ func isOurConfigMap(o client.Object) bool {
 	return o.GetName() == sidecarconfig.ConfigMapName && o.GetLabels()[v1alpha1.ManagedByLabel] == v1alpha1.ManagedByValue
 }
 
-// secretToNamespaces maps a mirrored Secret to its namespace, and the
-// manager's credentials Secret to every namespace that has policies.
-func (r *RateLimitPolicyReconciler) secretToNamespaces(ctx context.Context, o client.Object) []reconcile.Request {
+// secretToNamespaces maps a mirrored Secret to its namespace.
+func (r *RateLimitPolicyReconciler) secretToNamespaces(_ context.Context, o client.Object) []reconcile.Request {
 	if o.GetName() == v1alpha1.RedisCredentialsSecretName && o.GetLabels()[v1alpha1.ManagedByLabel] == v1alpha1.ManagedByValue {
 		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
 	}
-	if r.RedisCredentials.Name == "" || client.ObjectKeyFromObject(o) != r.RedisCredentials {
+	return nil
+}
+
+// credentialsToNamespaces maps the manager's credentials Secret to every
+// namespace that has policies.
+func (r *RateLimitPolicyReconciler) credentialsToNamespaces(ctx context.Context, o client.Object) []reconcile.Request {
+	if client.ObjectKeyFromObject(o) != r.RedisCredentials {
 		return nil
 	}
 	var list v1alpha1.RateLimitPolicyList

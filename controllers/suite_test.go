@@ -141,7 +141,7 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 	skip := true
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Cache:                  CacheOptions(redisSecret),
+		Cache:                  CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: &skip},

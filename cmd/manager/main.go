@@ -110,7 +110,7 @@ func run() error {
 	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         controllers.CacheOptions(redis.CredentialsSecret),
+		Cache:                         controllers.CacheOptions(),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,
