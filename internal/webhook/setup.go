@@ -35,12 +35,13 @@ const (
 	CertModeExternal = "external"
 )
 
-// The rotator reads and updates its Secret (in the operator's namespace
-// only: a Role) and the caBundle of our webhook configuration (update only
-// on that name).
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=update,resourceNames=slidegate-mutating-webhook-configuration
-// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;update
+// The rotator lists, watches and updates its Secret (in the operator's
+// namespace only: a Role) and the caBundle of our webhook configuration, by
+// name only (scopeByName narrows its cache to these names). The names are
+// the install's (config/default); the flags that rename them need these
+// rules renamed too.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=list;watch;update,resourceNames=slidegate-mutating-webhook-configuration
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=list;watch;update,resourceNames=slidegate-webhook-server-cert
 
 // Options configure Setup.
 type Options struct {
@@ -65,7 +66,13 @@ func Setup(mgr manager.Manager, o Options) (healthz.Checker, error) {
 		if o.Namespace == "" || o.SecretName == "" || o.ServiceName == "" || o.ConfigurationName == "" {
 			return nil, errors.New("cert mode self needs the namespace and the names of the webhook Secret, Service and configuration")
 		}
-		err := rotator.AddRotator(mgr, &rotator.CertRotator{
+		// The rotator's own cache would list every Secret of the
+		// namespace and every webhook configuration: scope it to ours.
+		scoped := scopeByName(mgr, map[string]string{
+			"/api/v1/namespaces/" + o.Namespace + "/secrets":                      o.SecretName,
+			"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations": o.ConfigurationName,
+		})
+		err := rotator.AddRotator(scoped, &rotator.CertRotator{
 			SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName},
 			CertDir:        o.CertDir,
 			CAName:         "slidegate-webhook-ca",
