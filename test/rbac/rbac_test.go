@@ -1,0 +1,616 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package rbac_test runs the manager's controllers and certificate rotator
+// on a real API server as the install's ServiceAccount, with exactly the
+// Roles and ClusterRoles config/default renders (issue 17), and checks with
+// SubjectAccessReviews what that identity cannot do.
+package rbac_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/yaml"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/controllers"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/testsupport"
+	"github.com/slidegate/slidegate/internal/webhook"
+)
+
+// The install's names (config/default: namespace slidegate-system, prefix
+// slidegate-).
+const (
+	systemNS        = "slidegate-system"
+	managerSA       = "slidegate-controller-manager"
+	webhookSecret   = "slidegate-webhook-server-cert"
+	webhookConfig   = "slidegate-mutating-webhook-configuration"
+	webhookService  = "slidegate-webhook-service"
+	redisSecretName = "slidegate-redis" // --redis-secret-name the Role allows
+	leaseName       = "slidegate-controller.ratelimit.slidegate.dev"
+	// legacySA is bound to the ClusterRole of before issue 17 (testdata).
+	legacySA = "legacy-manager"
+)
+
+var (
+	scheme = runtime.NewScheme()
+	// admin is envtest's system:masters client: sets up and observes.
+	admin client.Client
+	// forbidden records every request of the manager the API server
+	// refused with 403.
+	forbidden = &forbiddenLog{}
+	// adminCfg is envtest's config, as system:masters.
+	adminCfg *rest.Config
+)
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+
+	env, err := testsupport.NewEnvironment()
+	if err != nil {
+		testsupport.MissingInMain("envtest control plane", testsupport.EnvtestUnavailable(err))
+	}
+	env.ErrorIfCRDPathMissing = true
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := checkRBACAuthorizer(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := install(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "installing config/default:", err)
+		return 1
+	}
+	adminCfg = cfg
+	stopped, err := startManager(ctx, asServiceAccount(cfg, managerSA, forbidden))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the manager:", err)
+		return 1
+	}
+	code := m.Run()
+	cancel()
+	<-stopped
+	// Its shutdown too (the Lease released).
+	if reqs := forbidden.all(); len(reqs) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the API server refused %d requests of the manager:\n%s\n", len(reqs), strings.Join(reqs, "\n"))
+		return 1
+	}
+	return code
+}
+
+// checkRBACAuthorizer makes sure the API server authorizes (envtest's
+// default is RBAC): with AlwaysAllow every assertion here would be void.
+func checkRBACAuthorizer(ctx context.Context) error {
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:               "nobody",
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"},
+	}}
+	if err := admin.Create(ctx, sar); err != nil {
+		return err
+	}
+	if sar.Status.Allowed {
+		return fmt.Errorf("the API server lets an unknown user list Secrets: no RBAC authorization")
+	}
+	return nil
+}
+
+// renderInstall renders config/default like `kubectl kustomize` (what
+// `make deploy` applies).
+func renderInstall() ([]*unstructured.Unstructured, error) {
+	root, err := testsupport.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.Command("kubectl", "kustomize", filepath.Join(root, "config", "default")).Output()
+	if err != nil {
+		return nil, fmt.Errorf("kubectl kustomize config/default: %w", err)
+	}
+	return decodeYAML(out)
+}
+
+func decodeYAML(b []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+		var m map[string]any
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			return nil, err
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs, nil
+}
+
+// install applies the parts of config/default the manager's identity and
+// objects are made of: its Namespace and ServiceAccount, every Role,
+// ClusterRole and binding, the (empty) webhook certificate Secret and the
+// webhook configuration. Not the Deployment: the manager runs in this
+// process, as the ServiceAccount.
+func install(ctx context.Context) error {
+	objs, err := renderInstall()
+	if err != nil {
+		return err
+	}
+	kinds := map[string]bool{"Namespace": true, "ServiceAccount": true, "Role": true, "ClusterRole": true,
+		"RoleBinding": true, "ClusterRoleBinding": true, "Secret": true, "MutatingWebhookConfiguration": true}
+	// Namespaces first.
+	for pass := 0; pass < 2; pass++ {
+		for _, o := range objs {
+			if !kinds[o.GetKind()] || (o.GetKind() == "Namespace") != (pass == 0) {
+				continue
+			}
+			if err := admin.Create(ctx, o); err != nil {
+				return fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+	// The Redis credentials (--redis-secret-name), and the ClusterRole of
+	// before issue 17 bound to a ServiceAccount of its own.
+	if err := admin.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: redisSecretName, Namespace: systemNS},
+		Data:       map[string][]byte{"username": []byte("sidecar"), "password": []byte("v1")},
+	}); err != nil {
+		return err
+	}
+	before, err := os.ReadFile(filepath.Join("testdata", "manager-clusterrole-before.yaml"))
+	if err != nil {
+		return err
+	}
+	var legacyRole rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(before, &legacyRole); err != nil {
+		return err
+	}
+	for _, o := range []client.Object{
+		&legacyRole,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: legacySA, Namespace: systemNS}},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: legacyRole.Name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: legacyRole.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: legacySA, Namespace: systemNS}},
+		},
+	} {
+		if err := admin.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func serviceAccountUser(name string) string {
+	return "system:serviceaccount:" + systemNS + ":" + name
+}
+
+// asServiceAccount is cfg impersonating the ServiceAccount (with the groups
+// the API server gives a ServiceAccount token), recording refusals.
+func asServiceAccount(cfg *rest.Config, name string, log *forbiddenLog) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{
+		UserName: serviceAccountUser(name),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + systemNS, "system:authenticated"},
+	}
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &recordForbidden{next: rt, log: log} })
+	return c
+}
+
+// startManager wires the manager as cmd/manager does (cache options,
+// leader election, the controller, the webhook with its certificate
+// rotator in cert-mode self), on cfg.
+func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error) {
+	certDir, err := os.MkdirTemp("", "slidegate-rbac-certs")
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         controllers.CacheOptions(),
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                true,
+		LeaderElectionID:              leaseName,
+		LeaderElectionNamespace:       systemNS,
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer:                 ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", CertDir: certDir}),
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := &controllers.RateLimitPolicyReconciler{
+		Client:           mgr.GetClient(),
+		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
+		RedisCredentials: types.NamespacedName{Namespace: systemNS, Name: redisSecretName},
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return nil, err
+	}
+	if _, err := webhook.Setup(mgr, webhook.Options{
+		CertMode: webhook.CertModeSelf, CertDir: certDir, Namespace: systemNS,
+		SecretName: webhookSecret, ServiceName: webhookService, ConfigurationName: webhookConfig,
+	}); err != nil {
+		return nil, err
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		defer os.RemoveAll(certDir)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return stopped, nil
+}
+
+// TestManagerRunsWithInstallRBAC: as its ServiceAccount, with only the
+// install's RBAC, the manager is elected, issues its webhook certificate and
+// CA bundle and rotates them, reconciles a policy into the ConfigMap and the
+// mirrored Secret, follows the source Secret, and removes both with the last
+// policy; the API server refuses none of its requests.
+func TestManagerRunsWithInstallRBAC(t *testing.T) {
+	ctx := context.Background()
+	defer forbidden.check(t)
+
+	eventually(t, "leader elected", func() error {
+		var l coordinationv1.Lease
+		if err := admin.Get(ctx, types.NamespacedName{Namespace: systemNS, Name: leaseName}, &l); err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return fmt.Errorf("no holder")
+		}
+		return nil
+	})
+
+	// Webhook certificate and caBundle, then a rotation: an emptied Secret
+	// gets a new CA, and the webhook configuration follows.
+	ca := waitForCertificate(t, nil)
+	var s corev1.Secret
+	if err := admin.Get(ctx, types.NamespacedName{Namespace: systemNS, Name: webhookSecret}, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data = map[string][]byte{"tls.crt": nil, "tls.key": nil} // as the install creates it
+	if err := admin.Update(ctx, &s); err != nil {
+		t.Fatal(err)
+	}
+	waitForCertificate(t, ca)
+
+	// Decoys the manager must not need: a Secret and a ConfigMap of other
+	// names in the policy's namespace and in its own.
+	ns := "app"
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	for _, n := range []string{ns, systemNS} {
+		mustCreate(t,
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "decoy", Namespace: n}, StringData: map[string]string{"k": "v"}},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "decoy", Namespace: n}, Data: map[string]string{"k": "v"}})
+	}
+	mustCreate(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80}}}})
+
+	p := &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			TargetSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Window:         "10s",
+			Limit:          5,
+			Key:            v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User-ID"},
+		},
+	}
+	mustCreate(t, p)
+	cmKey := types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}
+	mirrorKey := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
+	eventually(t, "policy ready (status written)", func() error {
+		var got v1alpha1.RateLimitPolicy
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+		if c == nil || c.Status != metav1.ConditionTrue || got.Status.ObservedGeneration != got.Generation {
+			return fmt.Errorf("Ready is %+v", c)
+		}
+		return nil
+	})
+	eventually(t, "ConfigMap applied", func() error { return admin.Get(ctx, cmKey, &corev1.ConfigMap{}) })
+	eventually(t, "credentials mirrored", func() error { return mirroredPassword(ctx, mirrorKey, "v1") })
+
+	// The source changes: the mirror follows (the credentials cache's watch).
+	var src corev1.Secret
+	if err := admin.Get(ctx, types.NamespacedName{Namespace: systemNS, Name: redisSecretName}, &src); err != nil {
+		t.Fatal(err)
+	}
+	src.Data["password"] = []byte("v2")
+	if err := admin.Update(ctx, &src); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "new password mirrored", func() error { return mirroredPassword(ctx, mirrorKey, "v2") })
+
+	// The last policy goes: both children go.
+	if err := admin.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	for key, obj := range map[types.NamespacedName]client.Object{cmKey: &corev1.ConfigMap{}, mirrorKey: &corev1.Secret{}} {
+		eventually(t, fmt.Sprintf("%T %s deleted", obj, key), func() error {
+			if err := admin.Get(ctx, key, obj); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there (err %v)", err)
+			}
+			return nil
+		})
+	}
+	for _, n := range []string{ns, systemNS} {
+		if err := admin.Get(ctx, types.NamespacedName{Namespace: n, Name: "decoy"}, &corev1.Secret{}); err != nil {
+			t.Errorf("decoy Secret in %s: %v", n, err)
+		}
+	}
+}
+
+// waitForCertificate waits until the webhook Secret holds a CA other than
+// prev and the webhook configuration's caBundle is that CA; it returns it.
+func waitForCertificate(t *testing.T, prev []byte) []byte {
+	t.Helper()
+	var ca []byte
+	eventually(t, "webhook certificate issued and caBundle injected", func() error {
+		var s corev1.Secret
+		if err := admin.Get(context.Background(), types.NamespacedName{Namespace: systemNS, Name: webhookSecret}, &s); err != nil {
+			return err
+		}
+		ca = s.Data["ca.crt"]
+		if len(ca) == 0 || len(s.Data["tls.crt"]) == 0 || len(s.Data["tls.key"]) == 0 || bytes.Equal(ca, prev) {
+			return fmt.Errorf("no new certificate in the Secret yet")
+		}
+		var wh admissionregistrationv1.MutatingWebhookConfiguration
+		if err := admin.Get(context.Background(), types.NamespacedName{Name: webhookConfig}, &wh); err != nil {
+			return err
+		}
+		for _, w := range wh.Webhooks {
+			if !bytes.Equal(w.ClientConfig.CABundle, ca) {
+				return fmt.Errorf("webhook %s: caBundle is not the Secret's CA", w.Name)
+			}
+		}
+		return nil
+	})
+	return ca
+}
+
+func mirroredPassword(ctx context.Context, key types.NamespacedName, want string) error {
+	var s corev1.Secret
+	if err := admin.Get(ctx, key, &s); err != nil {
+		return err
+	}
+	if got := string(s.Data["password"]); got != want {
+		return fmt.Errorf("password %q, want %q", got, want)
+	}
+	return nil
+}
+
+// The objects the manager may read: its children (any namespace) and its
+// two Secrets in its own namespace. Everything else of these resources is
+// "another object".
+var own = map[string]map[string]bool{
+	"secrets":    {v1alpha1.RedisCredentialsSecretName: true},
+	"configmaps": {sidecarconfig.ConfigMapName: true},
+}
+
+var ownInSystemNS = map[string]bool{webhookSecret: true, redisSecretName: true}
+
+// readableOthers asks the API server (SubjectAccessReviews) whether user
+// may get, list or watch a Secret or ConfigMap other than its own, in the
+// namespaces given and cluster-wide; it returns the accesses allowed. An
+// empty name is a list or watch of every object; a name is a get, or a
+// list or watch with a metadata.name field selector.
+func readableOthers(t *testing.T, user string, namespaces []string) []string {
+	t.Helper()
+	var allowed []string
+	for _, resource := range []string{"secrets", "configmaps"} {
+		for _, ns := range append([]string{""}, namespaces...) {
+			names := []string{"", "decoy", "default-token", webhookSecret, redisSecretName,
+				v1alpha1.RedisCredentialsSecretName, sidecarconfig.ConfigMapName, "kube-root-ca.crt"}
+			for _, name := range names {
+				if name != "" && (own[resource][name] || ns == systemNS && resource == "secrets" && ownInSystemNS[name]) {
+					continue
+				}
+				for _, verb := range []string{"get", "list", "watch"} {
+					if verb == "get" && name == "" {
+						continue
+					}
+					if can(t, user, verb, resource, ns, name) {
+						allowed = append(allowed, fmt.Sprintf("%s %s %q in namespace %q", verb, resource, name, ns))
+					}
+				}
+			}
+		}
+	}
+	return allowed
+}
+
+func can(t *testing.T, user, verb, resource, ns, name string) bool {
+	t.Helper()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   user,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + systemNS, "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: verb, Resource: resource, Namespace: ns, Name: name,
+		},
+	}}
+	if err := admin.Create(context.Background(), sar); err != nil {
+		t.Fatalf("SubjectAccessReview: %v", err)
+	}
+	return sar.Status.Allowed
+}
+
+var otherNamespaces = []string{"app", systemNS, "kube-system", "default"}
+
+// TestCannotReadOtherSecretsOrConfigMaps: the manager's identity can read
+// no Secret or ConfigMap but its own, by any verb, in any namespace.
+func TestCannotReadOtherSecretsOrConfigMaps(t *testing.T) {
+	if allowed := readableOthers(t, serviceAccountUser(managerSA), otherNamespaces); len(allowed) > 0 {
+		t.Errorf("the manager can read objects that are not its own:\n%s", strings.Join(allowed, "\n"))
+	}
+	// And for real, as the manager's identity (recorded as the manager's
+	// requests are, in a log of its own): the API server refuses.
+	refused := &forbiddenLog{}
+	c, err := client.New(asServiceAccount(adminCfg, managerSA, refused), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.List(context.Background(), &corev1.SecretList{}, client.InNamespace(systemNS)); !apierrors.IsForbidden(err) {
+		t.Errorf("listing the Secrets of %s as the manager: %v, want Forbidden", systemNS, err)
+	}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "kube-system", Name: "decoy"}, &corev1.ConfigMap{}); !apierrors.IsForbidden(err) {
+		t.Errorf("getting a ConfigMap in kube-system as the manager: %v, want Forbidden", err)
+	}
+	if n := len(refused.all()); n != 2 {
+		t.Errorf("the refusal log recorded %d requests, want 2", n)
+	}
+	// The check is not vacuous: its own objects it can read, by name only.
+	for _, c := range []struct {
+		verb, resource, ns, name string
+	}{
+		{"list", "secrets", "app", v1alpha1.RedisCredentialsSecretName},
+		{"watch", "configmaps", "", sidecarconfig.ConfigMapName},
+		{"watch", "secrets", systemNS, webhookSecret},
+		{"list", "secrets", systemNS, redisSecretName},
+	} {
+		if !can(t, serviceAccountUser(managerSA), c.verb, c.resource, c.ns, c.name) {
+			t.Errorf("the manager cannot %s its own %s %s/%s", c.verb, c.resource, c.ns, c.name)
+		}
+	}
+}
+
+// TestBeforeIssue17CouldReadEverySecret is the paired case: the same check,
+// for an identity with the ClusterRole of before issue 17, finds every
+// Secret and ConfigMap of the cluster readable.
+func TestBeforeIssue17CouldReadEverySecret(t *testing.T) {
+	allowed := readableOthers(t, serviceAccountUser(legacySA), otherNamespaces)
+	if len(allowed) == 0 {
+		t.Fatal("the ClusterRole of before issue 17 passes the check: the check proves nothing")
+	}
+	for _, want := range []string{`list secrets "" in namespace ""`, `get secrets "decoy" in namespace "kube-system"`} {
+		if !strings.Contains(strings.Join(allowed, "\n"), want) {
+			t.Errorf("the old ClusterRole should allow %s; allowed:\n%s", want, strings.Join(allowed, "\n"))
+		}
+	}
+	t.Logf("the check fails on the old ClusterRole with %d accesses, e.g. %s", len(allowed), allowed[0])
+}
+
+func mustCreate(t *testing.T, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := admin.Create(context.Background(), o); err != nil {
+			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	const timeout = 30 * time.Second
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// recordForbidden is a transport that records the requests refused with
+// 403 Forbidden.
+type recordForbidden struct {
+	next http.RoundTripper
+	log  *forbiddenLog
+}
+
+func (r *recordForbidden) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusForbidden {
+		r.log.add(req.Method + " " + req.URL.RequestURI())
+	}
+	return resp, err
+}
+
+type forbiddenLog struct {
+	mu   sync.Mutex
+	reqs []string
+}
+
+func (f *forbiddenLog) add(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reqs = append(f.reqs, s)
+}
+
+func (f *forbiddenLog) all() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.reqs...)
+}
+
+func (f *forbiddenLog) check(t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reqs) > 0 {
+		t.Errorf("the API server refused %d requests of the manager:\n%s", len(f.reqs), strings.Join(f.reqs, "\n"))
+	}
+}
