@@ -40,24 +40,32 @@ const (
 
 // Names of what the injector adds.
 const (
-	ContainerName   = "slidegate-sidecar"
-	ConfigVolume    = "slidegate-config"
-	PodInfoVolume   = "slidegate-podinfo"
-	RedisTLSVolume  = "slidegate-redis-tls"
-	ConfigDir       = "/etc/slidegate/config"
-	PodInfoDir      = "/etc/slidegate/podinfo"
-	RedisTLSDir     = "/etc/slidegate/redis-tls"
-	AdminPortName   = "sg-admin"
-	statusVersion   = "v1"
-	defaultAdmin    = 15090
-	sidecarUID      = 65532
-	podLabelsFile   = "labels"
-	redisUserEnv    = "REDIS_USERNAME"
-	redisPassEnv    = "REDIS_PASSWORD"
-	sentinelUserEnv = "REDIS_SENTINEL_USERNAME"
-	sentinelPassEnv = "REDIS_SENTINEL_PASSWORD"
-	defaultImage    = "ghcr.io/slidegate/slidegate:latest"
-	defaultCommand  = "/sidecar"
+	ContainerName  = "slidegate-sidecar"
+	ConfigVolume   = "slidegate-config"
+	PodInfoVolume  = "slidegate-podinfo"
+	RedisTLSVolume = "slidegate-redis-tls"
+	// NoAPITokenVolume is an empty directory the sidecar mounts where
+	// Kubernetes mounts a ServiceAccount token (APITokenDir): the
+	// ServiceAccount admission plugin mounts the pod's token into every
+	// container that has nothing mounted there, and it runs again after the
+	// webhooks when a webhook is reinvoked (ours is, IfNeeded). The sidecar
+	// needs no API access, so it gets no token. See docs/operations.md.
+	NoAPITokenVolume = "slidegate-no-api-token"
+	APITokenDir      = "/var/run/secrets/kubernetes.io/serviceaccount"
+	ConfigDir        = "/etc/slidegate/config"
+	PodInfoDir       = "/etc/slidegate/podinfo"
+	RedisTLSDir      = "/etc/slidegate/redis-tls"
+	AdminPortName    = "sg-admin"
+	statusVersion    = "v1"
+	defaultAdmin     = 15090
+	sidecarUID       = 65532
+	podLabelsFile    = "labels"
+	redisUserEnv     = "REDIS_USERNAME"
+	redisPassEnv     = "REDIS_PASSWORD"
+	sentinelUserEnv  = "REDIS_SENTINEL_USERNAME"
+	sentinelPassEnv  = "REDIS_SENTINEL_PASSWORD"
+	defaultImage     = "ghcr.io/slidegate/slidegate:latest"
+	defaultCommand   = "/sidecar"
 )
 
 // Redis is the non-secret Redis connection the sidecar gets as flags; the
@@ -171,6 +179,9 @@ func Inject(pod *corev1.Pod, opts Options) error {
 		DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{
 			Path: podLabelsFile, FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels"},
 		}}},
+	}})
+	setVolume(pod, corev1.Volume{Name: NoAPITokenVolume, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{},
 	}})
 	if opts.Redis.TLS {
 		// Only the TLS keys of the mirrored Secret, each optional: a CA
@@ -287,6 +298,7 @@ func sidecar(o Options, st Status) corev1.Container {
 	mounts := []corev1.VolumeMount{
 		{Name: ConfigVolume, MountPath: ConfigDir, ReadOnly: true},
 		{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
+		{Name: NoAPITokenVolume, MountPath: APITokenDir, ReadOnly: true},
 	}
 	if o.Redis.TLS {
 		mounts = append(mounts, corev1.VolumeMount{Name: RedisTLSVolume, MountPath: RedisTLSDir, ReadOnly: true})

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -226,5 +227,59 @@ func TestReinjectWithoutTLS(t *testing.T) {
 	}
 	if d := cmp.Diff(want, pod); d != "" {
 		t.Errorf("re-injected without TLS differs from injected without TLS (-want +got):\n%s", d)
+	}
+}
+
+// mountTokenLikeServiceAccountAdmission does what the ServiceAccount
+// admission plugin does to a pod (k8s.io/kubernetes
+// plugin/pkg/admission/serviceaccount): it mounts the token volume at
+// APITokenDir into every init container and container that has nothing
+// mounted there. It runs before the mutating webhooks, and again after them
+// when a webhook is reinvoked.
+func mountTokenLikeServiceAccountAdmission(pod *corev1.Pod) {
+	const tokenVolume = "kube-api-access-x7k2p"
+	mount := corev1.VolumeMount{Name: tokenVolume, MountPath: APITokenDir, ReadOnly: true}
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if !slices.ContainsFunc(cs[i].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == APITokenDir }) {
+				cs[i].VolumeMounts = append(cs[i].VolumeMounts, mount)
+			}
+		}
+	}
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == tokenVolume }) {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: tokenVolume,
+			VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}})
+	}
+}
+
+// TestSidecarGetsNoAPIToken: the app keeps the ServiceAccount token it was
+// given, the sidecar never gets it, whether the admission plugin runs
+// before the webhook only or again after it (reinvocation).
+func TestSidecarGetsNoAPIToken(t *testing.T) {
+	pod := readPod(t, filepath.Join("testdata", "basic.yaml"))
+	mountTokenLikeServiceAccountAdmission(pod) // before the webhooks
+	if err := Inject(pod, testOptions); err != nil {
+		t.Fatal(err)
+	}
+	mountTokenLikeServiceAccountAdmission(pod) // reinvoked after them
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		var at []string
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == APITokenDir {
+				at = append(at, m.Name)
+			}
+		}
+		want := "kube-api-access-x7k2p"
+		if c.Name == ContainerName {
+			want = NoAPITokenVolume
+		}
+		if len(at) != 1 || at[0] != want {
+			t.Errorf("container %s mounts %v at %s, want only %s", c.Name, at, APITokenDir, want)
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == NoAPITokenVolume && (v.EmptyDir == nil || v.Projected != nil || v.Secret != nil) {
+			t.Errorf("volume %s is not an empty directory: %+v", v.Name, v.VolumeSource)
+		}
 	}
 }
