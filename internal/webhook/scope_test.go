@@ -33,9 +33,11 @@ func TestNameSelectingTransport(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := req.URL.String()
-		if _, err := (&nameSelectingTransport{next: next, names: names}).RoundTrip(req); err != nil {
+		resp, err := (&nameSelectingTransport{next: next, names: names}).RoundTrip(req)
+		if err != nil {
 			t.Fatal(err)
 		}
+		_ = resp.Body.Close()
 		if got := next.got.URL.RawQuery; got != c.wantQuery {
 			t.Errorf("%s %s: query %q, want %q", c.method, c.url, got, c.wantQuery)
 		}

@@ -23,6 +23,7 @@ package rbac_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -387,10 +388,14 @@ func TestManagerRunsWithInstallRBAC(t *testing.T) {
 	}
 	for key, obj := range map[types.NamespacedName]client.Object{cmKey: &corev1.ConfigMap{}, mirrorKey: &corev1.Secret{}} {
 		eventually(t, fmt.Sprintf("%T %s deleted", obj, key), func() error {
-			if err := admin.Get(ctx, key, obj); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("still there (err %v)", err)
+			err := admin.Get(ctx, key, obj)
+			switch {
+			case apierrors.IsNotFound(err):
+				return nil
+			case err != nil:
+				return err
 			}
-			return nil
+			return errors.New("still there")
 		})
 	}
 	for _, n := range []string{ns, systemNS} {
