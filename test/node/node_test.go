@@ -615,7 +615,9 @@ spec:
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = kubectl(context.Background(), "", "-n", demo, "delete", "pod", "bare", "--ignore-not-found", "--wait=true") })
+	t.Cleanup(func() {
+		_, _ = kubectl(context.Background(), "", "-n", demo, "delete", "pod", "bare", "--ignore-not-found", "--wait=true")
+	})
 	cmd := exec.CommandContext(ctx, "kubectl", "apply", "-f", file)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
