@@ -71,6 +71,7 @@ func TestNode(t *testing.T) {
 		{"WebhookSurvivesAManagerPod", testWebhookAvailability},
 		{"RollingUpdatesLoseNothing", testRollingUpdates},
 		{"BarePodWarned", testBarePod},
+		{"ManagerNeverForbidden", testManagerNeverForbidden},
 		{"LastPolicyDeletedMeansNoLimit", testLastPolicyDeleted},
 		{"Uninstall", testUninstall},
 	}
@@ -629,6 +630,20 @@ spec:
 	out, err = exec.CommandContext(ctx, "kubectl", "apply", "-f", file).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "may not change fields") {
 		t.Errorf("the second apply of the injected bare pod: %v: %s; want it refused as the warning said", err, out)
+	}
+}
+
+// testManagerNeverForbidden reads the manager pods' logs: with the install's
+// least-privilege RBAC, nothing the manager did so far was refused.
+func testManagerNeverForbidden(ctx context.Context, t *testing.T, _ *node) {
+	logs := mustKubectl(ctx, t, "-n", system, "logs", "-l", "control-plane=controller-manager", "--tail=-1", "--prefix")
+	if !strings.Contains(logs, "Starting") {
+		t.Fatalf("no manager logs read: %q", logs)
+	}
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(strings.ToLower(line), "forbidden") {
+			t.Errorf("the manager was refused: %s", line)
+		}
 	}
 }
 
