@@ -108,8 +108,9 @@ teardown() {
 	set +e
 	log "tearing down"
 	if [ -n "${HOLDER:-}" ]; then
-		# The kubelet and the control plane first, gently, so that they do not
-		# restart what is being stopped; then everything else of the node.
+		# Nothing of the node needs to shut down cleanly (its state is
+		# deleted next): TERM the daemons, then KILL every process of the
+		# node until none is left, so nothing restarts what is stopped.
 		for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
 		for i in $(seq 1 30); do
 			pids=$(node_pids | sort -u)
@@ -119,7 +120,6 @@ teardown() {
 			sleep 0.2
 		done
 		kill -KILL "$HOLDER" 2>/dev/null
-		wait 2>/dev/null
 	fi
 	if [ -n "${CGROUP_ROOT:-}" ]; then
 		for d in /sys/fs/cgroup/*/"$CGROUP_ROOT"; do
