@@ -11,6 +11,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/yuin/gopher-lua v1.1.2
 	go.uber.org/zap v1.27.1
 	gonum.org/v1/plot v0.17.0
 	k8s.io/api v0.37.2

@@ -1,0 +1,141 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+
+	lua "github.com/yuin/gopher-lua"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/yaml"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+)
+
+// TestArgoCDHealth runs the shipped Argo CD health check
+// (config/argocd/argocd-cm-health.yaml) the way Argo CD does — gopher-lua,
+// the object as the global obj — on statuses the controller itself computes,
+// and shows kstatus's (Flux's) answer for the same objects beside it.
+func TestArgoCDHealth(t *testing.T) {
+	script := argoHealthScript(t)
+	base := func(gen int64) *v1alpha1.RateLimitPolicy {
+		p := newPolicy("shop", "per-user")
+		p.Generation = gen
+		return p
+	}
+	reconciled := func(in statusInput) *v1alpha1.RateLimitPolicy {
+		p := base(1)
+		p.Status = desiredStatus(p, in)
+		return p
+	}
+	ok := statusInput{revision: "abc", matched: 3, enforced: 3}
+	specChanged := reconciled(ok)
+	specChanged.Generation = 2
+	for _, tc := range []struct {
+		name    string
+		p       *v1alpha1.RateLimitPolicy
+		argo    string
+		kstatus status.Status
+	}{
+		{"new, not reconciled", base(1), "Progressing", status.InProgressStatus},
+		{"spec changed, not reconciled", specChanged, "Progressing", status.InProgressStatus},
+		{"invalid", reconciled(statusInput{invalid: errors.New("window 0s")}), "Degraded", status.FailedStatus},
+		{"no Redis credentials", reconciled(statusInput{revision: "abc", credentialsProblem: "Secret slidegate-redis not found", matched: 1, enforced: 1}), "Degraded", status.InProgressStatus},
+		{"no pod selected", reconciled(statusInput{revision: "abc"}), "Healthy", status.CurrentStatus},
+		{"a Service bypasses the sidecar", reconciled(statusInput{revision: "abc", matched: 2, enforced: 2, bypass: "Service web targets port 8080"}), "Degraded", status.CurrentStatus},
+		{"some pods without the sidecar", reconciled(statusInput{revision: "abc", matched: 3, enforced: 1}), "Degraded", status.CurrentStatus},
+		{"enforced", reconciled(ok), "Healthy", status.CurrentStatus},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.p.Status.ObservedGeneration == 0 && tc.p.Status.Conditions == nil {
+				// As the API server stores a new policy: the schema's defaults.
+				u["status"] = map[string]any{"observedGeneration": int64(0), "matchedPods": int64(0), "enforcedPods": int64(0)}
+			}
+			health, msg := runArgoHealth(t, script, u)
+			if health != tc.argo {
+				t.Errorf("Argo CD health %s (%q), want %s", health, msg, tc.argo)
+			}
+			if msg == "" {
+				t.Error("Argo CD health without a message")
+			}
+			res, err := status.Compute(&unstructured.Unstructured{Object: u})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tc.kstatus {
+				t.Errorf("kstatus %s (%s), want %s", res.Status, res.Message, tc.kstatus)
+			}
+		})
+	}
+}
+
+func argoHealthScript(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile("../config/argocd/argocd-cm-health.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(raw, &cm); err != nil {
+		t.Fatal(err)
+	}
+	script := cm.Data["resource.customizations.health.ratelimit.slidegate.dev_RateLimitPolicy"]
+	if script == "" {
+		t.Fatal("no health check for ratelimit.slidegate.dev_RateLimitPolicy in the argocd-cm snippet")
+	}
+	return script
+}
+
+// runArgoHealth evaluates script with obj set, as Argo CD's Lua VM does, and
+// returns the status and message of the table it returns.
+func runArgoHealth(t *testing.T, script string, obj map[string]any) (health, msg string) {
+	t.Helper()
+	L := lua.NewState()
+	defer L.Close()
+	L.SetGlobal("obj", toLua(L, obj))
+	if err := L.DoString(script); err != nil {
+		t.Fatalf("the health check fails: %v", err)
+	}
+	ret, ok := L.Get(-1).(*lua.LTable)
+	if !ok {
+		t.Fatalf("the health check returned %s, want a table", L.Get(-1).Type())
+	}
+	return ret.RawGetString("status").String(), ret.RawGetString("message").String()
+}
+
+func toLua(ls *lua.LState, v any) lua.LValue {
+	switch v := v.(type) {
+	case map[string]any:
+		tb := ls.NewTable()
+		for k, e := range v {
+			tb.RawSetString(k, toLua(ls, e))
+		}
+		return tb
+	case []any:
+		tb := ls.NewTable()
+		for _, e := range v {
+			tb.Append(toLua(ls, e))
+		}
+		return tb
+	case string:
+		return lua.LString(v)
+	case bool:
+		return lua.LBool(v)
+	case int64:
+		return lua.LNumber(v)
+	case float64:
+		return lua.LNumber(v)
+	case nil:
+		return lua.LNil
+	}
+	return lua.LString(fmt.Sprint(v))
+}
