@@ -150,6 +150,13 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the services of namespace %s: %w", ns, err)
 	}
+	// Whether the namespace opted in, for the Enforced message; unknown
+	// (an error) reads as opted in, the case that blames no label.
+	var namespace corev1.Namespace
+	nsOptedIn := true
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); err == nil {
+		nsOptedIn = namespace.Labels[v1alpha1.InjectionLabel] == v1alpha1.InjectionEnabled
+	}
 	var result ctrl.Result
 	for i := range policies {
 		p := &policies[i]
@@ -160,6 +167,9 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		in.matched, in.enforced = matched[p.Name], enforced[p.Name]
 		in.bypass = bypassingServices(p, pods, services.Items)
+		if in.enforced < in.matched {
+			in.unprotected = unprotectedWhy(p, pods, nsOptedIn)
+		}
 		if err := r.writeStatus(ctx, p, in); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue // deleted meanwhile; its delete event brings us back

@@ -474,6 +474,11 @@ func TestPodCounts(t *testing.T) {
 		newPod(ns, "other", map[string]string{"app": "other"}, false),
 	)
 	eventually(t, "one of two selected pods injected", counts(2, 1, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced))
+	// The test namespace has no injection label: the message says so and
+	// names the pod, rather than guessing.
+	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced); !strings.Contains(c.Message, "namespace is not labelled") || !strings.Contains(c.Message, "plain") {
+		t.Errorf("Enforced message %q does not name the cause and the pod", c.Message)
+	}
 	waitGauge(t, unprotectedPodsGauge.WithLabelValues(ns), 1)
 
 	// The plain pod is replaced by an injected one.

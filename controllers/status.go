@@ -18,12 +18,17 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -42,6 +47,9 @@ type statusInput struct {
 	// bypass names the Services that reach the selected pods by a port
 	// number, around the sidecar; "": none.
 	bypass string
+	// unprotected says why selected pods lack the sidecar (unprotectedWhy);
+	// "" while every selected pod has it.
+	unprotected string
 }
 
 // desiredStatus is the policy's status after this reconcile. It keeps the
@@ -88,14 +96,85 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 				in.matched, in.bypass, targetPort(p)))
 	case in.enforced < in.matched:
 		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
-			fmt.Sprintf("%d of %d selected pods carry the sidecar in front of port %q; the others were created without it (is the namespace labelled %s=%s? restart them) "+
-				"or with the sidecar on another port (another policy selecting them names a different targetPort)",
-				in.enforced, in.matched, targetPort(p), v1alpha1.InjectionLabel, v1alpha1.InjectionEnabled))
+			fmt.Sprintf("%d of %d selected pods carry the sidecar in front of port %q; %s",
+				in.enforced, in.matched, targetPort(p), in.unprotected))
 	default:
 		set(v1alpha1.ConditionEnforced, metav1.ConditionTrue, v1alpha1.ReasonEnforced,
 			fmt.Sprintf("all %d selected pods carry the sidecar", in.matched))
 	}
 	return st
+}
+
+// unprotectedWhy names why the selected pods without the policy's sidecar
+// lack it, from what the controller sees: the pods' metadata (opt-out,
+// injection status, age) and whether the namespace opted in. A pod created
+// after the policy in an opted-in namespace was admitted without the sidecar
+// by the webhook itself; only the warning at its creation holds the reason.
+func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, nsOptedIn bool) string {
+	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.TargetSelector)
+	if err != nil {
+		return ""
+	}
+	const (
+		optedOut = iota
+		otherPort
+		nsNotOptedIn
+		beforePolicy
+		webhookSkipped
+		causes
+	)
+	var names [causes][]string
+	otherPorts := map[string]bool{}
+	for i := range pods {
+		pod := &pods[i]
+		if !sel.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		st, injected := injection(pod)
+		var c int
+		switch {
+		case injected && (st.TargetPort == "" || st.TargetPort == targetPort(p)):
+			continue // protected
+		case injected:
+			c = otherPort
+			otherPorts[st.TargetPort] = true
+		case strings.EqualFold(pod.Annotations[inject.OptOutAnnotation], "false"), strings.EqualFold(pod.Labels[inject.OptOutAnnotation], "false"):
+			c = optedOut
+		case !nsOptedIn:
+			c = nsNotOptedIn
+		case pod.CreationTimestamp.Before(&p.CreationTimestamp):
+			c = beforePolicy
+		default:
+			c = webhookSkipped
+		}
+		names[c] = append(names[c], pod.Name)
+	}
+	list := func(n []string) string {
+		slices.Sort(n)
+		if len(n) > 3 {
+			return fmt.Sprintf("%s and %d more", strings.Join(n[:3], ", "), len(n)-3)
+		}
+		return strings.Join(n, ", ")
+	}
+	var why []string
+	if n := names[nsNotOptedIn]; len(n) > 0 {
+		why = append(why, fmt.Sprintf("the namespace is not labelled %s=%s (pods %s): label it, then restart them (kubectl -n %s rollout restart ...)",
+			v1alpha1.InjectionLabel, v1alpha1.InjectionEnabled, list(n), p.Namespace))
+	}
+	if n := names[beforePolicy]; len(n) > 0 {
+		why = append(why, fmt.Sprintf("pods %s were created before the policy: restart them (kubectl -n %s rollout restart ...)", list(n), p.Namespace))
+	}
+	if n := names[otherPort]; len(n) > 0 {
+		ports := slices.Sorted(maps.Keys(otherPorts))
+		why = append(why, fmt.Sprintf("pods %s carry the sidecar in front of port %s, which another policy selecting them names", list(n), strings.Join(ports, ", ")))
+	}
+	if n := names[optedOut]; len(n) > 0 {
+		why = append(why, fmt.Sprintf("pods %s opted out with %s=false", list(n), inject.OptOutAnnotation))
+	}
+	if n := names[webhookSkipped]; len(n) > 0 {
+		why = append(why, fmt.Sprintf("the webhook admitted pods %s without the sidecar (the warning at their creation says why, e.g. no container port named %q)", list(n), targetPort(p)))
+	}
+	return strings.Join(why, "; ")
 }
 
 // emitTransitions emits one event per condition whose status or reason

@@ -18,8 +18,10 @@ package controllers
 
 import (
 	"flag"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -118,5 +120,57 @@ func TestSelectorKeysIndex(t *testing.T) {
 				t.Errorf("selector %d (filed under %q) matches pod %v, which lacks that key: the map function would miss it", i, keys[0], pod)
 			}
 		}
+	}
+}
+
+// TestUnprotectedWhy: the Enforced message names the cause the controller
+// can see for each selected pod without the sidecar, instead of guessing.
+func TestUnprotectedWhy(t *testing.T) {
+	policyTime := metav1.NewTime(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	before, after := metav1.NewTime(policyTime.Add(-time.Hour)), metav1.NewTime(policyTime.Add(time.Hour))
+	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", CreationTimestamp: policyTime}}
+	p.Spec.TargetSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	pod := func(name string, created metav1.Time, labels, annotations map[string]string) metav1.PartialObjectMetadata {
+		l := map[string]string{"app": "web"}
+		maps.Copy(l, labels)
+		return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: created, Labels: l, Annotations: annotations}}
+	}
+	injectedOn := func(port string) map[string]string {
+		return map[string]string{v1alpha1.InjectedAnnotation: `{"version":"v1","targetPort":"` + port + `"}`}
+	}
+	for _, tc := range []struct {
+		name      string
+		pods      []metav1.PartialObjectMetadata
+		optedIn   bool
+		want, not []string
+	}{
+		{"namespace not opted in", []metav1.PartialObjectMetadata{pod("a", after, nil, nil)}, false,
+			[]string{"namespace is not labelled ratelimit.slidegate.dev/injection=enabled (pods a)"}, []string{"before the policy", "webhook"}},
+		{"created before the policy", []metav1.PartialObjectMetadata{pod("b", before, nil, nil)}, true,
+			[]string{"pods b were created before the policy: restart them (kubectl -n shop rollout restart"}, []string{"not labelled"}},
+		{"the webhook admitted it without", []metav1.PartialObjectMetadata{pod("c", after, nil, nil)}, true,
+			[]string{"the webhook admitted pods c without the sidecar", `no container port named "http"`}, []string{"before the policy"}},
+		{"opted out", []metav1.PartialObjectMetadata{pod("d", before, map[string]string{"ratelimit.slidegate.dev/inject": "false"}, nil)}, true,
+			[]string{"pods d opted out with ratelimit.slidegate.dev/inject=false"}, []string{"before the policy"}},
+		{"sidecar on another port", []metav1.PartialObjectMetadata{pod("e", after, nil, injectedOn("api"))}, true,
+			[]string{"pods e carry the sidecar in front of port api"}, nil},
+		{"protected and unselected pods are not named", []metav1.PartialObjectMetadata{
+			pod("ok", before, nil, injectedOn("http")), {ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{"app": "db"}}},
+			pod("f", before, nil, nil), pod("g", before, nil, nil), pod("h", before, nil, nil), pod("i", before, nil, nil)}, true,
+			[]string{"pods f, g, h and 1 more were created before the policy"}, []string{"ok", "other"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := unprotectedWhy(p, tc.pods, tc.optedIn)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("%q\nlacks %q", got, w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(got, n) {
+					t.Errorf("%q\nnames %q", got, n)
+				}
+			}
+		})
 	}
 }
