@@ -185,6 +185,13 @@ func runFault(t *testing.T, inject, repair func(*testsupport.Redis) error, mode 
 	if worst > 6*timeout {
 		t.Errorf("a decision took %v during the fault", worst)
 	}
+	// docs/operations.md promises decisions back on Redis within the
+	// breaker's probe interval of Redis answering again: the next probe
+	// (at most one interval away) must get its PING through (within the
+	// timeout), and the scheduler may wake it late.
+	if bound := defaultProbe + timeout + noise; breaker && back > bound {
+		t.Errorf("decisions back on redis %v after it answered again, want ≤ probe interval+timeout+timer lateness = %v", back, bound)
+	}
 	switch mode {
 	case FailClosed:
 		if admitted != 0 {
