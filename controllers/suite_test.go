@@ -326,18 +326,7 @@ func (e *eventLog) about(ns, name string) []string {
 // last error after timeout.
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	const timeout = 20 * time.Second
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(25 * time.Millisecond) // polling interval, not synchronisation
-	}
+	testsupport.Eventually(t, 20*time.Second, 25*time.Millisecond, what, cond)
 }
 
 // controllerIdle reports whether the controller has nothing queued and no

@@ -563,20 +563,10 @@ func mustCreate(t *testing.T, objs ...client.Object) {
 	}
 }
 
+// eventually is testsupport.Eventually with this package's timing.
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	const timeout = 30 * time.Second
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
-	}
+	testsupport.Eventually(t, 30*time.Second, 50*time.Millisecond, what, cond)
 }
 
 // recordForbidden is a transport that records the requests refused with
