@@ -132,10 +132,25 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		v1alpha1.InjectedAnnotation, pod.Annotations[v1alpha1.InjectedAnnotation])
 
 	logf("waiting for the controller to render ConfigMap %s", sidecarconfig.ConfigMapName)
+	// Not only there: holding every policy. The controller renders as the
+	// policies arrive, and a sidecar started on an earlier render serves its
+	// first requests without the later policies (seen: alice admitted 6).
+	// A policy's status.revision names the render that contains it.
 	if err := poll(ctx, func() bool {
-		return c.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: sidecarconfig.ConfigMapName}, &corev1.ConfigMap{}) == nil
+		var cm corev1.ConfigMap
+		var list v1alpha1.RateLimitPolicyList
+		if c.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: sidecarconfig.ConfigMapName}, &cm) != nil ||
+			c.Client.List(ctx, &list, client.InNamespace(Namespace)) != nil || len(list.Items) == 0 {
+			return false
+		}
+		for _, p := range list.Items {
+			if p.Status.Revision == "" || p.Status.Revision != cm.Annotations[v1alpha1.RevisionAnnotation] {
+				return false
+			}
+		}
+		return true
 	}); err != nil {
-		return nil, fmt.Errorf("the ConfigMap never appeared: %w", err)
+		return nil, fmt.Errorf("the ConfigMap never held every policy: %w", err)
 	}
 
 	var seen atomic.Int64
