@@ -10,8 +10,10 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -479,7 +481,7 @@ func testWebhookAvailability(ctx context.Context, t *testing.T, _ *node) {
 	if len(pods.Items) < 2 {
 		t.Fatalf("%d manager pods; the webhook needs two to survive one", len(pods.Items))
 	}
-	victim := pods.Items[0].Name
+	victim, victimIP := pods.Items[0].Name, pods.Items[0].Status.PodIP
 	pod := func(i int) string {
 		return fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -493,9 +495,10 @@ spec:
     securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
 `, i, demo, demoImage)
 	}
+	drained := watchDrain(ctx, t, victimIP)
 	mustKubectl(ctx, t, "-n", system, "delete", "pod", victim, "--wait=false")
 	var failures []string
-	deadline := time.Now().Add(20 * time.Second) // past the pod's 10 s grace period
+	deadline := time.Now().Add(20 * time.Second) // past the pod's preStop sleep and most of its grace period
 	i := 0
 	for ; time.Now().Before(deadline); i++ {
 		if _, err := kubectl(ctx, pod(i), "create", "--dry-run=server", "-f", "-"); err != nil {
@@ -505,6 +508,17 @@ spec:
 	t.Logf("%d pod creates while manager pod %s terminated: %d failed", i, victim, len(failures))
 	if len(failures) > 0 {
 		t.Errorf("pod creation failed while one manager pod was going: %v", failures[:min(3, len(failures))])
+	}
+	// The creates above pass or fail by the luck of timing; this is the
+	// deterministic half: the going pod must still accept TLS on the webhook
+	// port after kube-proxy has taken it out of the Service's rules, so no
+	// connection the API server makes can reach a pod that no longer serves.
+	d := <-drained
+	t.Logf("manager pod %s: out of kube-proxy's rules %.2fs after its deletion, served until %.2fs",
+		victim, d.unrouted.Sub(d.deleted).Seconds(), d.lastServed.Sub(d.deleted).Seconds())
+	if d.unrouted.IsZero() || !d.lastServed.After(d.unrouted) {
+		t.Errorf("manager pod %s stopped serving the webhook (%.2fs after its deletion) before kube-proxy stopped routing to it (%.2fs): API server calls in between fail",
+			victim, d.lastServed.Sub(d.deleted).Seconds(), d.unrouted.Sub(d.deleted).Seconds())
 	}
 	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
 
@@ -526,6 +540,54 @@ spec:
 	}
 	mustKubectl(ctx, t, "-n", system, "scale", manager, "--replicas=2")
 	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
+}
+
+// drain is what watchDrain saw of a going manager pod.
+type drain struct {
+	deleted    time.Time // the watch started; the delete follows at once
+	unrouted   time.Time // kube-proxy's rules no longer hold the pod's IP
+	lastServed time.Time // the last TLS handshake on the webhook port
+}
+
+// watchDrain follows a manager pod that is about to be deleted: it dials its
+// webhook port every 50 ms until the dial fails, and reads the node's
+// kube-proxy nftables table until the pod's IP is gone from it.
+func watchDrain(ctx context.Context, t *testing.T, ip string) <-chan drain {
+	t.Helper()
+	out := make(chan drain, 1)
+	d := drain{deleted: time.Now()}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for time.Since(d.deleted) < 30*time.Second {
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp",
+				net.JoinHostPort(ip, "9443"), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only whether it serves
+			if err != nil {
+				return
+			}
+			d.lastServed = time.Now()
+			_ = conn.Close()
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	wg.Go(func() {
+		for time.Since(d.deleted) < 30*time.Second {
+			rules, err := exec.CommandContext(ctx, "nft", "list", "table", "ip", "kube-proxy").Output()
+			if err != nil {
+				t.Errorf("nft list table ip kube-proxy: %v", err)
+				return
+			}
+			if !strings.Contains(string(rules), ip) {
+				d.unrouted = time.Now()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	go func() {
+		wg.Wait()
+		out <- d
+	}()
+	return out
 }
 
 // testRollingUpdates drives traffic through the Service while the app rolls
