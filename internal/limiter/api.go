@@ -36,6 +36,11 @@ const (
 	SourceRedis        Source = "redis"
 	SourceFallback     Source = "fallback"
 	SourceFailedClosed Source = "failed-closed"
+	// SourceDenyCache: Redis reported the key exhausted for this rule
+	// earlier, and its retry time has not come (see Options.DenyCacheMax).
+	// A request denied this way asked Redis nothing; its other rules are
+	// reported Allowed, uncounted.
+	SourceDenyCache Source = "deny-cache"
 )
 
 // Rule is one limit: at most Limit admits in any sliding Window, per client.

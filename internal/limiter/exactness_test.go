@@ -118,9 +118,11 @@ func contend(t *testing.T, newContender func() contender) []outcome {
 
 // limiterContender is one sidecar: its own client, pool and Limiter. Its
 // timeout is long because a decision that times out goes to the fallback
-// and its server timestamp is lost; exactness is about the script.
+// and its server timestamp is lost; exactness is about the script, so the
+// deny cache, which answers without a server timestamp, is off
+// (TestDenyCache covers it).
 func limiterContender(t *testing.T, addr string) contender {
-	l := newLimiter(t, standalone(t, addr), Options{Timeout: 10 * time.Second})
+	l := newLimiter(t, standalone(t, addr), Options{Timeout: 10 * time.Second, DenyCacheMax: -1})
 	l.observe = func(ctx context.Context, now int64, _ []Request, _ []int, _ []Decision) {
 		*ctx.Value(serverTimeKey{}).(*int64) = now
 	}

@@ -48,6 +48,7 @@ type Limiter struct {
 	direct  bool          // the client bounds socket I/O by the deadline
 	br      *breaker
 	fb      *fallback
+	deny    *denyCache // nil: disabled
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closed  atomic.Bool
@@ -105,6 +106,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		fb:           newFallback(opts.FallbackMaxClients, opts.FallbackLogMax),
 		ctx:          ctx,
 		cancel:       cancel,
+	}
+	if opts.DenyCacheMax > 0 {
+		l.deny = newDenyCache(opts.DenyCacheMax)
 	}
 	switch rdb.(type) {
 	case *redis.Client:
@@ -170,11 +174,12 @@ type Stats struct {
 	NoScript                      int64 // round trips that had to resend scripts (EVAL)
 	Undos                         int64 // compensating calls for cross-slot requests
 	BreakerOpens                  int64
+	DenyCache                     int64 // Decide calls denied by the deny cache, without Redis
 }
 
 type stats struct {
-	redis, fallback, failedClosed, timeouts atomic.Int64
-	roundTrips, ops, noScript, undos        atomic.Int64
+	redis, fallback, failedClosed, timeouts, denyCache atomic.Int64
+	roundTrips, ops, noScript, undos                   atomic.Int64
 }
 
 // Stats returns the counters.
@@ -183,6 +188,7 @@ func (l *Limiter) Stats() Stats {
 		Redis: l.stats.redis.Load(), Fallback: l.stats.fallback.Load(), FailedClosed: l.stats.failedClosed.Load(),
 		Timeouts: l.stats.timeouts.Load(), RoundTrips: l.stats.roundTrips.Load(), Ops: l.stats.ops.Load(),
 		NoScript: l.stats.noScript.Load(), Undos: l.stats.undos.Load(), BreakerOpens: l.br.opens.Load(),
+		DenyCache: l.stats.denyCache.Load(),
 	}
 }
 
@@ -295,17 +301,30 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 	if len(reqs) == 0 {
 		return out
 	}
-	deadline := time.Now().Add(l.opts.Timeout)
+	start := time.Now()
+	deadline := start.Add(l.opts.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 
 	valid := true
+	var keyBuf [1]string
+	keys := keyBuf[:0]
+	if len(reqs) > 1 {
+		keys = make([]string, 0, len(reqs))
+	}
 	for i := range reqs {
 		if err := validRule(&reqs[i].Rule); err != nil {
 			valid = false
 			out[i] = Decision{Limit: reqs[i].Rule.Limit, RetryAfter: failedClosedRetry, Source: SourceFailedClosed, Err: err}
+			keys = append(keys, "")
+			continue
 		}
+		keys = append(keys, l.keyOf(&reqs[i]))
+	}
+	if l.deny != nil && l.deniedByCache(reqs, keys, start, out) {
+		l.stats.denyCache.Add(1)
+		return out
 	}
 
 	var groups []group
@@ -319,7 +338,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 			failErr = fmt.Errorf("%w (last error: %w)", ErrCircuitOpen, last)
 		}
 	default:
-		groups = l.groups(reqs, valid)
+		groups = l.groups(reqs, keys, valid)
 		member := l.nextMember()
 		for gi := range groups {
 			g := &groups[gi]
@@ -340,7 +359,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 			failed = append(failed, g.idx...)
 			continue
 		}
-		if l.fillRedis(ctx, reqs, g, out) {
+		if l.fillRedis(ctx, reqs, g, start, out) {
 			committed = append(committed, g)
 		}
 	}
@@ -416,6 +435,45 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 	return out
 }
 
+// deniedByCache answers reqs from the deny cache when a non-dry-run rule
+// of the request is cached as exhausted: the request is denied whatever the
+// others say, and Redis would have admitted into none of them. A request
+// with a dry-run rule not in the cache still goes to Redis, which decides
+// (and counts) that rule.
+func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, out []Decision) bool {
+	hit := -1
+	for i := range reqs {
+		if keys[i] == "" || reqs[i].DryRun {
+			continue
+		}
+		if _, ok := l.deny.get(keys[i], &reqs[i].Rule, now); ok {
+			hit = i
+			break
+		}
+	}
+	if hit < 0 {
+		return false
+	}
+	for i := range reqs {
+		if reqs[i].DryRun {
+			if _, ok := l.deny.get(keys[i], &reqs[i].Rule, now); !ok {
+				return false
+			}
+		}
+	}
+	for i := range reqs {
+		if keys[i] == "" {
+			continue // invalid: already failed closed
+		}
+		if d, ok := l.deny.get(keys[i], &reqs[i].Rule, now); ok {
+			out[i] = d
+			continue
+		}
+		out[i] = Decision{Allowed: true, Limit: reqs[i].Rule.Limit, Source: SourceDenyCache}
+	}
+	return true
+}
+
 func ceilDiv(a, b int64) int64 {
 	if a <= 0 {
 		return a
@@ -435,12 +493,13 @@ func (l *Limiter) nextMember() string {
 	return string(buf)
 }
 
-// groups splits the valid requests by what one script may touch.
-func (l *Limiter) groups(reqs []Request, allValid bool) []group {
+// groups splits the valid requests by what one script may touch; keys[i]
+// is the key of reqs[i].
+func (l *Limiter) groups(reqs []Request, keys []string, allValid bool) []group {
 	if len(reqs) == 1 && allValid {
 		gs := make([]group, 1)
 		g := &gs[0]
-		g.idxBuf[0], g.keyBuf[0] = 0, l.keyOf(&reqs[0])
+		g.idxBuf[0], g.keyBuf[0] = 0, keys[0]
 		g.idx, g.keys = g.idxBuf[:], g.keyBuf[:]
 		return gs
 	}
@@ -449,7 +508,7 @@ func (l *Limiter) groups(reqs []Request, allValid bool) []group {
 		for i := range reqs {
 			if allValid || validRule(&reqs[i].Rule) == nil {
 				g.idx = append(g.idx, i)
-				g.keys = append(g.keys, l.keyOf(&reqs[i]))
+				g.keys = append(g.keys, keys[i])
 			}
 		}
 		if len(g.idx) == 0 {
@@ -462,7 +521,7 @@ func (l *Limiter) groups(reqs []Request, allValid bool) []group {
 		if !allValid && validRule(&reqs[i].Rule) != nil {
 			continue
 		}
-		k := l.keyOf(&reqs[i])
+		k := keys[i]
 		s, tag := 0, ""
 		if l.grouping == groupSlot {
 			s = slot(k)
@@ -615,9 +674,10 @@ var timerPool = sync.Pool{New: func() any {
 	return t
 }}
 
-// fillRedis turns a group's reply into decisions; it reports whether the
-// group admitted anything that an overall denial must undo.
-func (l *Limiter) fillRedis(ctx context.Context, reqs []Request, g *group, out []Decision) bool {
+// fillRedis turns a group's reply into decisions, and caches the denials
+// of a decision that started at start; it reports whether the group
+// admitted anything that an overall denial must undo.
+func (l *Limiter) fillRedis(ctx context.Context, reqs []Request, g *group, start time.Time, out []Decision) bool {
 	rep := g.op.reply
 	now, committed := rep[0], rep[1] == 1
 	admitted := false
@@ -633,6 +693,9 @@ func (l *Limiter) fillRedis(ctx context.Context, reqs []Request, g *group, out [
 		}
 		if committed && v[0] == 1 {
 			admitted = true
+		}
+		if v[0] == 0 && l.deny != nil && !reqs[i].DryRun {
+			l.deny.put(g.keys[k], &reqs[i].Rule, start, &out[i])
 		}
 	}
 	if l.observe != nil {

@@ -13,8 +13,12 @@ type Options struct {
 	// braces: they would become the Redis Cluster hash tag of every key.
 	Prefix string
 
-	// Timeout bounds each Decide call that goes to Redis (default 50ms).
-	// When it passes, the decision is made by the rule's fail mode.
+	// Timeout bounds each Decide call that goes to Redis (default 1s).
+	// When it passes, the decision is made by the rule's fail mode. It is
+	// how long a Redis that stopped answering without an error (a hang, a
+	// lost network) can hold a request before the breaker opens; it is not
+	// a latency target: a merely slow Redis must still decide, since a
+	// fallback decision ignores what Redis already admitted.
 	Timeout time.Duration
 
 	// ExpiryMargin is added to the window in each key's PEXPIRE (default
@@ -59,11 +63,16 @@ type Options struct {
 	// use two fixed-window counters, like SlidingWindowCounter, so the
 	// fallback stays within FallbackMaxClients × FallbackLogMax × 8 bytes.
 	FallbackLogMax int
+
+	// DenyCacheMax bounds the keys remembered as exhausted (default 10000;
+	// negative: no deny cache). While Redis says a key is exhausted until
+	// T, its requests are denied locally until T with the same headers.
+	DenyCacheMax int
 }
 
 const (
 	defaultPrefix      = "slidegate:"
-	defaultTimeout     = 50 * time.Millisecond
+	defaultTimeout     = time.Second
 	defaultMargin      = time.Second
 	defaultMaxBatch    = 256
 	defaultMaxInflight = 2
@@ -71,6 +80,7 @@ const (
 	defaultProbe       = 200 * time.Millisecond
 	defaultFallbackMax = 10000
 	defaultFallbackLog = 128
+	defaultDenyCache   = 10000
 	maxPrefixLen       = 64
 	maxWindow          = 365 * 24 * time.Hour
 	minWindow          = time.Millisecond
@@ -116,6 +126,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.FallbackLogMax <= 0 {
 		o.FallbackLogMax = defaultFallbackLog
+	}
+	if o.DenyCacheMax == 0 {
+		o.DenyCacheMax = defaultDenyCache
 	}
 	return o, nil
 }

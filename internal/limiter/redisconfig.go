@@ -93,7 +93,7 @@ func ACLRules(prefix string) []string {
 //     read and a hung Redis frees the connection when the decision gives
 //     up, not after ReadTimeout;
 //   - MaxRetries -1: go-redis retries a failed pipeline whole, which could
-//     run a decision twice; within a 50ms budget a retry rarely fits, and
+//     run a decision twice; within a decision's timeout a retry rarely fits, and
 //     the breaker and fallback handle a failed round trip.
 func (c RedisConfig) UniversalOptions() (*redis.UniversalOptions, error) {
 	if len(c.Addrs) == 0 {

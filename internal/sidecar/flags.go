@@ -43,7 +43,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Redis.TLSServerName, "redis-tls-server-name", o.Redis.TLSServerName, "server name to verify in the Redis certificate")
 	fs.IntVar(&o.FallbackReplicas, "fallback-replicas", o.FallbackReplicas, "replicas sharing a limit: a fail-open policy enforces limit/replicas locally while Redis is unavailable")
 	fs.StringVar(&o.KeyPrefix, "key-prefix", o.KeyPrefix, "prefix of the limiter's Redis keys (empty: the limiter's default)")
-	fs.DurationVar(&o.DecisionTimeout, "decision-timeout", o.DecisionTimeout, "timeout of one limiter round trip to Redis")
+	fs.DurationVar(&o.DecisionTimeout, "decision-timeout", o.DecisionTimeout, "how long a decision waits for Redis before the policy's fail mode decides (a hung Redis costs a request this much until the breaker opens)")
 	fs.DurationVar(&o.DecisionBatchWait, "decision-batch-wait", o.DecisionBatchWait, "let a free Redis connection wait this long to pipeline more decisions together (0: send at once)")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, keep serving this long with /readyz failing before closing the listeners")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long to drain in-flight requests on shutdown")

@@ -177,6 +177,8 @@ func (s *Sidecar) countSource(src limiter.Source) {
 	switch src {
 	case limiter.SourceRedis:
 		s.srcRedis.Inc()
+	case limiter.SourceDenyCache:
+		s.srcDenyCache.Inc()
 	case limiter.SourceFallback:
 		s.srcFallback.Inc()
 	case limiter.SourceFailedClosed:

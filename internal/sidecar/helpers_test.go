@@ -149,13 +149,21 @@ func testLogger(t testing.TB) *slog.Logger {
 type upstream struct {
 	*httptest.Server
 	hits atomic.Int64
+
+	mu       sync.Mutex
+	arrivals map[string]time.Time // by X-Request-Id, when one is sent
 }
 
 func newUpstream(t testing.TB) *upstream {
 	t.Helper()
-	u := &upstream{}
+	u := &upstream{arrivals: map[string]time.Time{}}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.hits.Add(1)
+		if id := r.Header.Get("X-Request-Id"); id != "" {
+			u.mu.Lock()
+			u.arrivals[id] = time.Now()
+			u.mu.Unlock()
+		}
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("X-Upstream", "yes")
 		_, _ = io.WriteString(w, "hello from the app\n")

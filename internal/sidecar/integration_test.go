@@ -121,7 +121,7 @@ func TestExactLimitAcrossSidecars(t *testing.T) {
 
 	// Anonymous traffic: only the global policy applies.
 	got := f.storm(t, 200, 24, "/", nil)
-	if got[200] != limit || got[429] != 200-limit || f.up.hits.Load() != limit || f.sources()["redis"] != 200 {
+	if src := f.sources(); got[200] != limit || got[429] != 200-limit || f.up.hits.Load() != limit || src["redis"]+src["deny-cache"] != 200 || src["fallback"] != 0 {
 		t.Fatalf("statuses %v, upstream saw %d; want exactly %d admitted of 200, the rest 429 with headers (sources %v)",
 			got, f.up.hits.Load(), limit, f.sources())
 	}
@@ -297,7 +297,7 @@ func TestRedisPaused(t *testing.T) {
 func (f *fleet) sources() map[string]float64 {
 	out := map[string]float64{}
 	for _, s := range f.sidecars {
-		for _, src := range []limiter.Source{limiter.SourceRedis, limiter.SourceFallback, limiter.SourceFailedClosed} {
+		for _, src := range []limiter.Source{limiter.SourceRedis, limiter.SourceDenyCache, limiter.SourceFallback, limiter.SourceFailedClosed} {
 			out[string(src)] += testutilCounter(s.metrics.limiterSources.WithLabelValues(string(src)))
 		}
 	}

@@ -90,11 +90,11 @@ func newMetrics(fallbackActive func() float64) *metrics {
 	m.decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: ns, Subsystem: sub, Name: "decision_duration_seconds",
 		Help:    "Time the limiter took to decide all the policies of one request.",
-		Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1},
+		Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	})
 	m.limiterSources = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "limiter_decisions_total",
-		Help: "Limiter decisions by the path that produced them: redis, fallback (fail-open, local) or failed-closed.",
+		Help: "Limiter decisions by the path that produced them: redis, deny-cache (Redis said exhausted, retry time not reached), fallback (fail-open, local) or failed-closed.",
 	}, []string{"source"})
 	m.redisErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "redis_errors_total",

@@ -60,7 +60,10 @@ type Options struct {
 	// KeyPrefix prefixes every Redis key of the limiter (empty: the
 	// limiter's default).
 	KeyPrefix string
-	// DecisionTimeout bounds one Redis round trip of the limiter.
+	// DecisionTimeout bounds how long a decision waits for Redis before its
+	// policy's fail mode decides (limiter.Options.Timeout): what a Redis
+	// that hangs costs a request until the breaker opens, not a latency
+	// target; a merely slow Redis must still decide.
 	DecisionTimeout time.Duration
 	// DecisionBatchWait lets a free Redis connection wait this long for more
 	// decisions to pipeline together (limiter MaxWait; 0 sends at once).
@@ -152,7 +155,7 @@ func DefaultOptions() Options {
 			Addrs: []string{"redis:6379"},
 		},
 		FallbackReplicas:    1,
-		DecisionTimeout:     50 * time.Millisecond,
+		DecisionTimeout:     time.Second,
 		ShutdownDelay:       0,
 		ShutdownTimeout:     20 * time.Second,
 		ReadHeaderTimeout:   10 * time.Second,

@@ -55,8 +55,8 @@ type Sidecar struct {
 	redisErrLogged atomic.Int64 // when the last line was written, in ns since created
 	redisErrQuiet  atomic.Int64 // errors since then
 
-	respForwarded, respRejected, respFailedClosed prometheus.Counter
-	srcRedis, srcFallback, srcFailedClosed        prometheus.Counter
+	respForwarded, respRejected, respFailedClosed        prometheus.Counter
+	srcRedis, srcDenyCache, srcFallback, srcFailedClosed prometheus.Counter
 }
 
 // New builds a sidecar that decides with lim and forwards to
@@ -85,6 +85,7 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 	s.respRejected = s.metrics.responses.WithLabelValues(outcomeRejected)
 	s.respFailedClosed = s.metrics.responses.WithLabelValues(outcomeFailedClosed)
 	s.srcRedis = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceRedis))
+	s.srcDenyCache = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceDenyCache))
 	s.srcFallback = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceFallback))
 	s.srcFailedClosed = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceFailedClosed))
 	s.metrics.lastReloadOK.Set(1)

@@ -88,6 +88,8 @@ func (r *Redis) start() error {
 		"--dir", r.dir,
 		"--logfile", filepath.Join(r.dir, "redis.log"),
 		"--protected-mode", "no",
+		// DEBUG SLEEP makes the server slow, not down, for the fault tests.
+		"--enable-debug-command", "local",
 	}
 	args = append(args, r.extra...)
 	cmd := exec.Command(bin, args...)
