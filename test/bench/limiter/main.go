@@ -384,7 +384,7 @@ func write(out string, rows []row, mem []memRow, rep report) error {
 		runtime.Version(), rep.redisVersion, rep.loadBefore, rep.loadAfter, rep.took.Round(time.Second))
 	p("Workload: %d clients chosen at random per decision, limit %d per %v, so nearly every decision admits (the costlier path). ", clients, benchLimit, benchWindow)
 	p("Each point is measured for %v (redis-benchmark: %d requests), one after another against the same server, FLUSHALL in between.\n\n", rep.dur, rep.ceilN)
-	p("- **limiter**: `limiter.Decide` with default Options (decisions coalesced into pipelines: MaxInflight 2, MaxBatch 256; Timeout 50ms), client from `NewRedisClient`. Only decisions answered by Redis are counted.\n")
+	p("- **limiter**: `limiter.Decide` with default Options (decisions coalesced into pipelines: MaxInflight 2, MaxBatch 256; Timeout 1s), client from `NewRedisClient`. Only decisions answered by Redis are counted.\n")
 	p("- **textbook**: the same Lua script, one `EVAL` round trip per decision, go-redis default options.\n")
 	p("- **ceiling**: `redis-benchmark -P 16 -c <callers>` running the same script by EVALSHA: the server's capacity with the lightest client.\n\n")
 	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter} {

@@ -53,6 +53,8 @@ type target struct {
 	url         string
 	// path returns the path and client of the i-th request.
 	path func(i int) (string, string)
+	// lim is the limiter behind the target, if it has a real one.
+	lim *limiter.Limiter
 }
 
 type result struct {
@@ -61,7 +63,9 @@ type result struct {
 	redisCPU  []float64 // per round: CPU µs per request, redis-server
 	allocs    []float64 // per round: heap allocations per request, this process
 	p50, p99  []float64 // per round, in ms
-	codes     map[int]int
+	// per round: Redis scripts per 429, (scripts - admits) / rejections
+	scriptsPer429 []float64
+	codes         map[int]int
 	errs      int
 	latErrors int
 }
@@ -174,6 +178,7 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 		Policies: []sidecarconfig.Policy{
 			perUser("hot", 1, 3_600_000, "/hot"),
 			perUser("ok", 1_000_000, 10_000, "/ok"),
+			perUser("api", 100, 10_000, "/api"),
 		},
 	}
 	data, err := sidecarconfig.Marshal(cfg)
@@ -201,6 +206,28 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 	if err != nil {
 		return err
 	}
+	// The same sidecar without the deny cache, on its own client and
+	// limiter: every 429 is Redis's answer to a round trip.
+	rdbNC, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{redis.Addr}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rdbNC.Close() }()
+	ncOpts := limOpts
+	ncOpts.DenyCacheMax = -1
+	limNC, err := limiter.New(rdbNC, ncOpts)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = limNC.Close() }()
+	scNC, err := sidecar.New(opts, limNC, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	noCacheURL, err := serveSidecar(ctx, scNC)
+	if err != nil {
+		return err
+	}
 
 	// (e) and (f) split (c)'s cost: the same sidecar with a limiter that
 	// admits at once (the proxy and handler alone), and with one that makes
@@ -218,16 +245,26 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 
 	user := func(i int) string { return "u" + strconv.Itoa(i%1000) }
 	okPath := func(i int) (string, string) { return "/ok/items", user(i) }
+	halfHot := func(i int) (string, string) {
+		if i%2 == 0 {
+			return "/ok/items", user(i / 2)
+		}
+		return "/hot/items", user(i / 2)
+	}
+	abuser := func(i int) (string, string) {
+		if i%2 == 0 {
+			return "/api/items", user(i / 2)
+		}
+		return "/api/items", "mallory"
+	}
 	targets := []*target{
 		{name: "a", label: "(a) direct to the app", url: appURL, path: okPath},
 		{name: "b", label: "(b) bare httputil.ReverseProxy + buffer pool", url: bareURL, path: okPath},
 		{name: "c", label: "(c) sidecar, all admitted", url: sideURL, path: okPath},
-		{name: "d", label: "(d) sidecar, half rejected", url: sideURL, path: func(i int) (string, string) {
-			if i%2 == 0 {
-				return "/ok/items", user(i / 2)
-			}
-			return "/hot/items", user(i / 2)
-		}},
+		{name: "d", label: "(d) sidecar, half rejected", url: sideURL, lim: lim, path: halfHot},
+		{name: "D", label: "(d) without the deny cache", url: noCacheURL, lim: limNC, path: halfHot},
+		{name: "g", label: "(g) one abusive client (every other request, limit 100 per 10 s) + 1000 users under it", url: sideURL, lim: lim, path: abuser},
+		{name: "G", label: "(g) without the deny cache", url: noCacheURL, lim: limNC, path: abuser},
 		{name: "e", label: "(e) sidecar, limiter admits at once (no Redis)", url: instantURL, path: okPath},
 		{name: "f", label: "(f) sidecar, one unbatched Redis PING per request instead of a decision", url: pingURL, path: okPath},
 	}
@@ -255,9 +292,17 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 		for _, t := range targets {
 			var m0, m1 runtime.MemStats
 			runtime.ReadMemStats(&m0)
+			var st0 limiter.Stats
+			if t.lim != nil {
+				st0 = t.lim.Stats()
+			}
 			cpu0, rcpu0 := processCPU(), pidCPU(redis.Pid())
 			rps, codes, errs := closedLoop(client, t, conc, rpsDur)
 			cpu1, rcpu1 := processCPU(), pidCPU(redis.Pid())
+			if t.lim != nil && codes[429] > 0 {
+				ops := t.lim.Stats().Ops - st0.Ops
+				results[t.name].scriptsPer429 = append(results[t.name].scriptsPer429, float64(ops-int64(codes[200]))/float64(codes[429]))
+			}
 			runtime.ReadMemStats(&m1)
 			r := results[t.name]
 			r.rps = append(r.rps, rps)
@@ -504,6 +549,8 @@ func report(targets []*target, res map[string]*result, rate, conc, rounds int, r
 	p("on loopback; redis-server runs beside it. They share the same cores, so the figures are relative, not absolute capacity. ")
 	p("The sidecar decides one per-user SlidingLog policy per request (1000 users, header key) through the real limiter with its default settings; ")
 	p("in (d) every other request goes to a policy whose budget is spent and is answered 429 without reaching the app. ")
+	p("(g) sends every other request as one user far beyond a limit of 100 per 10 s, the others as 1000 users under it. ")
+	p("The rows \"without the deny cache\" are the same sidecar on a limiter with `DenyCacheMax: -1`, so every 429 is a Redis round trip; Redis scripts / 429 counts the limiter's scripts per rejected request ((scripts − admits) / 429s). ")
 	p("(e) and (f) are references, not products: the same sidecar with a limiter that admits without asking Redis, and with one that sends a single, unbatched PING per request instead of a decision (the real limiter batches its scripts).\n\n")
 	p("- Maximum throughput: closed loop, %d concurrent keep-alive HTTP/1.1 clients, median of %d interleaved slices of %v.\n", conc, rounds, rpsDur)
 	p("- Latency: open loop at a fixed offered load of **%d req/s** for every target (by default 30%% of the lowest maximum), %d interleaved slices of %v, measured from each request's scheduled send time; p50 and p99 are the medians of the slices' percentiles, so that one slice stalled by other work on the machine does not decide the figure.\n\n", rate, rounds, latDur)
@@ -516,8 +563,8 @@ func report(targets []*target, res map[string]*result, rate, conc, rounds int, r
 		base, baseName = res[targets[0].name], "("+targets[0].name+")"
 	}
 	baseP99, baseRPS := median(base.p99), median(base.rps)
-	p("| target | p50 | p99 | max RPS | p99 / %s | max RPS / %s | CPU µs/req (bench process + redis-server) | allocs/req | status mix |\n", baseName, baseName)
-	p("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	p("| target | p50 | p99 | max RPS | p99 / %s | max RPS / %s | CPU µs/req (bench process + redis-server) | Redis scripts / 429 | allocs/req | status mix |\n", baseName, baseName)
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, t := range targets {
 		r := res[t.name]
 		p99, rps := median(r.p99), median(r.rps)
@@ -535,8 +582,12 @@ func report(targets []*target, res map[string]*result, rate, conc, rounds int, r
 				mix = append(mix, fmt.Sprintf("%s %.0f%%", name, 100*float64(n)/float64(total)))
 			}
 		}
-		p("| %s | %.2f ms | %.2f ms | %.0f | %.2f | %.2f | %.0f + %.0f | %.0f | %s |\n", t.label, median(r.p50), p99, rps,
-			p99/baseP99, rps/baseRPS, median(r.cpu), median(r.redisCPU), median(r.allocs), strings.Join(mix, ", "))
+		per429 := "–"
+		if len(r.scriptsPer429) > 0 {
+			per429 = fmt.Sprintf("%.3f", median(r.scriptsPer429))
+		}
+		p("| %s | %.2f ms | %.2f ms | %.0f | %.2f | %.2f | %.0f + %.0f | %s | %.0f | %s |\n", t.label, median(r.p50), p99, rps,
+			p99/baseP99, rps/baseRPS, median(r.cpu), median(r.redisCPU), per429, median(r.allocs), strings.Join(mix, ", "))
 	}
 	c := res["c"]
 	if c == nil {
@@ -574,7 +625,7 @@ func report(targets []*target, res map[string]*result, rate, conc, rounds int, r
 	for _, r := range res {
 		latErrs += r.latErrors
 	}
-	p("Limiter during the run: %d decisions by Redis, %d by the fail-open fallback, %d failed closed; %d scripts in %d pipelined round trips (%.1f per round trip). Transport errors in the latency phase: %d.\n",
-		st.Redis, st.Fallback, st.FailedClosed, st.Ops, st.RoundTrips, float64(st.Ops)/max(1, float64(st.RoundTrips)), latErrs)
+	p("Limiter of (c), (d), (g) during the run: %d decisions by Redis, %d requests denied by the deny cache, %d decisions by the fail-open fallback, %d failed closed; %d scripts in %d pipelined round trips (%.1f per round trip). Transport errors in the latency phase: %d.\n",
+		st.Redis, st.DenyCache, st.Fallback, st.FailedClosed, st.Ops, st.RoundTrips, float64(st.Ops)/max(1, float64(st.RoundTrips)), latErrs)
 	return b.String()
 }
