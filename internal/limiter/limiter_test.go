@@ -296,9 +296,23 @@ func TestKeysExpire(t *testing.T) {
 			t.Errorf("PTTL %s = %v, want in [%v, %v] (%v after the calls began)", k, ttl, lo, window+margin, elapsed)
 		}
 	}
-	if n, _ := r.Do("DBSIZE"); n != strconv.Itoa(len(keys)) {
-		t.Fatalf("DBSIZE = %s, want %d", n, len(keys))
+	// Every key whose expiry cannot have come yet still exists. (Not a
+	// DBSIZE: on a busy machine the first keys may rightly be gone by now.)
+	checked := 0
+	for _, k := range keys {
+		before := time.Since(set[k])
+		n, err := r.Do("EXISTS", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if before < window+margin {
+			checked++
+			if n != "1" {
+				t.Errorf("%s gone %v after its first call, before window+margin %v", k, before, window+margin)
+			}
+		}
 	}
+	t.Logf("%d of %d keys checked to exist before their expiry", checked, len(keys))
 	took, ok := eventually(window+margin+2*time.Second, func() bool {
 		n, err := r.Do("DBSIZE")
 		return err == nil && n == "0"
