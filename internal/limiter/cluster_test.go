@@ -24,8 +24,9 @@ func TestClusterMatchesStandalone(t *testing.T) {
 	t.Parallel()
 	c := sharedCluster(t)
 	s := testsupport.StartRedis(t)
-	// The cluster outlives one run (-count=2): fresh keys for each.
-	opts := Options{Timeout: 5 * time.Second, Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
+	// The cluster outlives one run (-count=2): fresh keys for each. No deny
+	// cache: every answer is the script's.
+	opts := Options{Timeout: 5 * time.Second, DenyCacheMax: -1, Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
 	cl := newLimiter(t, client(t, RedisConfig{Mode: RedisCluster, Addrs: c.Addrs()}), opts)
 	st := newLimiter(t, standalone(t, s.Addr), opts)
 	if cl.grouping != groupSlot || st.grouping != groupAll {

@@ -11,6 +11,17 @@ import (
 // rules while Redis cannot. It enforces each replica's share of the limit,
 // ceil(limit/replicas), so the replicas together stay near the limit.
 //
+// A SlidingLog rule keeps one timestamp per local admit, in a log that grows
+// with the admits still in the window: exact at any share, with memory
+// bounded by the admits (8 bytes each), not by the share. A
+// SlidingWindowCounter rule keeps its two fixed-window counters, like in
+// Redis.
+//
+// Each key starts from what Redis last said about it (seed): a key Redis
+// reported exhausted is denied until its retry time, and this replica's
+// part of the admits Redis counted, ceil(count/replicas), is taken from its
+// share until they leave the window.
+//
 // Memory is bounded by maxClients entries. An entry is evicted only when its
 // newest admit has left its window: such a client has its full budget
 // anyway, so eviction never hands a denied client a fresh one. When the
@@ -20,38 +31,49 @@ type fallback struct {
 	mu         sync.Mutex
 	start      time.Time
 	maxClients int
-	logMax     int64
 	entries    map[fbKey]*fbEntry
 	overflow   map[string]*fbEntry // by rule id; not counted in maxClients
 	byExpiry   expiryHeap          // tracked entries, soonest fully-expired first
 	clock      func() int64        // ns; tests replace it
+	// blind is the naive fallback, for the test that shows why seeds
+	// matter: it starts every key empty.
+	blind bool
 }
 
 type fbKey struct{ rule, client string }
 
-// fbEntry is one client's local window: a ring of admit times while the
-// share is at most logMax (exact), two fixed-window counters beyond.
+// fbEntry is one client's local window: a log of admit times (SlidingLog),
+// or two fixed-window counters (SlidingWindowCounter); plus what Redis last
+// said about the key.
 type fbEntry struct {
 	key    fbKey
 	window int64 // ns
 	share  int64
-	// log mode
-	ring       []int64
-	head, size int
+	// log mode: log[head:] are the admits in the window, oldest first
+	log  []int64
+	head int
 	// counter mode
 	counter   bool
 	idx       int64
 	cur, prev int64
 
+	seed      fbSeed
 	lastAdmit int64 // ns since fallback start; -1 never
 	heapIdx   int   // -1 when not in the heap (overflow entries)
 }
 
-func newFallback(maxClients, logMax int) *fallback {
+// fbSeed is what Redis last said about a key, on the fallback's clock.
+type fbSeed struct {
+	learned   int64 // when (0: nothing known)
+	n         int64 // this replica's part of the admits Redis counted
+	until     int64 // when those have all left the window
+	denyUntil int64 // Redis denies until then
+}
+
+func newFallback(maxClients int) *fallback {
 	return &fallback{
 		start:      time.Now(),
 		maxClients: maxClients,
-		logMax:     int64(logMax),
 		entries:    make(map[fbKey]*fbEntry),
 		overflow:   make(map[string]*fbEntry),
 	}
@@ -64,13 +86,29 @@ func (f *fallback) now() int64 {
 	return int64(time.Since(f.start))
 }
 
+// seedOf converts a remembered Redis answer for a rule shared by replicas.
+func (f *fallback) seedOf(e viewEntry, replicas int64) fbSeed {
+	s := fbSeed{
+		learned: int64(e.learned.Sub(f.start)),
+		n:       ceilDiv(e.count, max(1, replicas)),
+		until:   int64(e.resetUntil.Sub(f.start)),
+	}
+	if !e.denyUntil.IsZero() {
+		s.denyUntil = int64(e.denyUntil.Sub(f.start))
+	}
+	s.learned = max(s.learned, 1) // 0 means nothing known
+	return s
+}
+
 // fbReq is one request the fallback must decide.
 type fbReq struct {
-	rule   *Rule
-	client string
-	dryRun bool
-	share  int64
-	out    *Decision
+	rule     *Rule
+	client   string
+	dryRun   bool
+	replicas int64
+	share    int64
+	seed     fbSeed
+	out      *Decision
 }
 
 // decide decides reqs together: it admits into every allowed one only if
@@ -85,6 +123,9 @@ func (f *fallback) decide(reqs []fbReq, commit bool) bool {
 	for i := range reqs {
 		r := &reqs[i]
 		e := f.entry(r, now)
+		if r.seed.learned > e.seed.learned && e.key.client != "" && !f.blind {
+			e.seed = r.seed
+		}
 		entries[i] = e
 		ok, _ := e.check(now)
 		if !ok && !r.dryRun {
@@ -116,7 +157,7 @@ func (f *fallback) decide(reqs []fbReq, commit bool) bool {
 func (f *fallback) entry(r *fbReq, now int64) *fbEntry {
 	k := fbKey{r.rule.ID, r.client}
 	window := int64(r.rule.Window)
-	counter := r.rule.Algorithm == SlidingWindowCounter || r.share > f.logMax
+	counter := r.rule.Algorithm == SlidingWindowCounter
 	if e, ok := f.entries[k]; ok {
 		e.reshape(window, r.share, counter, now)
 		return e
@@ -148,10 +189,10 @@ func newEntry(k fbKey, window, share int64, counter bool, now int64) *fbEntry {
 }
 
 // reshape follows a change of the rule or of the replica count without
-// forgetting admits that still count: a log keeps its newest times, a
-// counter keeps its counts (folded into the current window when the window
-// length changes), and a counter turning into a log records its counted
-// admits as made now. All of these err towards denying.
+// forgetting admits that still count: a log keeps its times, a counter
+// keeps its counts (folded into the current window when the window length
+// changes), and a counter turning into a log records its counted admits as
+// made now. All of these err towards denying.
 func (e *fbEntry) reshape(window, share int64, counter bool, now int64) {
 	if e.window == window && e.share == share && e.counter == counter {
 		return
@@ -161,45 +202,24 @@ func (e *fbEntry) reshape(window, share int64, counter bool, now int64) {
 		if window != e.window {
 			e.cur, e.prev, e.idx = e.cur+e.prev, 0, now/window
 		}
-		e.window, e.share = window, share
-		return
 	case counter:
-		old := e.times()
-		e.window, e.share, e.counter = window, share, true
-		e.ring, e.head, e.size = nil, 0, 0
-		e.idx, e.cur, e.prev = now/window, 0, 0
-		for _, t := range old {
+		n := int64(0)
+		for _, t := range e.log[e.head:] {
 			if t > now-window {
-				e.cur++
+				n++
 			}
 		}
-		return
-	}
-	var old []int64
-	if e.counter {
+		e.log, e.head = nil, 0
+		e.idx, e.cur, e.prev = now/window, n, 0
+	case e.counter:
 		for range min(e.cur+e.prev, share) {
-			old = append(old, now)
+			e.log = append(e.log, now)
 		}
-	} else {
-		old = e.times()
+		e.idx, e.cur, e.prev = 0, 0, 0
 	}
-	e.window, e.share, e.counter = window, share, false
-	e.idx, e.cur, e.prev = 0, 0, 0
-	// A shrinking share keeps every admit (the ring never drops one while
-	// size < share), so growing it back later hands out nothing extra.
-	e.ring, e.head, e.size = make([]int64, max(share, int64(len(old)))), 0, 0
-	for _, t := range old {
-		e.push(t)
-	}
-}
-
-// times lists the admits of a log entry, oldest first.
-func (e *fbEntry) times() []int64 {
-	out := make([]int64, 0, e.size)
-	for i := 0; i < e.size; i++ {
-		out = append(out, e.ring[(e.head+i)%len(e.ring)])
-	}
-	return out
+	// A shrinking share keeps every admit of a log, so growing it back
+	// later hands out nothing extra.
+	e.window, e.share, e.counter = window, share, counter
 }
 
 func (e *fbEntry) expiry() int64 {
@@ -209,23 +229,21 @@ func (e *fbEntry) expiry() int64 {
 	return e.lastAdmit + e.window
 }
 
+// trim drops the admits that left the window, and compacts the log when
+// most of it is dropped, so its memory follows the admits in the window.
 func (e *fbEntry) trim(now int64) {
-	for e.size > 0 && e.ring[e.head] <= now-e.window {
-		e.head = (e.head + 1) % len(e.ring)
-		e.size--
+	for e.head < len(e.log) && e.log[e.head] <= now-e.window {
+		e.head++
 	}
-}
-
-func (e *fbEntry) push(t int64) {
-	if len(e.ring) == 0 {
-		return
+	if e.head == len(e.log) {
+		e.log, e.head = e.log[:0], 0
+	} else if e.head > 64 && e.head > len(e.log)/2 {
+		e.log = append(e.log[:0], e.log[e.head:]...)
+		e.head = 0
 	}
-	if e.size == len(e.ring) {
-		e.head = (e.head + 1) % len(e.ring)
-		e.size--
+	if cap(e.log) > 64 && cap(e.log) > 4*len(e.log) {
+		e.log = append([]int64(nil), e.log...)
 	}
-	e.ring[(e.head+e.size)%len(e.ring)] = t
-	e.size++
 }
 
 // roll moves the counters to the fixed window of now.
@@ -249,10 +267,21 @@ func (e *fbEntry) estimate(now int64) float64 {
 
 // check says whether one more admit fits, and otherwise in how many ns.
 func (e *fbEntry) check(now int64) (bool, int64) {
+	if now < e.seed.denyUntil {
+		return false, e.seed.denyUntil - now
+	}
 	if e.share <= 0 {
 		return false, e.window
 	}
+	seeded := int64(0)
+	if now < e.seed.until {
+		seeded = e.seed.n
+	}
 	if e.counter {
+		if seeded > 0 && e.estimate(now)+float64(seeded)+1 > float64(e.share) {
+			// Redis's admits first: wait until they have left.
+			return false, e.seed.until - now
+		}
 		est := e.estimate(now)
 		if est+1 <= float64(e.share) {
 			return true, 0
@@ -270,10 +299,27 @@ func (e *fbEntry) check(now int64) (bool, int64) {
 		return false, max(1, e.window-elapsed+int64(math.Ceil(need)))
 	}
 	e.trim(now)
-	if int64(e.size) < e.share {
+	used := int64(len(e.log)-e.head) + seeded
+	if used < e.share {
 		return true, 0
 	}
-	return false, e.ring[e.head] + e.window - now
+	// The (used-share+1)-th departure, in time order, of the local admits
+	// (each at its time + window) and the seeded ones (all at seed.until).
+	k := used - e.share + 1
+	for _, t := range e.log[e.head:] {
+		if seeded > 0 && e.seed.until <= t+e.window {
+			if k <= seeded {
+				return false, e.seed.until - now
+			}
+			k -= seeded
+			seeded = 0
+		}
+		if k == 1 {
+			return false, t + e.window - now
+		}
+		k--
+	}
+	return false, e.seed.until - now
 }
 
 func (e *fbEntry) admit(now int64) {
@@ -281,17 +327,21 @@ func (e *fbEntry) admit(now int64) {
 		e.roll(now)
 		e.cur++
 	} else {
-		e.push(now)
+		e.log = append(e.log, now)
 	}
 	e.lastAdmit = now
 }
 
 func (e *fbEntry) remaining(now int64) int64 {
+	seeded := int64(0)
+	if now < e.seed.until {
+		seeded = e.seed.n
+	}
 	if e.counter {
-		return max(0, int64(float64(e.share)-e.estimate(now)))
+		return max(0, int64(float64(e.share-seeded)-e.estimate(now)))
 	}
 	e.trim(now)
-	return max(0, e.share-int64(e.size))
+	return max(0, e.share-int64(len(e.log)-e.head)-seeded)
 }
 
 func (e *fbEntry) resetAfter(now int64) time.Duration {

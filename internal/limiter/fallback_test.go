@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
 // fakeFallback returns a fallback on a clock the test moves.
-func fakeFallback(maxClients, logMax int) (*fallback, *int64) {
-	f := newFallback(maxClients, logMax)
+func fakeFallback(maxClients int) (*fallback, *int64) {
+	f := newFallback(maxClients)
 	now := new(int64)
 	f.clock = func() int64 { return *now }
 	return f, now
@@ -23,7 +25,7 @@ func fbDecide(f *fallback, rule Rule, client string, replicas int64) Decision {
 func TestFallbackEnforcesShare(t *testing.T) {
 	for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
 		t.Run(string(alg), func(t *testing.T) {
-			f, now := fakeFallback(100, 128)
+			f, now := fakeFallback(100)
 			rule := Rule{ID: "r", Limit: 10, Window: time.Second, Algorithm: alg}
 			// 3 replicas: share ceil(10/3) = 4.
 			for i := range 4 {
@@ -54,7 +56,7 @@ func TestFallbackEnforcesShare(t *testing.T) {
 // is not evicted and re-created with a fresh budget) and newcomers share
 // one overflow budget.
 func TestFallbackNeverEvictsACountedClient(t *testing.T) {
-	f, now := fakeFallback(3, 128)
+	f, now := fakeFallback(3)
 	rule := Rule{ID: "r", Limit: 2, Window: time.Second}
 	for _, c := range []string{"a", "b", "c"} {
 		fbDecide(f, rule, c, 1)
@@ -91,7 +93,7 @@ func TestFallbackNeverEvictsACountedClient(t *testing.T) {
 }
 
 func TestFallbackAllOrNothing(t *testing.T) {
-	f, _ := fakeFallback(10, 128)
+	f, _ := fakeFallback(10)
 	a := Rule{ID: "a", Limit: 5, Window: time.Second}
 	b := Rule{ID: "b", Limit: 1, Window: time.Second}
 	decide := func() (bool, Decision, Decision) {
@@ -125,16 +127,18 @@ func TestFallbackAllOrNothing(t *testing.T) {
 // TestFallbackReshapeKeepsAdmits: a change of the replica count (share) or
 // of the algorithm keeps the admits already counted.
 func TestFallbackReshapeKeepsAdmits(t *testing.T) {
-	f, _ := fakeFallback(10, 4)
+	f, _ := fakeFallback(10)
 	rule := Rule{ID: "r", Limit: 8, Window: time.Second}
 	for range 3 {
-		fbDecide(f, rule, "c", 2) // share 4: log
+		fbDecide(f, rule, "c", 2) // share 4
 	}
 	if d := fbDecide(f, rule, "c", 4); d.Allowed { // share 2: still 3 counted
 		t.Fatalf("share shrank to 2 yet admitted: %+v", d)
 	}
-	if d := fbDecide(f, rule, "c", 1); !d.Allowed || d.Remaining != 4 { // share 8 > logMax: counter
-		t.Fatalf("share 8: %+v", d)
+	counter := rule
+	counter.Algorithm = SlidingWindowCounter
+	if d := fbDecide(f, counter, "c", 1); !d.Allowed || d.Remaining != 4 { // share 8, counter: 3 counted + 1
+		t.Fatalf("share 8 as a counter: %+v", d)
 	}
 	if d := fbDecide(f, rule, "c", 2); d.Allowed { // back to a log of 4, 4 counted
 		t.Fatalf("back to share 4: %+v", d)
@@ -166,4 +170,139 @@ func TestBreaker(t *testing.T) {
 	if !b.allow() {
 		t.Fatal("still open after close")
 	}
+}
+
+// TestFallbackExactAtAnyShare: the local log admits exactly the share in
+// any window, with the exact retry time, whatever the share; its memory
+// follows the admits in the window and is given back when they leave.
+func TestFallbackExactAtAnyShare(t *testing.T) {
+	for _, share := range []int64{1, 128, 129, 1000, 100000} {
+		t.Run(fmt.Sprint(share), func(t *testing.T) {
+			f, now := fakeFallback(10)
+			rule := Rule{ID: "r", Limit: share, Window: time.Second}
+			step := max(1, int64(time.Second)/share/2) // all within half a window
+			first := *now
+			for i := range share {
+				if d := fbDecide(f, rule, "c", 1); !d.Allowed {
+					t.Fatalf("admit %d of %d denied: %+v", i+1, share, d)
+				}
+				*now += step
+			}
+			d := fbDecide(f, rule, "c", 1)
+			if d.Allowed {
+				t.Fatalf("admit %d of a share of %d", share+1, share)
+			}
+			// The first admit leaves the window at first+window.
+			if want := time.Duration(first + int64(time.Second) - *now); d.RetryAfter != want {
+				t.Errorf("retry after %v, want %v", d.RetryAfter, want)
+			}
+			*now += int64(d.RetryAfter) - 1
+			if d := fbDecide(f, rule, "c", 1); d.Allowed {
+				t.Fatalf("admitted 1ns before the retry time")
+			}
+			*now++
+			if d := fbDecide(f, rule, "c", 1); !d.Allowed {
+				t.Fatalf("denied at the retry time: %+v", d)
+			}
+			e := f.entries[fbKey{"r", "c"}]
+			if n := int64(len(e.log) - e.head); n != share {
+				t.Errorf("%d admits in the log, want the %d in the window", n, share)
+			}
+			*now += int64(2 * time.Second)
+			fbDecide(f, rule, "c", 1)
+			if len(e.log)-e.head != 1 || cap(e.log) > 64 {
+				t.Errorf("after a quiet window: %d in the log, capacity %d; want 1 and the memory back", len(e.log)-e.head, cap(e.log))
+			}
+		})
+	}
+}
+
+// TestFallbackStartsFromRedis is the fleet bound of docs/operations.md on
+// three limiters sharing one redis-server, limit 30 (share 10): what
+// Redis admitted before it died plus what each replica admits on its own
+// in the same window is at most
+//
+//	A + Σᵢ max(0, share − ceil(cᵢ/N))
+//
+// where A is Redis's admits in the window and cᵢ the count replica i last
+// heard from Redis. A key Redis reported exhausted admits nothing locally
+// until its retry time. The naive fallback, blind to Redis, breaks both.
+func TestFallbackStartsFromRedis(t *testing.T) {
+	const limit, n = 30, 3
+	rule := Rule{ID: "ns/seeded", Limit: limit, Window: time.Minute, FailMode: FailOpen, Replicas: n}
+	run := func(t *testing.T, blind bool, client string, before int) (redisAdmits int, heard []int64, local []int) {
+		r := testsupport.StartRedis(t)
+		var lims []*Limiter
+		for range n {
+			l := newLimiter(t, standalone(t, r.Addr), Options{Timeout: 2 * time.Second, ProbeInterval: time.Hour})
+			l.fb.blind = blind
+			lims = append(lims, l)
+		}
+		heard = make([]int64, n)
+		for i := range before {
+			d := one(lims[i%n], rule, client)
+			if d.Source != SourceRedis && d.Source != SourceDenyCache {
+				t.Fatalf("decision %d not from Redis: %+v", i, d)
+			}
+			if d.Allowed {
+				redisAdmits++
+			}
+			if d.Source == SourceRedis {
+				heard[i%n] = limit - d.Remaining
+			}
+		}
+		if err := r.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		local = make([]int, n)
+		for i, l := range lims {
+			for range 2 * limit {
+				d := one(l, rule, client)
+				if d.Source == SourceRedis {
+					t.Fatalf("Redis answered after the kill: %+v", d)
+				}
+				if d.Allowed {
+					local[i]++
+				}
+			}
+		}
+		return redisAdmits, heard, local
+	}
+	bound := func(a int, heard []int64) int {
+		b := a
+		for _, c := range heard {
+			b += int(max(0, ceilDiv(limit, n)-ceilDiv(c, n)))
+		}
+		return b
+	}
+	sum := func(xs []int) (s int) {
+		for _, x := range xs {
+			s += x
+		}
+		return s
+	}
+
+	t.Run("part of the window spent", func(t *testing.T) {
+		a, heard, local := run(t, false, "half", 12)
+		total, b := a+sum(local), bound(a, heard)
+		t.Logf("Redis admitted %d, replicas last heard %v, then admitted %v on their own: %d in the window, bound %d", a, heard, local, total, b)
+		if total > b || total > limit {
+			t.Errorf("%d admits in the window, bound %d, limit %d", total, b, limit)
+		}
+	})
+	t.Run("exhausted key", func(t *testing.T) {
+		a, heard, local := run(t, false, "spent", limit+n)
+		t.Logf("Redis admitted %d, replicas last heard %v, then admitted %v on their own", a, heard, local)
+		if sum(local) != 0 {
+			t.Errorf("replicas admitted %v on their own a key Redis reported exhausted for a minute", local)
+		}
+	})
+	t.Run("naive fallback, blind to Redis", func(t *testing.T) {
+		a, _, local := run(t, true, "half", 12)
+		total := a + sum(local)
+		t.Logf("Redis admitted %d, then the blind replicas %v: %d in the window", a, local, total)
+		if total <= limit {
+			t.Errorf("the blind fallback kept the window at %d ≤ %d: this case cannot fail", total, limit)
+		}
+	})
 }

@@ -48,7 +48,7 @@ type Limiter struct {
 	direct  bool          // the client bounds socket I/O by the deadline
 	br      *breaker
 	fb      *fallback
-	deny    *denyCache // nil: disabled
+	view    *view // what Redis last said per key; nil: disabled
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closed  atomic.Bool
@@ -103,12 +103,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		tokens:       make(chan struct{}, opts.MaxInflight),
 		direct:       honorsDeadlines(rdb),
 		br:           newBreaker(opts.BreakerFailures),
-		fb:           newFallback(opts.FallbackMaxClients, opts.FallbackLogMax),
+		fb:           newFallback(opts.FallbackMaxClients),
 		ctx:          ctx,
 		cancel:       cancel,
 	}
 	if opts.DenyCacheMax > 0 {
-		l.deny = newDenyCache(opts.DenyCacheMax)
+		l.view = newView(opts.DenyCacheMax)
 	}
 	switch rdb.(type) {
 	case *redis.Client:
@@ -322,7 +322,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 		}
 		keys = append(keys, l.keyOf(&reqs[i]))
 	}
-	if l.deny != nil && l.deniedByCache(reqs, keys, start, out) {
+	if l.view != nil && l.deniedByCache(reqs, keys, start, out) {
 		l.stats.denyCache.Add(1)
 		return out
 	}
@@ -402,7 +402,13 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 			if r.Rule.Replicas > 0 {
 				n = int64(r.Rule.Replicas)
 			}
-			fbReqs = append(fbReqs, fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, share: ceilDiv(r.Rule.Limit, n), out: &out[i]})
+			fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, replicas: n, share: ceilDiv(r.Rule.Limit, n), out: &out[i]}
+			if l.view != nil && keys[i] != "" {
+				if e, ok := l.view.get(keys[i], &r.Rule); ok {
+					fr.seed = l.fb.seedOf(e, n)
+				}
+			}
+			fbReqs = append(fbReqs, fr)
 		}
 		if len(fbReqs) > 0 {
 			errs := make([]error, len(fbReqs))
@@ -446,7 +452,7 @@ func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, ou
 		if keys[i] == "" || reqs[i].DryRun {
 			continue
 		}
-		if _, ok := l.deny.get(keys[i], &reqs[i].Rule, now); ok {
+		if _, ok := l.view.denied(keys[i], &reqs[i].Rule, now); ok {
 			hit = i
 			break
 		}
@@ -456,7 +462,7 @@ func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, ou
 	}
 	for i := range reqs {
 		if reqs[i].DryRun {
-			if _, ok := l.deny.get(keys[i], &reqs[i].Rule, now); !ok {
+			if _, ok := l.view.denied(keys[i], &reqs[i].Rule, now); !ok {
 				return false
 			}
 		}
@@ -465,7 +471,7 @@ func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, ou
 		if keys[i] == "" {
 			continue // invalid: already failed closed
 		}
-		if d, ok := l.deny.get(keys[i], &reqs[i].Rule, now); ok {
+		if d, ok := l.view.denied(keys[i], &reqs[i].Rule, now); ok {
 			out[i] = d
 			continue
 		}
@@ -694,8 +700,8 @@ func (l *Limiter) fillRedis(ctx context.Context, reqs []Request, g *group, start
 		if committed && v[0] == 1 {
 			admitted = true
 		}
-		if v[0] == 0 && l.deny != nil && !reqs[i].DryRun {
-			l.deny.put(g.keys[k], &reqs[i].Rule, start, &out[i])
+		if l.view != nil {
+			l.view.put(g.keys[k], &reqs[i].Rule, start, &out[i])
 		}
 	}
 	if l.observe != nil {

@@ -392,7 +392,8 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 func TestMultiRuleAllOrNothing(t *testing.T) {
 	t.Parallel()
 	r := testsupport.StartRedis(t)
-	l := newLimiter(t, standalone(t, r.Addr), Options{})
+	// The script's answers, every time: no deny cache (TestDenyCache).
+	l := newLimiter(t, standalone(t, r.Addr), Options{DenyCacheMax: -1})
 	reqs := multiRuleRequest("standalone", "alice")
 	var got []string
 	for range 4 {

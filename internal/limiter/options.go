@@ -58,15 +58,11 @@ type Options struct {
 	// budget per rule with every other untracked client, so no client is
 	// ever forgotten while it still has admits in its window.
 	FallbackMaxClients int
-	// FallbackLogMax is the largest per-replica share that the fallback
-	// tracks exactly, one timestamp per admit (default 128). Larger shares
-	// use two fixed-window counters, like SlidingWindowCounter, so the
-	// fallback stays within FallbackMaxClients × FallbackLogMax × 8 bytes.
-	FallbackLogMax int
-
-	// DenyCacheMax bounds the keys remembered as exhausted (default 10000;
-	// negative: no deny cache). While Redis says a key is exhausted until
-	// T, its requests are denied locally until T with the same headers.
+	// DenyCacheMax bounds the keys whose last Redis answer the limiter
+	// remembers (default 10000; negative: none). While Redis says a key is
+	// exhausted until T, its requests are denied locally until T with the
+	// same headers (the deny cache); while Redis cannot answer, the
+	// fail-open fallback starts each remembered key from what Redis said.
 	DenyCacheMax int
 }
 
@@ -79,7 +75,6 @@ const (
 	defaultBreaker     = 5
 	defaultProbe       = 200 * time.Millisecond
 	defaultFallbackMax = 10000
-	defaultFallbackLog = 128
 	defaultDenyCache   = 10000
 	maxPrefixLen       = 64
 	maxWindow          = 365 * 24 * time.Hour
@@ -123,9 +118,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.FallbackMaxClients <= 0 {
 		o.FallbackMaxClients = defaultFallbackMax
-	}
-	if o.FallbackLogMax <= 0 {
-		o.FallbackLogMax = defaultFallbackLog
 	}
 	if o.DenyCacheMax == 0 {
 		o.DenyCacheMax = defaultDenyCache

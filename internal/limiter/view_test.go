@@ -80,7 +80,7 @@ func TestDenyCache(t *testing.T) {
 	// rule, not under the new one.
 	reload := func(t *testing.T, naive bool) Decision {
 		l := newLimiter(t, standalone(t, r.Addr), Options{Timeout: 2 * time.Second})
-		l.deny.ignoreRule = naive
+		l.view.ignoreRule = naive
 		rule := Rule{ID: "ns/cache-reload", Limit: 2, Window: time.Minute}
 		client := "c-" + time.Now().Format("150405.000000")
 		for range 3 {
@@ -116,7 +116,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 			t.Fatalf("%s admitted twice", c)
 		}
 	}
-	if n := l.deny.len(); n != 2 {
+	if n := l.view.len(); n != 2 {
 		t.Errorf("%d cached keys, want the bound 2", n)
 	}
 	if d := one(l, rule, "c"); d.Allowed || d.Source != SourceRedis {
