@@ -83,6 +83,13 @@ test-stress: test-deps ## Run the limiter, sidecar, e2e and node tests while str
 		KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 ./internal/limiter ./internal/sidecar ./test/e2e 2>&1 | hack/test-summary.sh && \
 		hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh
 
+.PHONY: test-exact-busy
+test-exact-busy: test-deps ## Exactness on a busy machine: 3 sidecars x 64 callers, SlidingLog 100/2 s, 10 s, healthy redis-server, every core busy; 10 runs.
+	@command -v stress-ng >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stress-ng; }
+	@stress-ng --cpu $$((4 * $$(nproc))) --timeout 1800s >/dev/null 2>&1 & pid=$$!; trap 'kill $$pid 2>/dev/null' EXIT; \
+		SLIDEGATE_SLOW_CALLERS=64 SLIDEGATE_SLOW_SECONDS=10 go test -count=10 -v -timeout 30m -run 'TestExactOnASlowRedis/healthy' ./internal/sidecar 2>&1 | \
+		grep -E 'slow_test.go|^(--- |ok|FAIL)'
+
 .PHONY: test-node
 test-node: ## Run test/node on a real single node (kubelet, containerd, kube-proxy) brought up and torn down by hack/node.sh.
 	hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh

@@ -139,9 +139,11 @@ func runFault(t *testing.T, inject, repair func(*testsupport.Redis) error, mode 
 	// Stay in the fault long enough for many decisions.
 	time.Sleep(600 * time.Millisecond)
 
+	repairAt := time.Now()
 	if err := repair(r); err != nil {
 		t.Fatal(err)
 	}
+	// For a restart, backAt is when the new redis-server answers PING.
 	backAt := time.Now()
 	back, ok := eventually(2*time.Second, func() bool {
 		return seen(backAt, func(d Decision) bool { return d.Source == SourceRedis })
@@ -177,8 +179,8 @@ func runFault(t *testing.T, inject, repair func(*testsupport.Redis) error, mode 
 	slices.Sort(lateness)
 	p50, p99, worst := lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 	noise := lateness[len(lateness)*99/100]
-	t.Logf("fault: fallback engaged after %v, redis back after %v; %d decisions during the fault, latency p50 %v p99 %v max %v; timer lateness p99 %v; breaker opened %d times",
-		engaged, back, len(lat), p50, p99, worst, noise, l.Stats().BreakerOpens)
+	t.Logf("fault: fallback engaged after %v; redis answered %v after the repair began, decisions from redis again %v later; %d decisions during the fault, latency p50 %v p99 %v max %v; timer lateness p99 %v; breaker opened %d times",
+		engaged, backAt.Sub(repairAt), back, len(lat), p50, p99, worst, noise, l.Stats().BreakerOpens)
 	if bound := timeout + 10*time.Millisecond + noise; p99 > bound {
 		t.Errorf("p99 latency %v during the fault, want ≤ timeout+10ms+timer lateness = %v", p99, bound)
 	}

@@ -47,6 +47,7 @@ type Limiter struct {
 	waiting atomic.Int32  // flushers holding a batch, waiting for a token
 	direct  bool          // the client bounds socket I/O by the deadline
 	br      *breaker
+	lat     latencyWindow // how long Redis's answers took lately
 	fb      *fallback
 	view    *view // what Redis last said per key; nil: disabled
 	ctx     context.Context
@@ -197,6 +198,7 @@ type op struct {
 	state    atomic.Int32
 	args     []any // the whole EVALSHA command
 	nkeys    int
+	start    time.Time // when its decision began (zero for an undo)
 	deadline time.Time
 	reply    []int64
 	err      error
@@ -302,7 +304,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 		return out
 	}
 	start := time.Now()
-	deadline := start.Add(l.opts.Timeout)
+	deadline := start.Add(l.budget(start))
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -342,7 +344,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 		member := l.nextMember()
 		for gi := range groups {
 			g := &groups[gi]
-			g.op = l.decideOp(reqs, g, member, valid || l.invalidAreDry(reqs), deadline)
+			g.op = l.decideOp(reqs, g, member, valid || l.invalidAreDry(reqs), start, deadline)
 		}
 		failErr = l.run(ctx, groups, deadline)
 	}
@@ -480,6 +482,50 @@ func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, ou
 	return true
 }
 
+// budget is how long a decision beginning at now waits for Redis: Timeout,
+// or twice the slowest answer of the last one to two seconds when that is
+// longer, up to MaxTimeout. A Redis that answers slowly is still answering:
+// its decisions must not fall back (the fallback cannot see what Redis
+// admits). A Redis that hangs stops producing answers, so within two
+// seconds the budget is Timeout again and the breaker takes over.
+func (l *Limiter) budget(now time.Time) time.Duration {
+	return min(max(l.opts.Timeout, 2*l.lat.recent(now)), l.opts.MaxTimeout)
+}
+
+// latencyWindow keeps the slowest answer of the current and the previous
+// second.
+type latencyWindow struct {
+	mu        sync.Mutex
+	since     time.Time
+	cur, prev time.Duration
+}
+
+func (w *latencyWindow) roll(now time.Time) {
+	switch age := now.Sub(w.since); {
+	case age < time.Second:
+		return
+	case age < 2*time.Second:
+		w.prev = w.cur
+	default:
+		w.prev = 0
+	}
+	w.cur, w.since = 0, now
+}
+
+func (w *latencyWindow) observe(d time.Duration, now time.Time) {
+	w.mu.Lock()
+	w.roll(now)
+	w.cur = max(w.cur, d)
+	w.mu.Unlock()
+}
+
+func (w *latencyWindow) recent(now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.roll(now)
+	return max(w.cur, w.prev)
+}
+
 func ceilDiv(a, b int64) int64 {
 	if a <= 0 {
 		return a
@@ -570,9 +616,9 @@ func (l *Limiter) invalidAreDry(reqs []Request) bool {
 
 // decideOp builds the script call of one group. commit false only decides:
 // the request is known to fail already, so nothing is admitted.
-func (l *Limiter) decideOp(reqs []Request, g *group, member string, commit bool, deadline time.Time) *op {
+func (l *Limiter) decideOp(reqs []Request, g *group, member string, commit bool, start, deadline time.Time) *op {
 	n := len(g.idx)
-	o := &op{nkeys: n, deadline: deadline, done: make(chan struct{}, 1)}
+	o := &op{nkeys: n, start: start, deadline: deadline, done: make(chan struct{}, 1)}
 	args := o.argsBuf[:0]
 	if size := 3 + n + 3 + 3*n; size > len(o.argsBuf) {
 		args = make([]any, 0, size)
@@ -898,6 +944,7 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd) []*redis.Cmd {
 	}
 
 	var firstErr error
+	answered := time.Now()
 	for i, o := range batch {
 		c := cmds[i]
 		err := c.Err()
@@ -913,6 +960,9 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd) []*redis.Cmd {
 			}
 			o.finish(nil, err)
 			continue
+		}
+		if !o.start.IsZero() {
+			l.lat.observe(answered.Sub(o.start), answered)
 		}
 		o.finish(c, nil)
 	}

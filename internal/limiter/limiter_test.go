@@ -85,7 +85,7 @@ func TestSameMillisecondBurst(t *testing.T) {
 	cmds := make([]*redis.Cmd, 1001)
 	for i := range cmds {
 		g := l.groups(reqs, []string{l.keyOf(&reqs[0])}, true)[0]
-		args := l.decideOp(reqs, &g, l.nextMember(), true, time.Now().Add(time.Minute)).args
+		args := l.decideOp(reqs, &g, l.nextMember(), true, time.Now(), time.Now().Add(time.Minute)).args
 		args[0], args[1] = "eval", decideScript
 		cmds[i] = redis.NewCmd(ctx, args...)
 		_ = pipe.Process(ctx, cmds[i])
@@ -581,5 +581,34 @@ func TestMaxWait(t *testing.T) {
 	// the one that separates "some sharing" from "none": 1.25.
 	if 4*st.Ops < 5*st.RoundTrips {
 		t.Errorf("%d scripts in %d round trips: no coalescing", st.Ops, st.RoundTrips)
+	}
+}
+
+// TestBudgetFollowsSlowAnswers: the decision budget is Timeout, stretched
+// to twice the slowest answer of the last one to two seconds, up to
+// MaxTimeout, and back to Timeout two seconds after the last slow answer.
+func TestBudgetFollowsSlowAnswers(t *testing.T) {
+	l := &Limiter{opts: Options{Timeout: time.Second, MaxTimeout: 3 * time.Second}}
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		at      time.Duration // after t0
+		observe time.Duration // an answer that took this long (0: none)
+		want    time.Duration
+	}{
+		{0, 0, time.Second},
+		{100 * time.Millisecond, 400 * time.Millisecond, time.Second},             // 2×400 ms < Timeout
+		{200 * time.Millisecond, 700 * time.Millisecond, 1400 * time.Millisecond}, // slow: stretched
+		{1500 * time.Millisecond, 0, 1400 * time.Millisecond},                     // the previous second still counts
+		{1600 * time.Millisecond, 2 * time.Second, 3 * time.Second},               // capped
+		{3700 * time.Millisecond, 0, time.Second},                                 // two quiet seconds: Timeout again
+	}
+	for _, s := range steps {
+		now := t0.Add(s.at)
+		if s.observe > 0 {
+			l.lat.observe(s.observe, now)
+		}
+		if got := l.budget(now); got != s.want {
+			t.Errorf("at %v: budget %v, want %v", s.at, got, s.want)
+		}
 	}
 }

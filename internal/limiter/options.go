@@ -18,8 +18,13 @@ type Options struct {
 	// how long a Redis that stopped answering without an error (a hang, a
 	// lost network) can hold a request before the breaker opens; it is not
 	// a latency target: a merely slow Redis must still decide, since a
-	// fallback decision ignores what Redis already admitted.
+	// fallback decision cannot see what Redis admitted.
 	Timeout time.Duration
+	// MaxTimeout bounds how far the decision budget stretches past Timeout
+	// while Redis's answers are slow: a decision waits twice the slowest
+	// answer of the last one to two seconds, if that is longer than
+	// Timeout, up to MaxTimeout (default 3×Timeout).
+	MaxTimeout time.Duration
 
 	// ExpiryMargin is added to the window in each key's PEXPIRE (default
 	// 1s): a key outlives its newest admit by window+margin, so a failover
@@ -94,6 +99,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = defaultTimeout
+	}
+	if o.MaxTimeout <= 0 {
+		o.MaxTimeout = 3 * o.Timeout
+	}
+	if o.MaxTimeout < o.Timeout {
+		return o, errors.New("limiter: MaxTimeout below Timeout")
 	}
 	if o.ExpiryMargin <= 0 {
 		o.ExpiryMargin = defaultMargin
