@@ -58,16 +58,16 @@ type target struct {
 }
 
 type result struct {
-	rps       []float64 // per round
-	cpu       []float64 // per round: CPU µs per request, this process
-	redisCPU  []float64 // per round: CPU µs per request, redis-server
-	allocs    []float64 // per round: heap allocations per request, this process
-	p50, p99  []float64 // per round, in ms
+	rps      []float64 // per round
+	cpu      []float64 // per round: CPU µs per request, this process
+	redisCPU []float64 // per round: CPU µs per request, redis-server
+	allocs   []float64 // per round: heap allocations per request, this process
+	p50, p99 []float64 // per round, in ms
 	// per round: Redis scripts per 429, (scripts - admits) / rejections
 	scriptsPer429 []float64
 	codes         map[int]int
-	errs      int
-	latErrors int
+	errs          int
+	latErrors     int
 }
 
 // limOpts are the limiter's options: its defaults unless a flag changes them.
