@@ -175,7 +175,17 @@ type RateLimitPolicySpec struct {
 	// policy, by their labels. The pods must carry the slidegate sidecar:
 	// their namespace is labelled ratelimit.slidegate.dev/injection=enabled.
 	// An empty selector selects every pod of the namespace.
+	// At most 32 matchLabels and 16 matchExpressions of at most 64 values
+	// each (keys and values as long as Kubernetes labels allow): every
+	// policy of a namespace is rendered into one ConfigMap, which holds at
+	// most 1 MiB, so select pods by a label they share rather than by
+	// listing them.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchLabels) || size(self.matchLabels) <= 32",message="matchLabels may have at most 32 entries"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || size(self.matchExpressions) <= 16",message="matchExpressions may have at most 16 entries"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !has(e.values) || size(e.values) <= 64)",message="a matchExpressions entry may have at most 64 values"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchLabels) || self.matchLabels.all(k, size(k) <= 317 && size(self.matchLabels[k]) <= 63)",message="a matchLabels key has at most 317 characters (a 253-character prefix, '/' and a 63-character name) and a value at most 63, as Kubernetes labels"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, size(e.key) <= 317)",message="a matchExpressions key has at most 317 characters (a 253-character prefix, '/' and a 63-character name), as Kubernetes label keys"
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="a matchExpressions operator must be In, NotIn, Exists or DoesNotExist"
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="matchExpressions with the operator In or NotIn need values"
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="matchExpressions with the operator Exists or DoesNotExist take no values"

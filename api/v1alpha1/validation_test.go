@@ -185,6 +185,38 @@ func TestValidation(t *testing.T) {
 				{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist},
 			}
 		}},
+		// Selector bounds (issue 13): every policy of a namespace shares one
+		// ConfigMap of at most 1 MiB, so a selector cannot be unbounded.
+		{name: "largest selector", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetSelector = largestSelector() }},
+		{name: "33 matchLabels", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchLabels = matchLabels(33)
+		}, wantErr: []string{"spec.targetSelector", "matchLabels may have at most 32 entries"}},
+		{name: "17 matchExpressions", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = matchExpressions(17, 1)
+		}, wantErr: []string{"spec.targetSelector", "matchExpressions may have at most 16 entries"}},
+		{name: "65 values", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = matchExpressions(1, 65)
+		}, wantErr: []string{"spec.targetSelector", "a matchExpressions entry may have at most 64 values"}},
+		{name: "matchLabels value of 64 characters", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchLabels = map[string]string{"app": strings.Repeat("v", 64)}
+		}, wantErr: []string{"spec.targetSelector", "a matchLabels key has at most 317 characters", "a value at most 63"}},
+		{name: "matchLabels key of 318 characters", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchLabels = map[string]string{labelKey(0) + "x": "v"}
+		}, wantErr: []string{"spec.targetSelector", "a matchLabels key has at most 317 characters"}},
+		{name: "matchExpressions key of 318 characters", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: labelKey(0) + "x", Operator: metav1.LabelSelectorOpExists}}
+		}, wantErr: []string{"spec.targetSelector", "a matchExpressions key has at most 317 characters"}},
+		// Not in the schema: the length of matchExpressions values. A rule
+		// over the values of every expression costs more than the API
+		// server's CEL budget allows on metav1.LabelSelector, whose lists
+		// declare no maxItems; the renderer rejects such a policy instead
+		// (Accepted=False, Invalid), so it never reaches the ConfigMap.
+		{name: "matchExpressions value of 64 characters, left to the renderer", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{strings.Repeat("v", 64)}}}
+		}},
+		{name: "the issue's 839 KB selector", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = matchExpressions(1, 13_000)
+		}, wantErr: []string{"spec.targetSelector", "a matchExpressions entry may have at most 64 values"}},
 		{name: "targetPort upper case", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetPort = "HTTP" },
 			wantErr: []string{"spec.targetPort", "targetPort must be a container port name"}},
 		{name: "targetPort number", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetPort = "8080" },
@@ -222,6 +254,44 @@ func TestValidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// labelKey is a distinct label key of the greatest length Kubernetes
+// allows: a 253-character DNS prefix, "/", a 63-character name.
+func labelKey(i int) string {
+	label := strings.Repeat("p", 63)
+	prefix := label + "." + label + "." + label + "." + strings.Repeat("p", 61)
+	name := fmt.Sprintf("n%03d", i)
+	return prefix + "/" + name + strings.Repeat("n", 63-len(name))
+}
+
+// matchLabels are n labels of the greatest length.
+func matchLabels(n int) map[string]string {
+	out := map[string]string{}
+	for i := range n {
+		out[labelKey(i)] = strings.Repeat("v", 63)
+	}
+	return out
+}
+
+// matchExpressions are n In expressions with the given number of values,
+// keys and values of the greatest length.
+func matchExpressions(n, values int) []metav1.LabelSelectorRequirement {
+	var out []metav1.LabelSelectorRequirement
+	for i := range n {
+		e := metav1.LabelSelectorRequirement{Key: labelKey(i), Operator: metav1.LabelSelectorOpIn}
+		for j := range values {
+			v := fmt.Sprintf("v%05d", j)
+			e.Values = append(e.Values, v+strings.Repeat("v", 63-len(v)))
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// largestSelector is the largest selector the schema admits.
+func largestSelector() metav1.LabelSelector {
+	return metav1.LabelSelector{MatchLabels: matchLabels(32), MatchExpressions: matchExpressions(16, 64)}
 }
 
 // TestDefaults: the schema fills in the documented defaults, and a new
