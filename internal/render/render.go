@@ -53,12 +53,16 @@ type Options struct {
 	// (rendered as the policy's fail-open share divisor, at least 1).
 	// Policies absent from the map are rendered without it.
 	Replicas map[string]int32
+	// MaxBytes is the size budget of the encoded document that Fit keeps
+	// to; 0 means DefaultMaxBytes.
+	MaxBytes int
 }
 
 // Render renders the policies of one namespace into one sidecar
 // configuration. Every policy must be valid (see Policy): the caller leaves
 // out the ones Policy rejects, so that one bad policy does not block the
-// others of its namespace. The order of policies does not matter; their
+// others of its namespace, and then the ones Fit leaves out, so that the
+// document fits in its ConfigMap. The order of policies does not matter; their
 // names must be unique. An empty list renders a document with no policies.
 func Render(policies []v1alpha1.RateLimitPolicy, opts Options) (*sidecarconfig.Config, error) {
 	if opts.Namespace == "" {
