@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/render"
 )
 
 // TestArgoCDHealth runs the shipped Argo CD health check
@@ -42,7 +43,8 @@ func TestArgoCDHealth(t *testing.T) {
 	}{
 		{"new, not reconciled", base(1), "Progressing", status.InProgressStatus},
 		{"spec changed, not reconciled", specChanged, "Progressing", status.InProgressStatus},
-		{"invalid", reconciled(statusInput{invalid: errors.New("window 0s")}), "Degraded", status.FailedStatus},
+		{"invalid", reconciled(statusInput{notAccepted: errors.New("window 0s")}), "Degraded", status.FailedStatus},
+		{"no room in the ConfigMap", reconciled(statusInput{notAccepted: &render.ConfigTooLargeError{Namespace: "shop", Name: "p", PolicyBytes: 40_000, TotalBytes: 1_010_000, MaxBytes: 1_000_000}, matched: 1, enforced: 1}), "Degraded", status.FailedStatus},
 		{"no Redis credentials", reconciled(statusInput{revision: "abc", credentialsProblem: "Secret slidegate-redis not found", matched: 1, enforced: 1}), "Degraded", status.InProgressStatus},
 		{"no pod selected", reconciled(statusInput{revision: "abc"}), "Healthy", status.CurrentStatus},
 		{"a Service bypasses the sidecar", reconciled(statusInput{revision: "abc", matched: 2, enforced: 2, bypass: "Service web targets port 8080"}), "Degraded", status.CurrentStatus},

@@ -32,7 +32,7 @@ var (
 
 	rejectedPoliciesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "slidegate_policies_rejected",
-		Help: "RateLimitPolicies per namespace that are not accepted (invalid spec), so not enforced.",
+		Help: "RateLimitPolicies per namespace that are not accepted (an invalid spec, or no room left in the namespace's ConfigMap), so not enforced.",
 	}, []string{"namespace"})
 
 	unprotectedPodsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -103,16 +103,17 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	slices.SortFunc(policies, func(a, b v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
 
-	// Compute the desired state. A policy the renderer rejects is left out
-	// (and reported in its status) so that it does not block the others.
-	invalid := map[string]error{}
-	var accepted []v1alpha1.RateLimitPolicy
+	// Compute the desired state. A policy the renderer rejects, or one that
+	// does not fit in the ConfigMap, is left out (and reported in its
+	// status) so that it does not block the others.
+	notAccepted := map[string]error{}
+	var valid []v1alpha1.RateLimitPolicy
 	for i := range policies {
 		if _, err := render.Policy(&policies[i]); err != nil {
-			invalid[policies[i].Name] = err
+			notAccepted[policies[i].Name] = err
 			continue
 		}
-		accepted = append(accepted, policies[i])
+		valid = append(valid, policies[i])
 	}
 	// Count the pods first: each policy's enforcing pods are rendered as
 	// its fail-open share divisor, so N pods falling back together admit
@@ -126,7 +127,15 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	for i := range policies {
 		matched[policies[i].Name], enforced[policies[i].Name] = countPods(&policies[i], pods, unprotected)
 	}
-	cfg, err := render.Render(accepted, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, Replicas: enforced})
+	opts := render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, Replicas: enforced}
+	accepted, tooLarge, err := render.Fit(valid, opts)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("fitting the policies of namespace %s: %w", ns, err)
+	}
+	for _, e := range tooLarge {
+		notAccepted[e.Name] = e
+	}
+	cfg, err := render.Render(accepted, opts)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("rendering namespace %s: %w", ns, err)
 	}
@@ -161,7 +170,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	for i := range policies {
 		p := &policies[i]
 		in := statusInput{
-			invalid:            invalid[p.Name],
+			notAccepted:        notAccepted[p.Name],
 			revision:           revision,
 			credentialsProblem: credentialsProblem,
 		}
@@ -186,9 +195,9 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 	}
 	policiesGauge.WithLabelValues(ns).Set(float64(len(policies)))
-	rejectedPoliciesGauge.WithLabelValues(ns).Set(float64(len(invalid)))
+	rejectedPoliciesGauge.WithLabelValues(ns).Set(float64(len(notAccepted)))
 	unprotectedPodsGauge.WithLabelValues(ns).Set(float64(len(unprotected)))
-	log.V(1).Info("reconciled", "policies", len(policies), "rejected", len(invalid), "revision", revision)
+	log.V(1).Info("reconciled", "policies", len(policies), "rejected", len(notAccepted), "tooLarge", len(tooLarge), "revision", revision)
 	return result, nil
 }
 

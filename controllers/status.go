@@ -17,6 +17,7 @@ limitations under the License.
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -40,7 +42,10 @@ const ConditionStalled = "Stalled"
 
 // statusInput is what the reconcile learned about one policy.
 type statusInput struct {
-	invalid            error  // why the renderer rejected the policy; nil: accepted
+	// notAccepted is why the policy is left out of the configuration: a
+	// *render.InvalidPolicyError or a *render.ConfigTooLargeError; nil:
+	// accepted.
+	notAccepted        error
 	revision           string // revision of the namespace's configuration
 	credentialsProblem string // why sidecars cannot get Redis credentials; "": fine
 	matched, enforced  int32
@@ -65,12 +70,14 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 		})
 	}
 
-	if in.invalid != nil {
-		msg := "the spec cannot be enforced: " + in.invalid.Error()
+	if in.notAccepted != nil {
+		reason, msg := notAcceptedWhy(in.notAccepted)
 		st.Revision = ""
-		set(v1alpha1.ConditionAccepted, metav1.ConditionFalse, v1alpha1.ReasonInvalid, msg)
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalid, msg)
-		set(ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonInvalid, msg)
+		set(v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason, msg)
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+		// Stalled for both: neither clears without someone changing
+		// policies, so kstatus tools should report it at once.
+		set(ConditionStalled, metav1.ConditionTrue, reason, msg)
 		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonNotAccepted,
 			fmt.Sprintf("not enforced: the policy is not accepted (%d pods selected)", in.matched))
 		return st
@@ -103,6 +110,16 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 			fmt.Sprintf("all %d selected pods carry the sidecar", in.matched))
 	}
 	return st
+}
+
+// notAcceptedWhy is the reason and message of a policy left out of the
+// configuration.
+func notAcceptedWhy(err error) (reason, msg string) {
+	if tooLarge, ok := errors.AsType[*render.ConfigTooLargeError](err); ok {
+		return v1alpha1.ReasonConfigTooLarge, "not published: " + tooLarge.Error() +
+			"; make room by deleting or shrinking policies of this namespace (fewer or shorter pathPrefixes, smaller selectors)"
+	}
+	return v1alpha1.ReasonInvalid, "the spec cannot be enforced: " + err.Error()
 }
 
 // unprotectedWhy names why the selected pods without the policy's sidecar

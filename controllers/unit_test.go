@@ -17,16 +17,20 @@ limitations under the License.
 package controllers
 
 import (
+	"errors"
 	"flag"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/render"
 )
 
 func TestRedisFlags(t *testing.T) {
@@ -170,6 +174,54 @@ func TestUnprotectedWhy(t *testing.T) {
 				if strings.Contains(got, n) {
 					t.Errorf("%q\nnames %q", got, n)
 				}
+			}
+		})
+	}
+}
+
+// TestNotAcceptedStatus: a policy left out of the configuration says why in
+// Accepted, Ready and Stalled, with the reason of its kind of problem, and
+// reports no revision.
+func TestNotAcceptedStatus(t *testing.T) {
+	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "shop", Generation: 3}}
+	tooLarge := &render.ConfigTooLargeError{Namespace: "shop", Name: "p", PolicyBytes: 40_000, TotalBytes: 1_010_000, MaxBytes: 1_000_000, Ahead: 29}
+	for _, tc := range []struct {
+		name       string
+		err        error
+		wantReason string
+		wantMsg    []string
+	}{
+		{"invalid", &render.InvalidPolicyError{Namespace: "shop", Name: "p", Err: errors.New("limit 0 is not from 1 to 1000000")},
+			v1alpha1.ReasonInvalid, []string{"the spec cannot be enforced: policy shop/p: limit 0"}},
+		{"too large", tooLarge, v1alpha1.ReasonConfigTooLarge,
+			[]string{"not published: policy shop/p (40,000 bytes) does not fit", "would be 1,010,000 bytes", "1,000,000-byte budget", "make room"}},
+		{"too large, wrapped", fmt.Errorf("namespace shop: %w", tooLarge), v1alpha1.ReasonConfigTooLarge, []string{"not published"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := p.DeepCopy()
+			p.Status.Revision = "0123456789abcdef"
+			st := desiredStatus(p, statusInput{notAccepted: tc.err, revision: "fedcba9876543210", matched: 2, enforced: 2})
+			for typ, want := range map[string]metav1.ConditionStatus{
+				v1alpha1.ConditionAccepted: metav1.ConditionFalse,
+				v1alpha1.ConditionReady:    metav1.ConditionFalse,
+				ConditionStalled:           metav1.ConditionTrue,
+			} {
+				c := meta.FindStatusCondition(st.Conditions, typ)
+				if c == nil || c.Status != want || c.Reason != tc.wantReason || c.ObservedGeneration != 3 {
+					t.Errorf("%s: %+v, want %s with reason %s", typ, c, want, tc.wantReason)
+					continue
+				}
+				for _, w := range tc.wantMsg {
+					if !strings.Contains(c.Message, w) {
+						t.Errorf("%s message %q lacks %q", typ, c.Message, w)
+					}
+				}
+			}
+			if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionEnforced); c == nil || c.Reason != v1alpha1.ReasonNotAccepted {
+				t.Errorf("Enforced: %+v, want reason %s", c, v1alpha1.ReasonNotAccepted)
+			}
+			if st.Revision != "" || st.ObservedGeneration != 3 {
+				t.Errorf("revision %q, observedGeneration %d; want none, 3", st.Revision, st.ObservedGeneration)
 			}
 		})
 	}

@@ -263,7 +263,10 @@ type RateLimitPolicyStatus struct {
 
 	// conditions are Ready (the policy is accepted and its configuration
 	// is published to the namespace's sidecars), Accepted (the spec is valid
-	// and rendered) and Enforced (the selected pods carry the sidecar; the
+	// and rendered; False with reason Invalid for a spec the controller
+	// cannot render, or ConfigTooLarge when the namespace's policies
+	// together exceed what one ConfigMap holds and this one is left out,
+	// older policies taking precedence) and Enforced (the selected pods carry the sidecar; the
 	// message counts them).
 	// +optional
 	// +listType=map

@@ -104,7 +104,8 @@ const (
 	// in its namespace. kstatus-based tools (Flux, Argo CD) read it.
 	ConditionReady = "Ready"
 	// ConditionAccepted is True when the spec is valid and rendered into the
-	// namespace's sidecar configuration.
+	// namespace's sidecar configuration; False with reason Invalid or
+	// ConfigTooLarge otherwise.
 	ConditionAccepted = "Accepted"
 	// ConditionEnforced is True when at least one pod is selected and every
 	// selected pod carries the sidecar. Its message counts them.
@@ -117,6 +118,11 @@ const (
 	ReasonAccepted = "Accepted"
 	// ReasonInvalid: the spec cannot be rendered (Accepted=False).
 	ReasonInvalid = "Invalid"
+	// ReasonConfigTooLarge: the spec is valid, but with it the namespace's
+	// sidecar configuration would exceed what one ConfigMap holds, so it is
+	// left out (Accepted=False); the message names the sizes. Policies
+	// created earlier take precedence.
+	ReasonConfigTooLarge = "ConfigTooLarge"
 	// ReasonPublished: the configuration is in the namespace (Ready=True).
 	ReasonPublished = "Published"
 	// ReasonNotAccepted: Ready and Enforced are False because the policy is
