@@ -176,9 +176,9 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 	cfg := &sidecarconfig.Config{
 		Version: sidecarconfig.Version, Namespace: "bench",
 		Policies: []sidecarconfig.Policy{
+			perUser("api", 100, 10_000, "/api"),
 			perUser("hot", 1, 3_600_000, "/hot"),
 			perUser("ok", 1_000_000, 10_000, "/ok"),
-			perUser("api", 100, 10_000, "/api"),
 		},
 	}
 	data, err := sidecarconfig.Marshal(cfg)
