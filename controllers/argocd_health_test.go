@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	lua "github.com/yuin/gopher-lua"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -45,7 +46,8 @@ func TestArgoCDHealth(t *testing.T) {
 		{"spec changed, not reconciled", specChanged, "Progressing", status.InProgressStatus},
 		{"invalid", reconciled(statusInput{notAccepted: errors.New("window 0s")}), "Degraded", status.FailedStatus},
 		{"no room in the ConfigMap", reconciled(statusInput{notAccepted: &render.ConfigTooLargeError{Namespace: "shop", Name: "p", PolicyBytes: 40_000, TotalBytes: 1_010_000, MaxBytes: 1_000_000}, matched: 1, enforced: 1}), "Degraded", status.FailedStatus},
-		{"no Redis credentials", reconciled(statusInput{revision: "abc", credentialsProblem: "Secret slidegate-redis not found", matched: 1, enforced: 1}), "Degraded", status.InProgressStatus},
+		{"no Redis credentials", reconciled(statusInput{revision: "abc", credentialsProblem: "Secret slidegate-redis not found", matched: 1, enforced: 1, now: time.Now(), grace: time.Minute}), "Degraded", status.InProgressStatus},
+		{"no Redis credentials for over a minute", reconciled(statusInput{revision: "abc", credentialsProblem: "Secret slidegate-redis not found", matched: 1, enforced: 1, now: time.Now().Add(time.Minute + time.Second), grace: time.Minute}), "Degraded", status.FailedStatus},
 		{"no pod selected", reconciled(statusInput{revision: "abc"}), "Healthy", status.CurrentStatus},
 		{"a Service bypasses the sidecar", reconciled(statusInput{revision: "abc", matched: 2, enforced: 2, bypass: "Service web targets port 8080"}), "Degraded", status.CurrentStatus},
 		{"some pods without the sidecar", reconciled(statusInput{revision: "abc", matched: 3, enforced: 1}), "Degraded", status.CurrentStatus},

@@ -65,6 +65,9 @@ type RateLimitPolicyReconciler struct {
 	// RedisCredentials is the Secret to mirror into namespaces with policies
 	// (--redis-secret-name in the manager's namespace); empty Name: none.
 	RedisCredentials types.NamespacedName
+	// CredentialsGrace is how long missing credentials are progress before
+	// the policies report Stalled (0: one minute).
+	CredentialsGrace time.Duration
 
 	// credentials reads RedisCredentials: a cache of that one Secret, set
 	// up by SetupWithManager.
@@ -173,6 +176,8 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			notAccepted:        notAccepted[p.Name],
 			revision:           revision,
 			credentialsProblem: credentialsProblem,
+			now:                time.Now(),
+			grace:              r.credentialsGrace(),
 		}
 		in.matched, in.enforced = matched[p.Name], enforced[p.Name]
 		in.bypass = bypassingServices(p, pods, services.Items)
@@ -193,6 +198,10 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			}
 			return ctrl.Result{}, err
 		}
+	}
+	if g := r.credentialsGrace(); credentialsProblem != "" && (result.RequeueAfter == 0 || result.RequeueAfter > g) {
+		// Come back when the grace has passed, to report Stalled.
+		result.RequeueAfter = g
 	}
 	policiesGauge.WithLabelValues(ns).Set(float64(len(policies)))
 	rejectedPoliciesGauge.WithLabelValues(ns).Set(float64(len(notAccepted)))
@@ -374,4 +383,11 @@ func (r *RateLimitPolicyReconciler) writeStatus(ctx context.Context, p *v1alpha1
 	writesCounter.WithLabelValues("ratelimitpolicies/status", "patch").Inc()
 	r.emitTransitions(orig, p)
 	return nil
+}
+
+func (r *RateLimitPolicyReconciler) credentialsGrace() time.Duration {
+	if r.CredentialsGrace > 0 {
+		return r.CredentialsGrace
+	}
+	return defaultCredentialsGrace
 }

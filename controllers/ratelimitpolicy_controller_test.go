@@ -323,12 +323,24 @@ func TestCredentialsMirror(t *testing.T) {
 	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionReady); c.Reason != v1alpha1.ReasonRedisCredentialsUnavailable {
 		t.Errorf("Ready reason %q, want %q", c.Reason, v1alpha1.ReasonRedisCredentialsUnavailable)
 	}
+	// After the grace (2 s here, a minute by default) it is a failure that
+	// Flux and Argo CD report: Stalled, kstatus Failed.
+	eventually(t, "Stalled once the grace has passed", func() error {
+		c := meta.FindStatusCondition(get(t, p).Status.Conditions, ConditionStalled)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonRedisCredentialsUnavailable {
+			return fmt.Errorf("Stalled %+v", c)
+		}
+		return nil
+	})
 	src.ResourceVersion = ""
 	src.Data["password"] = []byte("s3cret")
 	if err := k.Create(ctx, &src); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "Ready again with credentials", func() error { return settled(p, readyAccepted) })
+	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, ConditionStalled); c != nil {
+		t.Errorf("still Stalled with credentials: %+v", c)
+	}
 	events := recorder.about(ns, "p")
 	if !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, "Warning "+v1alpha1.ReasonRedisCredentialsUnavailable) }) {
 		t.Errorf("no warning event for the missing credentials: %q", events)

@@ -22,6 +22,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -48,7 +49,10 @@ type statusInput struct {
 	notAccepted        error
 	revision           string // revision of the namespace's configuration
 	credentialsProblem string // why sidecars cannot get Redis credentials; "": fine
-	matched, enforced  int32
+	// now and grace: credentials missing since grace before now are Stalled.
+	now               time.Time
+	grace             time.Duration
+	matched, enforced int32
 	// bypass names the Services that reach the selected pods by a port
 	// number, around the sidecar; "": none.
 	bypass string
@@ -89,6 +93,16 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 		fmt.Sprintf("rendered into ConfigMap %s", sidecarconfig.ConfigMapName))
 	if in.credentialsProblem != "" {
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, in.credentialsProblem)
+		// Stalled (kstatus: Failed) once the credentials have been missing
+		// for the grace (a minute): nothing the controller does brings them, so
+		// Flux and Argo CD should say so rather than wait until their own
+		// timeout. Not at once: a Secret delivered by another tool
+		// (External Secrets, Sealed Secrets) often lands seconds after the
+		// policies of the same sync, and that sync must not fail for it.
+		if ready := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); !in.now.IsZero() &&
+			!in.now.Before(ready.LastTransitionTime.Add(in.grace)) {
+			set(ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonRedisCredentialsUnavailable, in.credentialsProblem)
+		}
 	} else {
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
 			fmt.Sprintf("the configuration is published in ConfigMap %s", sidecarconfig.ConfigMapName))
@@ -111,6 +125,10 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 	}
 	return st
 }
+
+// defaultCredentialsGrace is how long missing Redis credentials are
+// progress (InProgress) before they are a failure (Stalled).
+const defaultCredentialsGrace = time.Minute
 
 // notAcceptedWhy is the reason and message of a policy left out of the
 // configuration.

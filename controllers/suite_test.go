@@ -163,6 +163,8 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		Recorder:         recorder,
 		TrustedProxies:   nil,
 		RedisCredentials: redisSecret,
+		// Short, so that the credentials test sees Stalled come and go.
+		CredentialsGrace: 2 * time.Second,
 	}
 	if err := reconciler.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err

@@ -261,13 +261,22 @@ type RateLimitPolicyStatus struct {
 	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration"`
 
-	// conditions are Ready (the policy is accepted and its configuration
-	// is published to the namespace's sidecars), Accepted (the spec is valid
-	// and rendered; False with reason Invalid for a spec the controller
-	// cannot render, or ConfigTooLarge when the namespace's policies
-	// together exceed what one ConfigMap holds and this one is left out,
-	// older policies taking precedence) and Enforced (the selected pods carry the sidecar; the
-	// message counts them).
+	// conditions are Ready, Accepted, Enforced and, for a failure only a
+	// person can fix, Stalled.
+	// Ready means the controller has done its part: the policy is accepted,
+	// its configuration is published to the namespace's sidecars and their
+	// Redis credentials are in place. It does not mean that any pod enforces
+	// it: that is Enforced (all selected pods carry the sidecar; the message
+	// counts them, or names why some do not), shown beside Ready by kubectl
+	// get.
+	// Accepted is False with reason Invalid for a spec the controller cannot
+	// render, or ConfigTooLarge when the namespace's policies together exceed
+	// what one ConfigMap holds and this one is left out, older policies
+	// taking precedence.
+	// Ready is False with reason RedisCredentialsUnavailable while the
+	// Secret named by the manager's --redis-secret-name is missing; after a
+	// minute Stalled is True too (kstatus: Failed), since only its owner can
+	// bring it.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
