@@ -165,9 +165,10 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	// Whether the namespace opted in, for the Enforced message; unknown
 	// (an error) reads as opted in, the case that blames no label.
 	var namespace corev1.Namespace
-	nsOptedIn := true
+	nsOptedIn, terminating := true, false
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); err == nil {
 		nsOptedIn = namespace.Labels[v1alpha1.InjectionLabel] == v1alpha1.InjectionEnabled
+		terminating = namespace.DeletionTimestamp != nil
 	}
 	var result ctrl.Result
 	for i := range policies {
@@ -178,6 +179,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			credentialsProblem: credentialsProblem,
 			now:                time.Now(),
 			grace:              r.credentialsGrace(),
+			quiet:              terminating,
 		}
 		in.matched, in.enforced = matched[p.Name], enforced[p.Name]
 		in.bypass = bypassingServices(p, pods, services.Items)
@@ -381,7 +383,9 @@ func (r *RateLimitPolicyReconciler) writeStatus(ctx context.Context, p *v1alpha1
 		return fmt.Errorf("writing the status of %s: %w", klog.KObj(p), err)
 	}
 	writesCounter.WithLabelValues("ratelimitpolicies/status", "patch").Inc()
-	r.emitTransitions(orig, p)
+	if !in.quiet {
+		r.emitTransitions(orig, p)
+	}
 	return nil
 }
 

@@ -779,6 +779,43 @@ func TestEventsOnTransitionsOnly(t *testing.T) {
 	}
 }
 
+// TestNoEventsWhileTheNamespaceTerminates: the API server refuses new
+// events in a terminating namespace and client-go logs every refusal as an
+// error, so the controller emits none there; status still follows.
+// (envtest runs no namespace controller: the namespace stays Terminating.)
+func TestNoEventsWhileTheNamespaceTerminates(t *testing.T) {
+	ns := newNamespace(t)
+	p := newPolicy(ns, "p")
+	create(t, p)
+	eventually(t, "policy ready", func() error { return settled(p, readyAccepted) })
+	var namespace corev1.Namespace
+	if err := k.Get(context.Background(), client.ObjectKey{Name: ns}, &namespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Delete(context.Background(), &namespace); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "namespace terminating in the manager's cache", func() error {
+		var got corev1.Namespace
+		if err := cached.Get(context.Background(), client.ObjectKey{Name: ns}, &got); err != nil || got.DeletionTimestamp == nil {
+			return fmt.Errorf("not yet terminating (%v)", err)
+		}
+		return nil
+	})
+	before := len(recorder.about(ns, "p"))
+	got := get(t, p)
+	got.Spec.TargetSelector.MatchLabels = map[string]string{"app": "not a label value!"}
+	if err := k.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "status follows the invalid spec", func() error {
+		return settled(p, map[string]metav1.ConditionStatus{v1alpha1.ConditionAccepted: metav1.ConditionFalse})
+	})
+	if evs := recorder.about(ns, "p"); len(evs) != before {
+		t.Errorf("events in a terminating namespace: %q", evs[before:])
+	}
+}
+
 // waitGauge waits for a gauge of ours to reach want (it is set at the end of
 // a reconcile, after the status writes a test may have seen).
 func waitGauge(t *testing.T, g prometheus.Gauge, want float64) {

@@ -50,8 +50,11 @@ type statusInput struct {
 	revision           string // revision of the namespace's configuration
 	credentialsProblem string // why sidecars cannot get Redis credentials; "": fine
 	// now and grace: credentials missing since grace before now are Stalled.
-	now               time.Time
-	grace             time.Duration
+	now   time.Time
+	grace time.Duration
+	// quiet: emit no events (the namespace is terminating; the API server
+	// refuses new events there and client-go logs each refusal as an error).
+	quiet             bool
 	matched, enforced int32
 	// bypass names the Services that reach the selected pods by a port
 	// number, around the sidecar; "": none.
