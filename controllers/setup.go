@@ -290,7 +290,7 @@ func (h *podHandler) selected(ctx context.Context, pod client.Object) bool {
 			return true
 		}
 		for i := range list.Items {
-			sel, err := metav1.LabelSelectorAsSelector(&list.Items[i].Spec.TargetSelector)
+			sel, err := metav1.LabelSelectorAsSelector(list.Items[i].Spec.TargetSelector.AsMeta())
 			if err == nil && sel.Matches(labels.Set(pod.GetLabels())) {
 				return true
 			}

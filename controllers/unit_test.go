@@ -83,17 +83,17 @@ func TestRedisFlags(t *testing.T) {
 // key the index files the selector under (or the selector is filed under
 // anyLabelKey) — the property the pod map function relies on.
 func TestSelectorKeysIndex(t *testing.T) {
-	selectors := []metav1.LabelSelector{
+	selectors := []v1alpha1.LabelSelector{
 		{},
-		{MatchLabels: map[string]string{"app": "a"}},
-		{MatchLabels: map[string]string{"b": "1", "a": "2"}},
-		{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web"}}}},
-		{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpExists}}},
-		{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"web"}}}},
-		{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist}}},
+		{MatchLabels: map[string]v1alpha1.LabelValue{"app": "a"}},
+		{MatchLabels: map[string]v1alpha1.LabelValue{"b": "1", "a": "2"}},
+		{MatchExpressions: []v1alpha1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web"}}}},
+		{MatchExpressions: []v1alpha1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpExists}}},
+		{MatchExpressions: []v1alpha1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"web"}}}},
+		{MatchExpressions: []v1alpha1.LabelSelectorRequirement{{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist}}},
 		{
-			MatchLabels:      map[string]string{"z": "1"},
-			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist}},
+			MatchLabels:      map[string]v1alpha1.LabelValue{"z": "1"},
+			MatchExpressions: []v1alpha1.LabelSelectorRequirement{{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist}},
 		},
 	}
 	pods := []map[string]string{
@@ -112,7 +112,7 @@ func TestSelectorKeysIndex(t *testing.T) {
 		if len(keys) != 1 {
 			t.Fatalf("selector %d filed under %v, want one key", i, keys)
 		}
-		sel, err := metav1.LabelSelectorAsSelector(&selectors[i])
+		sel, err := metav1.LabelSelectorAsSelector(selectors[i].AsMeta())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestUnprotectedWhy(t *testing.T) {
 	policyTime := metav1.NewTime(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	before, after := metav1.NewTime(policyTime.Add(-time.Hour)), metav1.NewTime(policyTime.Add(time.Hour))
 	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", CreationTimestamp: policyTime}}
-	p.Spec.TargetSelector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
+	p.Spec.TargetSelector = v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}}
 	pod := func(name string, created metav1.Time, labels, annotations map[string]string) metav1.PartialObjectMetadata {
 		l := map[string]string{"app": "web"}
 		maps.Copy(l, labels)

@@ -169,27 +169,79 @@ type RequestMatch struct {
 // milliseconds, and none overflows.
 const WindowPattern = `^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$`
 
+// LabelSelector selects pods by their labels, as a Kubernetes label
+// selector (same fields, same meaning), with bounds and formats the API
+// server checks: at most 32 matchLabels and 16 matchExpressions of at most
+// 64 values each, keys and values as Kubernetes labels allow them. Every
+// policy of a namespace is rendered into one ConfigMap, which holds at most
+// 1 MiB, so select pods by a label they share rather than by listing them.
+// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="matchExpressions with the operator In or NotIn need values"
+// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="matchExpressions with the operator Exists or DoesNotExist take no values"
+type LabelSelector struct {
+	// matchLabels selects pods whose label key has exactly this value.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && !format.qualifiedName().validate(k.contains('/') ? k.substring(k.indexOf('/') + 1) : k).hasValue() && (!k.contains('/') || (k.indexOf('/') <= 253 && !format.dns1123Subdomain().validate(k.substring(0, k.indexOf('/'))).hasValue())))",message="a matchLabels key must be a label key: a name of at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit, optionally prefixed by a DNS subdomain and '/'"
+	MatchLabels map[string]LabelValue `json:"matchLabels,omitempty"`
+	// matchExpressions are label requirements; all of them must hold.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	MatchExpressions []LabelSelectorRequirement `json:"matchExpressions,omitempty"`
+}
+
+// LabelValue is the value of a Kubernetes label. Its bound lets the API
+// server afford checking its format.
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:XValidation:rule="!format.labelValue().validate(self).hasValue()",message="a label value has at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit (or is empty)"
+type LabelValue string
+
+// LabelSelectorRequirement is a key, an operator and values, as in a
+// Kubernetes label selector.
+type LabelSelectorRequirement struct {
+	// key is the label key.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:XValidation:rule="!format.qualifiedName().validate(self.contains('/') ? self.substring(self.indexOf('/') + 1) : self).hasValue() && (!self.contains('/') || (self.indexOf('/') <= 253 && !format.dns1123Subdomain().validate(self.substring(0, self.indexOf('/'))).hasValue()))",message="key must be a label key: a name of at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit, optionally prefixed by a DNS subdomain and '/'"
+	Key string `json:"key"`
+	// operator is In, NotIn, Exists or DoesNotExist.
+	// +required
+	// +kubebuilder:validation:Enum=In;NotIn;Exists;DoesNotExist
+	Operator metav1.LabelSelectorOperator `json:"operator"`
+	// values for In and NotIn (at least one); none for Exists and
+	// DoesNotExist.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.all(v, !format.labelValue().validate(v).hasValue())",message="values must be label values: at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit (or empty)"
+	// +listType=atomic
+	Values []string `json:"values,omitempty"`
+}
+
+// AsMeta is the selector as Kubernetes' own type, for labels.Selector.
+func (s *LabelSelector) AsMeta() *metav1.LabelSelector {
+	out := &metav1.LabelSelector{}
+	if s.MatchLabels != nil {
+		out.MatchLabels = make(map[string]string, len(s.MatchLabels))
+		for k, v := range s.MatchLabels {
+			out.MatchLabels[k] = string(v)
+		}
+	}
+	for _, e := range s.MatchExpressions {
+		out.MatchExpressions = append(out.MatchExpressions, metav1.LabelSelectorRequirement{Key: e.Key, Operator: e.Operator, Values: e.Values})
+	}
+	return out
+}
+
 // RateLimitPolicySpec is the desired behaviour of a rate limit.
 type RateLimitPolicySpec struct {
 	// targetSelector selects the pods of this namespace that enforce the
 	// policy, by their labels. The pods must carry the slidegate sidecar:
 	// their namespace is labelled ratelimit.slidegate.dev/injection=enabled.
 	// An empty selector selects every pod of the namespace.
-	// At most 32 matchLabels and 16 matchExpressions of at most 64 values
-	// each (keys and values as long as Kubernetes labels allow): every
-	// policy of a namespace is rendered into one ConfigMap, which holds at
-	// most 1 MiB, so select pods by a label they share rather than by
-	// listing them.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchLabels) || size(self.matchLabels) <= 32",message="matchLabels may have at most 32 entries"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || size(self.matchExpressions) <= 16",message="matchExpressions may have at most 16 entries"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !has(e.values) || size(e.values) <= 64)",message="a matchExpressions entry may have at most 64 values"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchLabels) || self.matchLabels.all(k, size(k) <= 317 && size(self.matchLabels[k]) <= 63)",message="a matchLabels key has at most 317 characters (a 253-character prefix, '/' and a 63-character name) and a value at most 63, as Kubernetes labels"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, size(e.key) <= 317)",message="a matchExpressions key has at most 317 characters (a 253-character prefix, '/' and a 63-character name), as Kubernetes label keys"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="a matchExpressions operator must be In, NotIn, Exists or DoesNotExist"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="matchExpressions with the operator In or NotIn need values"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="matchExpressions with the operator Exists or DoesNotExist take no values"
-	TargetSelector metav1.LabelSelector `json:"targetSelector"`
+	TargetSelector LabelSelector `json:"targetSelector"`
 
 	// targetPort is the name of the application's container port whose
 	// traffic the sidecar takes over, e.g. "http". Defaults to "http".

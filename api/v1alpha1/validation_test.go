@@ -65,7 +65,7 @@ func TestMain(m *testing.M) {
 
 func validSpec() v1alpha1.RateLimitPolicySpec {
 	return v1alpha1.RateLimitPolicySpec{
-		TargetSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
+		TargetSelector: v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "checkout"}},
 		Window:         "10s",
 		Limit:          5,
 		Key:            v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User-ID"},
@@ -171,16 +171,16 @@ func TestValidation(t *testing.T) {
 			s.Match = &v1alpha1.RequestMatch{Methods: []v1alpha1.HTTPMethod{"GET", "GET"}}
 		}, wantErr: []string{"spec.match.methods[1]", "Duplicate value"}},
 		{name: "selector operator unknown", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
-			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Matches", Values: []string{"x"}}}
-		}, wantErr: []string{"spec.targetSelector", "a matchExpressions operator must be In, NotIn, Exists or DoesNotExist"}},
+			s.TargetSelector.MatchExpressions = []v1alpha1.LabelSelectorRequirement{{Key: "app", Operator: "Matches", Values: []string{"x"}}}
+		}, wantErr: []string{"spec.targetSelector.matchExpressions[0].operator", `Unsupported value: "Matches"`}},
 		{name: "selector In without values", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
-			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn}}
+			s.TargetSelector.MatchExpressions = []v1alpha1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn}}
 		}, wantErr: []string{"spec.targetSelector", "matchExpressions with the operator In or NotIn need values"}},
 		{name: "selector Exists with values", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
-			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpExists, Values: []string{"x"}}}
+			s.TargetSelector.MatchExpressions = []v1alpha1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpExists, Values: []string{"x"}}}
 		}, wantErr: []string{"spec.targetSelector", "matchExpressions with the operator Exists or DoesNotExist take no values"}},
 		{name: "valid selector expressions", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
-			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{
+			s.TargetSelector.MatchExpressions = []v1alpha1.LabelSelectorRequirement{
 				{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web"}},
 				{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist},
 			}
@@ -190,33 +190,48 @@ func TestValidation(t *testing.T) {
 		{name: "largest selector", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetSelector = largestSelector() }},
 		{name: "33 matchLabels", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.TargetSelector.MatchLabels = matchLabels(33)
-		}, wantErr: []string{"spec.targetSelector", "matchLabels may have at most 32 entries"}},
+		}, wantErr: []string{"spec.targetSelector.matchLabels", "must have at most 32 items"}},
 		{name: "17 matchExpressions", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.TargetSelector.MatchExpressions = matchExpressions(17, 1)
-		}, wantErr: []string{"spec.targetSelector", "matchExpressions may have at most 16 entries"}},
+		}, wantErr: []string{"spec.targetSelector.matchExpressions", "must have at most 16 items"}},
 		{name: "65 values", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.TargetSelector.MatchExpressions = matchExpressions(1, 65)
-		}, wantErr: []string{"spec.targetSelector", "a matchExpressions entry may have at most 64 values"}},
+		}, wantErr: []string{"spec.targetSelector.matchExpressions[0].values", "must have at most 64 items"}},
 		{name: "matchLabels value of 64 characters", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
-			s.TargetSelector.MatchLabels = map[string]string{"app": strings.Repeat("v", 64)}
-		}, wantErr: []string{"spec.targetSelector", "a matchLabels key has at most 317 characters", "a value at most 63"}},
+			s.TargetSelector.MatchLabels = map[string]v1alpha1.LabelValue{"app": v1alpha1.LabelValue(strings.Repeat("v", 64))}
+		}, wantErr: []string{"spec.targetSelector.matchLabels.app", "may not be more than 63"}},
 		{name: "matchLabels key of 318 characters", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
-			s.TargetSelector.MatchLabels = map[string]string{labelKey(0) + "x": "v"}
-		}, wantErr: []string{"spec.targetSelector", "a matchLabels key has at most 317 characters"}},
+			s.TargetSelector.MatchLabels = map[string]v1alpha1.LabelValue{labelKey(0) + "x": "v"}
+		}, wantErr: []string{"spec.targetSelector.matchLabels", "a matchLabels key must be a label key"}},
 		{name: "matchExpressions key of 318 characters", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
-			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: labelKey(0) + "x", Operator: metav1.LabelSelectorOpExists}}
-		}, wantErr: []string{"spec.targetSelector", "a matchExpressions key has at most 317 characters"}},
-		// Not in the schema: the length of matchExpressions values. A rule
-		// over the values of every expression costs more than the API
-		// server's CEL budget allows on metav1.LabelSelector, whose lists
-		// declare no maxItems; the renderer rejects such a policy instead
-		// (Accepted=False, Invalid), so it never reaches the ConfigMap.
-		{name: "matchExpressions value of 64 characters, left to the renderer", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
-			s.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{strings.Repeat("v", 64)}}}
-		}},
+			s.TargetSelector.MatchExpressions = []v1alpha1.LabelSelectorRequirement{{Key: labelKey(0) + "x", Operator: metav1.LabelSelectorOpExists}}
+		}, wantErr: []string{"spec.targetSelector.matchExpressions[0].key", "may not be more than 317"}},
+		{name: "matchExpressions value of 64 characters", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = []v1alpha1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{strings.Repeat("v", 64)}}}
+		}, wantErr: []string{"spec.targetSelector.matchExpressions[0].values[0]", "may not be more than 63"}},
 		{name: "the issue's 839 KB selector", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.TargetSelector.MatchExpressions = matchExpressions(1, 13_000)
-		}, wantErr: []string{"spec.targetSelector", "a matchExpressions entry may have at most 64 values"}},
+		}, wantErr: []string{"spec.targetSelector.matchExpressions[0].values", "must have at most 64 items"}},
+		// Label formats (issue 13): what the renderer used to find only at
+		// reconcile time is refused by the API server.
+		{name: "matchLabels value not a label value", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchLabels = map[string]v1alpha1.LabelValue{"app": "not a label value!"}
+		}, wantErr: []string{"spec.targetSelector.matchLabels[app]", "a label value has at most 63 letters"}},
+		{name: "matchLabels key not a label key", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchLabels = map[string]v1alpha1.LabelValue{"app name": "web"}
+		}, wantErr: []string{"spec.targetSelector.matchLabels", "a matchLabels key must be a label key"}},
+		{name: "matchLabels key with a bad prefix", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchLabels = map[string]v1alpha1.LabelValue{"Example.COM/app": "web"}
+		}, wantErr: []string{"spec.targetSelector.matchLabels", "a matchLabels key must be a label key"}},
+		{name: "matchLabels key with a prefix", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchLabels = map[string]v1alpha1.LabelValue{"app.kubernetes.io/name": "web", "empty": ""}
+		}},
+		{name: "matchExpressions key not a label key", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = []v1alpha1.LabelSelectorRequirement{{Key: "-app", Operator: metav1.LabelSelectorOpExists}}
+		}, wantErr: []string{"spec.targetSelector.matchExpressions[0].key", "key must be a label key"}},
+		{name: "matchExpressions value not a label value", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector.MatchExpressions = []v1alpha1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"a/b"}}}
+		}, wantErr: []string{"spec.targetSelector.matchExpressions[0].values", "values must be label values"}},
 		{name: "targetPort upper case", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetPort = "HTTP" },
 			wantErr: []string{"spec.targetPort", "targetPort must be a container port name"}},
 		{name: "targetPort number", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetPort = "8080" },
@@ -266,20 +281,20 @@ func labelKey(i int) string {
 }
 
 // matchLabels are n labels of the greatest length.
-func matchLabels(n int) map[string]string {
-	out := map[string]string{}
+func matchLabels(n int) map[string]v1alpha1.LabelValue {
+	out := map[string]v1alpha1.LabelValue{}
 	for i := range n {
-		out[labelKey(i)] = strings.Repeat("v", 63)
+		out[labelKey(i)] = v1alpha1.LabelValue(strings.Repeat("v", 63))
 	}
 	return out
 }
 
 // matchExpressions are n In expressions with the given number of values,
 // keys and values of the greatest length.
-func matchExpressions(n, values int) []metav1.LabelSelectorRequirement {
-	var out []metav1.LabelSelectorRequirement
+func matchExpressions(n, values int) []v1alpha1.LabelSelectorRequirement {
+	var out []v1alpha1.LabelSelectorRequirement
 	for i := range n {
-		e := metav1.LabelSelectorRequirement{Key: labelKey(i), Operator: metav1.LabelSelectorOpIn}
+		e := v1alpha1.LabelSelectorRequirement{Key: labelKey(i), Operator: metav1.LabelSelectorOpIn}
 		for j := range values {
 			v := fmt.Sprintf("v%05d", j)
 			e.Values = append(e.Values, v+strings.Repeat("v", 63-len(v)))
@@ -290,8 +305,8 @@ func matchExpressions(n, values int) []metav1.LabelSelectorRequirement {
 }
 
 // largestSelector is the largest selector the schema admits.
-func largestSelector() metav1.LabelSelector {
-	return metav1.LabelSelector{MatchLabels: matchLabels(32), MatchExpressions: matchExpressions(16, 64)}
+func largestSelector() v1alpha1.LabelSelector {
+	return v1alpha1.LabelSelector{MatchLabels: matchLabels(32), MatchExpressions: matchExpressions(16, 64)}
 }
 
 // TestDefaults: the schema fills in the documented defaults, and a new

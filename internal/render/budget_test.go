@@ -41,7 +41,7 @@ func sized(name string, second, prefixes, length int) v1alpha1.RateLimitPolicy {
 	p := v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", CreationTimestamp: metav1.NewTime(epoch.Add(time.Duration(second) * time.Second))},
 		Spec: v1alpha1.RateLimitPolicySpec{
-			TargetSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "checkout"}},
+			TargetSelector: v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "checkout"}},
 			Window:         "1s", Limit: 10,
 			Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal},
 		},
@@ -168,7 +168,7 @@ func TestFit(t *testing.T) {
 func TestFitSizesAreExact(t *testing.T) {
 	escaped := sized("escaped", 3, 2, 40)
 	escaped.Spec.Match.PathPrefixes[0] = "/a&b<c>\u00e9" // HTML-escaped by encoding/json
-	escaped.Spec.TargetSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "api"}}}
+	escaped.Spec.TargetSelector.MatchExpressions = []v1alpha1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "api"}}}
 	policies := []v1alpha1.RateLimitPolicy{sized("p1", 0, 0, 0), sized("p2", 1, 3, 200), escaped, sized("p4", 4, 32, 1024)}
 	for _, opts := range []render.Options{{Namespace: "shop"}, goldenOptions} {
 		for n := 1; n <= len(policies); n++ {
@@ -268,12 +268,12 @@ func TestLargestPolicyFitsAlone(t *testing.T) {
 	p := sized("largest-"+strings.Repeat("x", 253-len("largest-")), 0, 32, 1024)
 	p.Spec.Match.Methods = []v1alpha1.HTTPMethod{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"}
 	p.Spec.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceQueryParameter, Name: strings.Repeat("k", 256), OnMissing: v1alpha1.MissingKeyRemoteAddress}
-	p.Spec.TargetSelector = metav1.LabelSelector{MatchLabels: map[string]string{}}
+	p.Spec.TargetSelector = v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{}}
 	for i := range 32 {
-		p.Spec.TargetSelector.MatchLabels[key(i)] = value(i)
+		p.Spec.TargetSelector.MatchLabels[key(i)] = v1alpha1.LabelValue(value(i))
 	}
 	for i := range 16 {
-		e := metav1.LabelSelectorRequirement{Key: key(100 + i), Operator: metav1.LabelSelectorOpNotIn}
+		e := v1alpha1.LabelSelectorRequirement{Key: key(100 + i), Operator: metav1.LabelSelectorOpNotIn}
 		for j := range 64 {
 			e.Values = append(e.Values, value(j))
 		}

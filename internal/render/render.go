@@ -127,7 +127,7 @@ func Policy(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
 	if s.Limit < 1 || s.Limit > sidecarconfig.MaxLimit {
 		add("limit %d is not from 1 to %d", s.Limit, sidecarconfig.MaxLimit)
 	}
-	sel, err := selector(&s.TargetSelector)
+	sel, err := selector(s.TargetSelector.AsMeta())
 	if err != nil {
 		add("targetSelector: %w", err)
 	}

@@ -126,7 +126,7 @@ func Matching(podLabels map[string]string, policies []v1alpha1.RateLimitPolicy) 
 	var out []v1alpha1.RateLimitPolicy
 	set := labels.Set(podLabels)
 	for i := range policies {
-		sel, err := metav1.LabelSelectorAsSelector(&policies[i].Spec.TargetSelector)
+		sel, err := metav1.LabelSelectorAsSelector(policies[i].Spec.TargetSelector.AsMeta())
 		if err != nil || !sel.Matches(set) {
 			continue
 		}
