@@ -767,7 +767,7 @@ func TestNoEventsWhileTheNamespaceTerminates(t *testing.T) {
 	eventually(t, "namespace terminating in the manager's cache", func() error {
 		var got corev1.Namespace
 		if err := cached.Get(context.Background(), client.ObjectKey{Name: ns}, &got); err != nil || got.DeletionTimestamp == nil {
-			return fmt.Errorf("not yet terminating (%v)", err)
+			return fmt.Errorf("not yet terminating (%w)", err)
 		}
 		return nil
 	})
