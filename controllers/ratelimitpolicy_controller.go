@@ -118,9 +118,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		valid = append(valid, policies[i])
 	}
-	// Count the pods first: each policy's enforcing pods are rendered as
-	// its fail-open share divisor, so N pods falling back together admit
-	// about the limit, not N times it.
+	// Count the pods for the status (matched and enforced pods).
 	pods, err := r.livePods(ctx, ns)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -130,7 +128,9 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	for i := range policies {
 		matched[policies[i].Name], enforced[policies[i].Name] = countPods(&policies[i], pods, unprotected)
 	}
-	opts := render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, Replicas: enforced}
+	// No replica counts in the config: the sidecars count themselves
+	// through Redis, so pod churn rewrites nothing here.
+	opts := render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies}
 	accepted, tooLarge, err := render.Fit(valid, opts)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("fitting the policies of namespace %s: %w", ns, err)

@@ -57,7 +57,11 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			continue
 		}
-		reqs = append(reqs, limiter.Request{Rule: p.rule, Client: key, DryRun: p.dryRun})
+		rule := p.rule
+		if n := s.peerCount(rule.ID); n > 0 {
+			rule.Replicas = n
+		}
+		reqs = append(reqs, limiter.Request{Rule: rule, Client: key, DryRun: p.dryRun})
 		pols = append(pols, p)
 	}
 	if missing != nil {

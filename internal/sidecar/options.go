@@ -75,6 +75,11 @@ type Options struct {
 	// after SIGTERM before closing the listeners, so that endpoints
 	// controllers and load balancers stop sending new connections first.
 	ShutdownDelay time.Duration
+	// PeerInterval is how often the sidecar announces itself in Redis for
+	// each policy it enforces and reads how many sidecars do (the fail-open
+	// share's divisor); a sidecar not heard of for three intervals is no
+	// longer counted.
+	PeerInterval time.Duration
 	// ShutdownTimeout bounds the drain of in-flight requests.
 	ShutdownTimeout time.Duration
 
@@ -157,6 +162,7 @@ func DefaultOptions() Options {
 		FallbackReplicas:    1,
 		DecisionTimeout:     time.Second,
 		ShutdownDelay:       0,
+		PeerInterval:        5 * time.Second,
 		ShutdownTimeout:     20 * time.Second,
 		ReadHeaderTimeout:   10 * time.Second,
 		IdleTimeout:         120 * time.Second,
@@ -221,6 +227,9 @@ func (o *Options) Validate() error {
 	}
 	if o.DecisionBatchWait < 0 || o.DecisionBatchWait >= o.DecisionTimeout {
 		add("--decision-batch-wait must be at least 0 and below --decision-timeout")
+	}
+	if o.PeerInterval <= 0 {
+		add("the peer interval must be positive")
 	}
 	if o.ShutdownDelay < 0 || o.ShutdownTimeout <= 0 {
 		add("--shutdown-delay must not be negative and --shutdown-timeout must be positive")

@@ -28,6 +28,12 @@ type Limiter interface {
 	Healthy() bool
 }
 
+// announcer is a Limiter that can count the sidecars enforcing each
+// policy through Redis (limiter.Limiter can).
+type announcer interface {
+	Announce(ctx context.Context, ids []string, ttl time.Duration) (map[string]int, error)
+}
+
 // Sidecar is the enforcement proxy of one pod.
 type Sidecar struct {
 	opts    Options
@@ -37,6 +43,11 @@ type Sidecar struct {
 	proxy   http.Handler
 
 	state atomic.Pointer[state]
+
+	// peers is, per rule ID, how many sidecars last announced enforcing it
+	// through Redis (int): the fail-open share's divisor. It keeps the last
+	// count while Redis is away.
+	peers sync.Map
 
 	loadMu      sync.Mutex
 	lastFailure string
@@ -161,6 +172,11 @@ func (s *Sidecar) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	watchDone := make(chan struct{})
 	go func() { defer close(watchDone); s.watchFiles(watchCtx) }()
 	defer func() { stopWatch(); <-watchDone }()
+	if a, ok := s.lim.(announcer); ok {
+		peersDone := make(chan struct{})
+		go func() { defer close(peersDone); s.announceLoop(watchCtx, a) }()
+		defer func() { stopWatch(); <-peersDone }()
+	}
 
 	errc := make(chan error, 2)
 	go func() { errc <- fmt.Errorf("proxied port: %w", srv.Serve(ln)) }()

@@ -1,0 +1,92 @@
+package sidecar
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// TestPeersDivideTheFallback: three sidecars count themselves through
+// Redis (no replica count in their config), so when Redis dies each admits
+// ceil(30/3) = 10 of a fail-open limit of 30, and a sidecar that stops
+// announcing drops out of the count. Without the count (the naive case)
+// each admits the whole limit: 90.
+func TestPeersDivideTheFallback(t *testing.T) {
+	const limit = 30
+	run := func(t *testing.T, announce bool) (admitted int, f *fleet, r *testsupport.Redis) {
+		r = testsupport.StartRedis(t)
+		f = newFleet(t, []Limiter{
+			redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout),
+		}, testConfig(nil, testPolicy("global", limit)))
+		if announce {
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			for _, s := range f.sidecars {
+				s.opts.PeerInterval = 100 * time.Millisecond
+				go s.announceLoop(ctx, s.lim.(announcer))
+			}
+			eventually(t, 5*time.Second, "each sidecar counting 3", func() bool {
+				for _, s := range f.sidecars {
+					if s.peerCount(testNamespace+"/global") != 3 {
+						return false
+					}
+				}
+				return true
+			})
+		}
+		if err := r.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range f.fronts {
+			for range 2 * limit {
+				resp, err := f.client.Get(f.fronts[i] + "/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode == 200 {
+					admitted++
+				}
+				drain(resp)
+			}
+		}
+		return admitted, f, r
+	}
+	t.Run("counted through Redis", func(t *testing.T) {
+		admitted, _, _ := run(t, true)
+		if admitted != limit {
+			t.Errorf("three sidecars admitted %d on their own, want ceil(%d/3) each = %d", admitted, limit, limit)
+		}
+	})
+	t.Run("naive: no count", func(t *testing.T) {
+		if admitted, _, _ := run(t, false); admitted != 3*limit {
+			t.Errorf("uncounted sidecars admitted %d, want %d: this case cannot fail", admitted, 3*limit)
+		}
+	})
+}
+
+// TestPeerCountFollowsTheFleet: a sidecar that stops announcing (its pod
+// is gone) leaves the others' count within three intervals.
+func TestPeerCountFollowsTheFleet(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	f := newFleet(t, []Limiter{redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout)},
+		testConfig(nil, testPolicy("global", 10)))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	gone, goneCancel := context.WithCancel(ctx)
+	for i, s := range f.sidecars {
+		s.opts.PeerInterval = 100 * time.Millisecond
+		c := ctx
+		if i == 1 {
+			c = gone
+		}
+		go s.announceLoop(c, s.lim.(announcer))
+	}
+	id := testNamespace + "/global"
+	eventually(t, 5*time.Second, "two sidecars counted", func() bool { return f.sidecars[0].peerCount(id) == 2 })
+	goneCancel()
+	start := time.Now()
+	eventually(t, 5*time.Second, "the gone sidecar dropped", func() bool { return f.sidecars[0].peerCount(id) == 1 })
+	t.Logf("count went from 2 to 1 %v after a sidecar stopped announcing (ttl 300 ms)", time.Since(start).Round(time.Millisecond))
+}
