@@ -57,7 +57,10 @@ type sample struct {
 func runFault(t *testing.T, inject, repair func(*testsupport.Redis) error, mode FailMode, opts Options) {
 	r := testsupport.StartRedis(t)
 	const timeout = 50 * time.Millisecond
-	opts.Timeout = timeout
+	// A fixed budget: this test holds decisions to it (a budget that
+	// stretches with Redis's latency, TestBudgetFollowsSlowAnswers, and
+	// waiting on a slow Redis, TestExactOnASlowRedis, are tested apart).
+	opts.Timeout, opts.MaxTimeout = timeout, timeout
 	l := newLimiter(t, standalone(t, r.Addr), opts)
 	breaker := opts.BreakerFailures < 1<<20
 	rule := Rule{ID: "ns/fault", Limit: 1 << 40, Window: time.Second, FailMode: mode}

@@ -48,6 +48,8 @@ type Limiter struct {
 	direct  bool          // the client bounds socket I/O by the deadline
 	br      *breaker
 	lat     latencyWindow // how long Redis's answers took lately
+	// lastAnswer is when Redis last answered a round trip (UnixNano).
+	lastAnswer atomic.Int64
 	fb      *fallback
 	view    *view // what Redis last said per key; nil: disabled
 	ctx     context.Context
@@ -303,10 +305,14 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 	if len(reqs) == 0 {
 		return out
 	}
+	// Two deadlines: the budget, after which a decision falls back unless
+	// Redis has answered anyone since it began (then it is slow, not down,
+	// and the decision waits on), and MaxTimeout, after which it falls back
+	// in any case.
 	start := time.Now()
-	deadline := start.Add(l.budget(start))
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	deadline, hard := start.Add(l.budget(start)), start.Add(l.opts.MaxTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		deadline, hard = minTime(deadline, d), minTime(hard, d)
 	}
 
 	valid := true
@@ -344,9 +350,9 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 		member := l.nextMember()
 		for gi := range groups {
 			g := &groups[gi]
-			g.op = l.decideOp(reqs, g, member, valid || l.invalidAreDry(reqs), start, deadline)
+			g.op = l.decideOp(reqs, g, member, valid || l.invalidAreDry(reqs), start, hard)
 		}
-		failErr = l.run(ctx, groups, deadline)
+		failErr = l.run(ctx, groups, start, deadline, hard)
 	}
 
 	// Redis answers.
@@ -526,6 +532,13 @@ func (w *latencyWindow) recent(now time.Time) time.Duration {
 	return max(w.cur, w.prev)
 }
 
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 func ceilDiv(a, b int64) int64 {
 	if a <= 0 {
 		return a
@@ -648,9 +661,10 @@ func (l *Limiter) decideOp(reqs []Request, g *group, member string, commit bool,
 	return o
 }
 
-// run queues the ops and waits for them until the deadline. It returns
-// the error of the ops that did not finish (nil when all did).
-func (l *Limiter) run(ctx context.Context, groups []group, deadline time.Time) error {
+// run queues the ops and waits for them until the deadline, or on until
+// hard while Redis is answering (see giveUp). It returns the error of the
+// ops that did not finish (nil when all did).
+func (l *Limiter) run(ctx context.Context, groups []group, start, deadline, hard time.Time) error {
 	if len(groups) == 1 && l.direct && len(l.queue) == 0 && l.waiting.Load() == 0 {
 		// Idle: nothing to coalesce with and a connection free. The caller
 		// makes the round trip itself, saving two goroutine hand-offs.
@@ -660,7 +674,9 @@ func (l *Limiter) run(ctx context.Context, groups []group, deadline time.Time) e
 		case l.tokens <- struct{}{}:
 			o := groups[0].op
 			o.state.Store(opInflight)
-			l.exec([]*op{o}, make([]*redis.Cmd, 0, 1))
+			// Bounded by the budget: the idle path has no one to tell a
+			// slow Redis from a hung one.
+			l.exec([]*op{o}, make([]*redis.Cmd, 0, 1), deadline)
 			<-l.tokens
 			if o.err != nil && !time.Now().Before(deadline) {
 				o.err = fmt.Errorf("%w: %w", ErrTimeout, o.err)
@@ -677,33 +693,65 @@ func (l *Limiter) run(ctx context.Context, groups []group, deadline time.Time) e
 		timer.Stop() // Go ≥1.23: no stale tick is left for the next user
 		timerPool.Put(timer)
 	}()
+	graced := false
+	// giveUp is asked when the timer fires: past the budget, a decision
+	// waits on until hard if Redis has answered anyone since it began.
+	// Before judging that it has not, it waits a twentieth of the timeout
+	// once more: a process starved of CPU may hold answers it has not read.
+	giveUp := func() bool {
+		now := time.Now()
+		if !now.Before(hard) {
+			return true
+		}
+		if l.lastAnswer.Load() > start.UnixNano() {
+			timer.Reset(hard.Sub(now))
+			return false
+		}
+		if !graced {
+			graced = true
+			timer.Reset(min(l.opts.Timeout/20, hard.Sub(now)))
+			return false
+		}
+		return true
+	}
 	var err error
 	for gi := range groups {
 		o := groups[gi].op
-		if err == nil {
+	send:
+		for err == nil {
 			select {
 			case l.queue <- o:
-				continue
+				break send
 			case <-timer.C:
-				err = ErrTimeout
+				if giveUp() {
+					err = ErrTimeout
+				}
 			case <-ctx.Done():
 				err = ctx.Err()
 			}
 		}
-		o.state.Store(opAbandoned) // never queued
-		o.err = err
+		if err != nil {
+			o.state.Store(opAbandoned) // never queued
+			o.err = err
+		}
 	}
 	for gi := range groups {
 		o := groups[gi].op
-		if err == nil {
+	wait:
+		for err == nil {
 			select {
 			case <-o.done:
-				continue
+				break wait
 			case <-timer.C:
-				err = ErrTimeout
+				if giveUp() {
+					err = ErrTimeout
+				}
 			case <-ctx.Done():
 				err = ctx.Err()
 			}
+		}
+		if err == nil {
+			continue
 		}
 		if prev := o.state.Swap(opAbandoned); prev == opDone {
 			<-o.done // it finished as we gave up: use the answer
@@ -872,7 +920,7 @@ func (l *Limiter) flusher() {
 			}
 		}
 		if len(batch) > 0 {
-			cmds = l.exec(batch, cmds[:0])
+			cmds = l.exec(batch, cmds[:0], time.Time{})
 		}
 		<-l.tokens
 	}
@@ -900,11 +948,12 @@ func isNoScript(err error) bool {
 // (restart, failover, SCRIPT FLUSH: the cache is gone) come back NOSCRIPT
 // without having run, so they are resent as EVAL, which also caches them
 // again; go-redis's Script.Run cannot do this inside a pipeline.
-func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd) []*redis.Cmd {
-	dl := batch[0].deadline
-	for _, o := range batch[1:] {
-		if o.deadline.After(dl) {
-			dl = o.deadline
+func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cmd {
+	if dl.IsZero() {
+		for _, o := range batch {
+			if o.deadline.After(dl) {
+				dl = o.deadline
+			}
 		}
 	}
 	ctx, cancel := context.WithDeadline(l.ctx, dl)
@@ -945,6 +994,7 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd) []*redis.Cmd {
 
 	var firstErr error
 	answered := time.Now()
+	anyAnswer := false
 	for i, o := range batch {
 		c := cmds[i]
 		err := c.Err()
@@ -964,7 +1014,11 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd) []*redis.Cmd {
 		if !o.start.IsZero() {
 			l.lat.observe(answered.Sub(o.start), answered)
 		}
+		anyAnswer = true
 		o.finish(c, nil)
+	}
+	if anyAnswer {
+		l.lastAnswer.Store(answered.UnixNano())
 	}
 	if firstErr != nil {
 		l.br.failure(firstErr)
