@@ -50,13 +50,13 @@ type Limiter struct {
 	lat     latencyWindow // how long Redis's answers took lately
 	// lastAnswer is when Redis last answered a round trip (UnixNano).
 	lastAnswer atomic.Int64
-	fb      *fallback
-	view    *view // what Redis last said per key; nil: disabled
-	ctx     context.Context
-	cancel  context.CancelFunc
-	closed  atomic.Bool
-	closeMu sync.Once
-	wg      sync.WaitGroup
+	fb         *fallback
+	view       *view // what Redis last said per key; nil: disabled
+	ctx        context.Context
+	cancel     context.CancelFunc
+	closed     atomic.Bool
+	closeMu    sync.Once
+	wg         sync.WaitGroup
 
 	stats stats
 
