@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +73,8 @@ type options struct {
 	sizes        []int
 	perNamespace int
 	clients      int
-	churnNS      int
+	churnNS      []int // per size; the last one for the sizes after
+	changeNS     int
 	churnPods    int
 	interleaved  bool
 	quiet        time.Duration
@@ -85,7 +87,8 @@ func main() {
 	var o options
 	flag.IntVar(&o.perNamespace, "per-namespace", 10, "policies per namespace")
 	flag.IntVar(&o.clients, "clients", 8, "concurrent clients creating the objects")
-	flag.IntVar(&o.churnNS, "churn-namespaces", 100, "namespaces that get the pod churn (at most all of them)")
+	churnNS := flag.String("churn-namespaces", "100,20", "namespaces that get the pod churn, per number of policies (at most all of them; the last value for the numbers after)")
+	flag.IntVar(&o.changeNS, "change-namespaces", 20, "namespaces that get one more policy, then lose it")
 	flag.IntVar(&o.churnPods, "churn-pods", 2, "pods created, then deleted, in each churn namespace")
 	order := flag.String("order", "interleaved", "creation order of the policies: interleaved (the first policy of every namespace, then the second...) or burst (namespace by namespace)")
 	flag.DurationVar(&o.quiet, "quiet", 2*time.Second, "no write and no reconcile for this long ends a phase")
@@ -107,12 +110,12 @@ func main() {
 		}
 		return
 	}
-	for _, s := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < o.perNamespace || n%o.perNamespace != 0 {
-			fatalf("bad -policies %q: each a multiple of -per-namespace", *sizes)
-		}
-		o.sizes = append(o.sizes, n)
+	var err error
+	if o.sizes, err = ints(*sizes); err != nil || slices.ContainsFunc(o.sizes, func(n int) bool { return n < o.perNamespace || n%o.perNamespace != 0 }) {
+		fatalf("bad -policies %q: each a multiple of -per-namespace", *sizes)
+	}
+	if o.churnNS, err = ints(*churnNS); err != nil || slices.Min(o.churnNS) < 1 || o.changeNS < 1 {
+		fatalf("bad -churn-namespaces %q or -change-namespaces %d", *churnNS, o.changeNS)
 	}
 	// This process's client and cache log nothing worth reading; the
 	// managers log to files (kept when a run fails).
@@ -130,6 +133,19 @@ func main() {
 	}
 }
 
+// ints parses a comma-separated list of numbers.
+func ints(list string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 func fatalf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "operator bench: "+format+"\n", args...)
 	os.Exit(1)
@@ -141,7 +157,11 @@ func progress(format string, args ...any) {
 
 // result is the measure of one number of policies.
 type result struct {
-	policies, namespaces, churnNS, podEvents int
+	policies, namespaces int
+	// churnNS and changeNS: the first namespaces, that get the pod churn
+	// and the policy change.
+	churnNS, changeNS int
+	podEvents         int
 	// created: every create returned; ready: every policy Ready (the
 	// controller); cached: the baseline's cache holds every policy. All
 	// from the first create.
@@ -169,9 +189,9 @@ func run(o options) (string, error) {
 	started := time.Now()
 	loadBefore := loadAvg()
 	var results []*result
-	for _, n := range o.sizes {
+	for i, n := range o.sizes {
 		progress("%d policies", n)
-		r, err := measure(o, n)
+		r, err := measure(o, n, o.churnNS[min(i, len(o.churnNS)-1)])
 		if err != nil {
 			return "", fmt.Errorf("%d policies: %w", n, err)
 		}
@@ -182,11 +202,11 @@ func run(o options) (string, error) {
 
 // measure runs one number of policies on a control plane of its own, so
 // that every size starts from an empty etcd.
-func measure(o options, n int) (*result, error) {
+func measure(o options, n, churnNS int) (*result, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := &result{policies: n, namespaces: n / o.perNamespace}
-	r.churnNS = min(o.churnNS, r.namespaces)
+	r.churnNS, r.changeNS = min(churnNS, r.namespaces), min(o.changeNS, r.namespaces)
 	r.podEvents = 2 * r.churnNS * o.churnPods // a create and a delete each
 
 	dir, err := os.MkdirTemp("", "slidegate-bench-operator-")
@@ -447,13 +467,13 @@ func (s *sizeRun) podChurn(ctx context.Context) error {
 	return nil
 }
 
-// policyChurn adds a policy to each churn namespace, waits until it is
-// Ready and every policy there reports the configuration that includes
-// it, then deletes it and waits until every policy reports the
-// configuration from before: what one policy change costs in a namespace
-// that has policies already.
+// policyChurn adds a policy to each of the first changeNS namespaces,
+// waits until it is Ready and every policy there reports the
+// configuration that includes it, then deletes it and waits until every
+// policy reports the configuration from before: what one policy change
+// costs in a namespace that has policies already.
 func (s *sizeRun) policyChurn(ctx context.Context) error {
-	o, n := s.o, s.r.churnNS
+	o, n := s.o, s.r.changeNS
 	progress("adding, then deleting, one policy in each of %d namespaces", n)
 	const extra = "extra"
 	byNamespace := func() (map[string][]v1alpha1.RateLimitPolicy, error) {

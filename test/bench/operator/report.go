@@ -28,7 +28,7 @@ func report(o options, results []*result, took time.Duration, loadBefore, loadAf
 	p("Writes are those the controller's client attempted, by kind and verb, until the controller had been quiet (no write, no reconcile) for %v; Events, which the recorder writes through its own client, are counted in the cluster. ", o.quiet)
 	p("Churn: in %s, %d pods per namespace, as the injection webhook admits them (`inject.Inject`: sidecar and status annotation), created and then deleted in rounds of one pod per namespace, each round once the status counts the last, so each pod event is reconciled on its own; a pod event is one create or one delete. ",
 		churnScope(results), o.churnPods)
-	p("Then, in the same namespaces, one more policy is added and deleted (the details). ")
+	p("Then one more policy is added to, and deleted from, each of the first %d namespaces (in the details). ", o.changeNS)
 	p("Peak RSS is each manager's VmHWM (/proc/self/status) at the end; CPU is its user + system time (getrusage) from the first create to the end.\n\n")
 
 	p("| policies (namespaces) | time to all Ready | baseline: all cached | writes per policy: ConfigMap / Secret / status | churn writes per pod event: ConfigMap / status | peak RSS: controller / baseline | CPU: controller / baseline |\n")
@@ -56,8 +56,8 @@ func report(o options, results []*result, took time.Duration, loadBefore, loadAf
 			describe(r.writes(churned)), describe(r.failed(churned)), r.eventsIn(churned), float64(r.eventsIn(churned))/float64(r.podEvents))
 		a := r.writes(added)
 		p("One policy added to, then deleted from, %d namespaces of %d: per change, %s ConfigMap, %s Secret and %s status writes, %.2f events. ",
-			r.churnNS, o.perNamespace, per(a[cmApply], 2*r.churnNS), per(a[secretApply], 2*r.churnNS), per(a[statusPatch], 2*r.churnNS),
-			float64(r.eventsIn(added))/float64(2*r.churnNS))
+			r.changeNS, o.perNamespace, per(a[cmApply], 2*r.changeNS), per(a[secretApply], 2*r.changeNS), per(a[statusPatch], 2*r.changeNS),
+			float64(r.eventsIn(added))/float64(2*r.changeNS))
 		p("CPU creating / churn / one policy: controller %.1f / %.1f / %.1f s, baseline %.1f / %.1f / %.1f s. ",
 			cpu(&r.ctrl, start, created), cpu(&r.ctrl, created, churned), cpu(&r.ctrl, churned, added),
 			cpu(&r.base, start, created), cpu(&r.base, created, churned), cpu(&r.base, churned, added))
@@ -118,7 +118,7 @@ func churnScope(results []*result) string {
 		if r.churnNS == r.namespaces {
 			parts = append(parts, fmt.Sprintf("all %d namespaces of %d policies", r.namespaces, r.policies))
 		} else {
-			parts = append(parts, fmt.Sprintf("%d of the %d namespaces of %d policies (fewer, to keep the run short)", r.churnNS, r.namespaces, r.policies))
+			parts = append(parts, fmt.Sprintf("%d of the %d namespaces of %d policies (fewer, to keep the run within about five minutes; each pod event costs the same in any namespace)", r.churnNS, r.namespaces, r.policies))
 		}
 	}
 	return strings.Join(parts, ", ")
