@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,9 @@ type stats struct {
 	// PeakRSS and RSS are VmHWM and VmRSS of /proc/self/status, in bytes.
 	PeakRSS int64 `json:"peakRSS"`
 	RSS     int64 `json:"rss"`
+	// LiveHeap is the Go heap that the last GC found live, in bytes: what
+	// the process holds, without the garbage that RSS also counts.
+	LiveHeap int64 `json:"liveHeap"`
 	// Writes counts the API writes attempted through the manager's client,
 	// by "Kind verb" ("ConfigMap apply", "RateLimitPolicy status patch");
 	// Failed counts those that failed, by "Kind verb reason".
@@ -87,7 +91,7 @@ func (s *stats) totalWrites() int64 {
 // as cmd/manager sets it up, or the baseline. It prints "stats <url>" on
 // stdout once its caches have synced, then serves its stats there until it
 // is signalled.
-func runManager(role, credentials string) error {
+func runManager(role, credentials string, events bool) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zap.Options{})))
 	ns, name, ok := strings.Cut(credentials, "/")
 	if !ok {
@@ -122,6 +126,9 @@ func runManager(role, credentials string) error {
 			Client:           mgr.GetClient(),
 			Recorder:         mgr.GetEventRecorder("slidegate-controller"),
 			RedisCredentials: creds,
+		}
+		if !events {
+			r.Recorder = nil
 		}
 		if err := r.SetupWithManager(ctx, mgr); err != nil {
 			return err
@@ -276,6 +283,11 @@ func collect(c *countingClient) stats {
 		s.CPUSeconds = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 	}
 	s.PeakRSS, s.RSS = procStatus("VmHWM:"), procStatus("VmRSS:")
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	if live[0].Value.Kind() == metrics.KindUint64 {
+		s.LiveHeap = int64(live[0].Value.Uint64())
+	}
 	s.Writes, s.Failed = c.counts()
 	families, _ := ctrlmetrics.Registry.Gather()
 	for _, f := range families {

@@ -77,6 +77,7 @@ type options struct {
 	changeNS     int
 	churnPods    int
 	interleaved  bool
+	events       bool
 	quiet        time.Duration
 	phaseTimeout time.Duration
 }
@@ -95,6 +96,7 @@ func main() {
 	flag.DurationVar(&o.phaseTimeout, "phase-timeout", 4*time.Minute, "give up on a phase after this long")
 	role := flag.String("role", "", "internal: run as a manager process (controller or baseline)")
 	creds := flag.String("credentials", "", "internal: the manager's credentials Secret, namespace/name")
+	flag.BoolVar(&o.events, "events", true, "experiments: false runs the controller without its event recorder")
 	flag.Parse()
 
 	switch *order {
@@ -104,7 +106,7 @@ func main() {
 		fatalf("bad -order %q: interleaved or burst", *order)
 	}
 	if *role != "" {
-		if err := runManager(*role, *creds); err != nil {
+		if err := runManager(*role, *creds, o.events); err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 			os.Exit(1)
 		}
@@ -238,12 +240,12 @@ func measure(o options, n, churnNS int) (*result, error) {
 	}
 	// The managers, and this process's own cache of the policies, to see
 	// their status without a GET per policy.
-	if s.ctrl, err = startManager(dir, roleController, kubeconfig); err != nil {
+	if s.ctrl, err = startManager(dir, roleController, kubeconfig, o.events); err != nil {
 		keep = true
 		return nil, err
 	}
 	defer s.ctrl.stop()
-	if s.base, err = startManager(dir, roleBaseline, kubeconfig); err != nil {
+	if s.base, err = startManager(dir, roleBaseline, kubeconfig, o.events); err != nil {
 		keep = true
 		return nil, err
 	}
@@ -697,7 +699,7 @@ type managerProc struct {
 	done chan struct{}
 }
 
-func startManager(dir, role, kubeconfig string) (*managerProc, error) {
+func startManager(dir, role, kubeconfig string, events bool) (*managerProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -706,7 +708,7 @@ func startManager(dir, role, kubeconfig string) (*managerProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "-role", role, "-credentials", credentials.String())
+	cmd := exec.Command(exe, "-role", role, "-credentials", credentials.String(), "-events="+strconv.FormatBool(events))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE="+credentials.Namespace)
 	cmd.Stderr = logFile
 	stdout, err := cmd.StdoutPipe()
