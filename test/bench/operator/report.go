@@ -84,7 +84,7 @@ func report(o options, results []*result, took time.Duration, loadBefore, loadAf
 		}
 		checks = append(checks, fmt.Sprintf("%d policies, %d and %.0f", r.policies, st.totalWrites()-failed, metric))
 	}
-	p("%s.\n\n", strings.Join(checks, "; "))
+	p("%s.\n", strings.Join(checks, "; "))
 	return b.String()
 }
 
