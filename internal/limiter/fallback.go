@@ -102,13 +102,12 @@ func (f *fallback) seedOf(e viewEntry, replicas int64) fbSeed {
 
 // fbReq is one request the fallback must decide.
 type fbReq struct {
-	rule     *Rule
-	client   string
-	dryRun   bool
-	replicas int64
-	share    int64
-	seed     fbSeed
-	out      *Decision
+	rule   *Rule
+	client string
+	dryRun bool
+	share  int64
+	seed   fbSeed
+	out    *Decision
 }
 
 // decide decides reqs together: it admits into every allowed one only if

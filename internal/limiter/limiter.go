@@ -410,7 +410,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 			if r.Rule.Replicas > 0 {
 				n = int64(r.Rule.Replicas)
 			}
-			fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, replicas: n, share: ceilDiv(r.Rule.Limit, n), out: &out[i]}
+			fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, share: ceilDiv(r.Rule.Limit, n), out: &out[i]}
 			if l.view != nil && keys[i] != "" {
 				if e, ok := l.view.get(keys[i], &r.Rule); ok {
 					fr.seed = l.fb.seedOf(e, n)
@@ -455,37 +455,32 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 // with a dry-run rule not in the cache still goes to Redis, which decides
 // (and counts) that rule.
 func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, out []Decision) bool {
-	hit := -1
+	hit, dryMiss := false, false
 	for i := range reqs {
-		if keys[i] == "" || reqs[i].DryRun {
+		if keys[i] == "" { // invalid: already failed closed
+			dryMiss = dryMiss || reqs[i].DryRun
 			continue
 		}
-		if _, ok := l.view.denied(keys[i], &reqs[i].Rule, now); ok {
-			hit = i
-			break
-		}
-	}
-	if hit < 0 {
-		return false
-	}
-	for i := range reqs {
-		if reqs[i].DryRun {
-			if _, ok := l.view.denied(keys[i], &reqs[i].Rule, now); !ok {
-				return false
-			}
-		}
-	}
-	for i := range reqs {
-		if keys[i] == "" {
-			continue // invalid: already failed closed
-		}
-		if d, ok := l.view.denied(keys[i], &reqs[i].Rule, now); ok {
+		d, ok := l.view.denied(keys[i], &reqs[i].Rule, now)
+		switch {
+		case ok:
 			out[i] = d
-			continue
+			hit = hit || !reqs[i].DryRun
+		case reqs[i].DryRun:
+			dryMiss = true
+		default:
+			out[i] = Decision{Allowed: true, Limit: reqs[i].Rule.Limit, Source: SourceDenyCache}
 		}
-		out[i] = Decision{Allowed: true, Limit: reqs[i].Rule.Limit, Source: SourceDenyCache}
 	}
-	return true
+	if hit && !dryMiss {
+		return true
+	}
+	for i := range reqs { // Redis decides: undo the answers filled in above
+		if keys[i] != "" {
+			out[i] = Decision{}
+		}
+	}
+	return false
 }
 
 // budget is how long a decision beginning at now waits for Redis: Timeout,

@@ -24,14 +24,9 @@ redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 return redis.call('ZCARD', KEYS[1])
 `)
 
-// PresenceKey is the Redis key under which the sidecars enforcing a rule
+// presenceKey is the Redis key under which the sidecars enforcing a rule
 // announce themselves.
-func PresenceKey(prefix, ruleID string) string {
-	if prefix == "" {
-		prefix = defaultPrefix
-	}
-	return prefix + "peers:" + ruleID
-}
+func presenceKey(prefix, ruleID string) string { return prefix + "peers:" + ruleID }
 
 // Announce registers this process as enforcing each rule of ids and
 // returns, per rule, how many processes did so within ttl (this one
@@ -44,7 +39,7 @@ func (l *Limiter) Announce(ctx context.Context, ids []string, ttl time.Duration)
 	var errs []error
 	ms := max(ttl.Milliseconds(), 1)
 	for _, id := range ids {
-		n, err := announceScript.Run(ctx, l.rdb, []string{PresenceKey(l.opts.Prefix, id)}, l.memberPrefix, ms).Int()
+		n, err := announceScript.Run(ctx, l.rdb, []string{presenceKey(l.opts.Prefix, id)}, l.memberPrefix, ms).Int()
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -15,9 +15,9 @@ import (
 // each admits the whole limit: 90.
 func TestPeersDivideTheFallback(t *testing.T) {
 	const limit = 30
-	run := func(t *testing.T, announce bool) (admitted int, f *fleet, r *testsupport.Redis) {
-		r = testsupport.StartRedis(t)
-		f = newFleet(t, []Limiter{
+	run := func(t *testing.T, announce bool) (admitted int) {
+		r := testsupport.StartRedis(t)
+		f := newFleet(t, []Limiter{
 			redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout),
 		}, testConfig(nil, testPolicy("global", limit)))
 		if announce {
@@ -51,16 +51,16 @@ func TestPeersDivideTheFallback(t *testing.T) {
 				drain(resp)
 			}
 		}
-		return admitted, f, r
+		return admitted
 	}
 	t.Run("counted through Redis", func(t *testing.T) {
-		admitted, _, _ := run(t, true)
+		admitted := run(t, true)
 		if admitted != limit {
 			t.Errorf("three sidecars admitted %d on their own, want ceil(%d/3) each = %d", admitted, limit, limit)
 		}
 	})
 	t.Run("naive: no count", func(t *testing.T) {
-		if admitted, _, _ := run(t, false); admitted != 3*limit {
+		if admitted := run(t, false); admitted != 3*limit {
 			t.Errorf("uncounted sidecars admitted %d, want %d: this case cannot fail", admitted, 3*limit)
 		}
 	})
