@@ -331,7 +331,12 @@ EOF
 		ns ctr --address "$STATE/containerd/containerd.sock" -n k8s.io images import "$img" >/dev/null ||
 			die "importing $img"
 	done
-	ns ctr --address "$STATE/containerd/containerd.sock" -n k8s.io images ls -q | grep -qx "$PAUSE_IMAGE" ||
+	# The listing is read whole first: with pipefail, `ctr | grep -q` fails
+	# whenever grep exits on its match before ctr has written the rest (ctr
+	# then dies of SIGPIPE), which happened once in CI.
+	local images
+	images=$(ns ctr --address "$STATE/containerd/containerd.sock" -n k8s.io images ls -q)
+	grep -qx "$PAUSE_IMAGE" <<<"$images" ||
 		die "no $PAUSE_IMAGE among the images in $IMAGES"
 }
 
