@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -155,14 +154,12 @@ func precedence(a, b *v1alpha1.RateLimitPolicy) int {
 	return strings.Compare(a.Name, b.Name)
 }
 
-// policyBytes is what a policy adds to a document, its replicas field at the
-// widest.
+// policyBytes is what a policy adds to a document.
 func policyBytes(p *v1alpha1.RateLimitPolicy) (int, error) {
 	rp, err := Policy(p)
 	if err != nil {
 		return 0, err
 	}
-	rp.Replicas = math.MaxInt32
 	b, err := json.MarshalIndent(rp, policyIndent, "  ")
 	if err != nil {
 		return 0, err

@@ -19,7 +19,6 @@ package render_test
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -57,13 +56,9 @@ func sized(name string, second, prefixes, length int) v1alpha1.RateLimitPolicy {
 }
 
 // encodedSize is the size of the document Render and Encode make of
-// policies, with every replicas field at its widest (as Fit counts).
+// policies.
 func encodedSize(t *testing.T, opts render.Options, policies ...v1alpha1.RateLimitPolicy) int {
 	t.Helper()
-	opts.Replicas = map[string]int32{}
-	for _, p := range policies {
-		opts.Replicas[p.Name] = math.MaxInt32
-	}
 	cfg, err := render.Render(policies, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -195,17 +190,6 @@ func TestFitSizesAreExact(t *testing.T) {
 					t.Errorf("%s counted as %d bytes, adds %d", ps[n-1].Name, left[0].PolicyBytes, got)
 				}
 			}
-			// Real replicas are never wider than the ones counted.
-			opts.Replicas = map[string]int32{"p1": 1, "p2": 12, "escaped": 0}
-			cfg, err := render.Render(ps, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data, _, err := render.Encode(cfg)
-			if err != nil || len(data) > want {
-				t.Errorf("%d policies with real replicas: %d bytes (err %v), over %d", n, len(data), err, want)
-			}
-			opts.Replicas = nil
 		}
 	}
 }
@@ -223,7 +207,6 @@ func TestFitNaiveSumIsWrong(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rp.Replicas = math.MaxInt32
 		b, err := json.MarshalIndent(rp, "", "  ")
 		if err != nil {
 			t.Fatal(err)

@@ -49,10 +49,6 @@ type Options struct {
 	// sidecars believe (the manager's --trusted-proxies flag). Rendered
 	// masked, sorted and without duplicates.
 	TrustedProxies []netip.Prefix
-	// Replicas maps a policy name to the number of pods that enforce it
-	// (rendered as the policy's fail-open share divisor, at least 1).
-	// Policies absent from the map are rendered without it.
-	Replicas map[string]int32
 	// MaxBytes is the size budget of the encoded document that Fit keeps
 	// to; 0 means DefaultMaxBytes.
 	MaxBytes int
@@ -93,9 +89,6 @@ func Render(policies []v1alpha1.RateLimitPolicy, opts Options) (*sidecarconfig.C
 		if err != nil {
 			errs = append(errs, err)
 			continue
-		}
-		if n, ok := opts.Replicas[p.Name]; ok {
-			rp.Replicas = max(n, 1)
 		}
 		cfg.Policies = append(cfg.Policies, rp)
 	}

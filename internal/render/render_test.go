@@ -21,7 +21,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -30,7 +29,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
@@ -309,32 +307,5 @@ func TestSamplesRender(t *testing.T) {
 	}
 	if len(cfg.Policies) != len(files) {
 		t.Errorf("rendered %d policies from %d samples", len(cfg.Policies), len(files))
-	}
-}
-
-// TestRenderReplicas: the controller's count of enforcing pods becomes each
-// policy's fail-open share divisor, at least 1; policies it did not count
-// are rendered without one.
-func TestRenderReplicas(t *testing.T) {
-	mk := func(name string) v1alpha1.RateLimitPolicy {
-		return v1alpha1.RateLimitPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"},
-			Spec: v1alpha1.RateLimitPolicySpec{
-				Window: "1s", Limit: 10,
-				Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal},
-			},
-		}
-	}
-	cfg, err := render.Render([]v1alpha1.RateLimitPolicy{mk("a"), mk("b"), mk("c")},
-		render.Options{Namespace: "shop", Replicas: map[string]int32{"a": 3, "b": 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int32{}
-	for _, p := range cfg.Policies {
-		got[p.Name] = p.Replicas
-	}
-	if want := map[string]int32{"a": 3, "b": 1, "c": 0}; !maps.Equal(got, want) {
-		t.Fatalf("replicas %v, want %v", got, want)
 	}
 }

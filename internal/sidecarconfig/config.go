@@ -67,12 +67,11 @@ type Policy struct {
 	Key Key `json:"key"`
 	// Match restricts the policy to some requests; empty matches all.
 	Match Match `json:"match"`
-	// Replicas is the number of pods that enforce the policy (those it
-	// selects that carry the sidecar), as the controller last counted them.
-	// While Redis cannot answer, a fail-open sidecar admits
-	// ceil(Limit/Replicas) locally, so together the pods stay near the
-	// limit instead of admitting Replicas × Limit. 0: unknown (the sidecar's
-	// --fallback-replicas applies).
+	// Replicas is a fixed fail-open share divisor. The controller no longer
+	// renders it (sidecars count each other through Redis, so pod churn
+	// rewrites no ConfigMap); it is still read, so that a document written by
+	// an older controller keeps working during an upgrade. The sidecars'
+	// own count, once known, takes precedence over it.
 	Replicas int32 `json:"replicas,omitempty"`
 }
 
