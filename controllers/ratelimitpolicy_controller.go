@@ -146,6 +146,12 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("encoding the configuration of namespace %s: %w", ns, err)
 	}
+	// Each policy's status names its own revision, not the document's, so
+	// that a policy coming or going rewrites no other policy's status.
+	revisions, err := render.PolicyRevisions(cfg)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("encoding the configuration of namespace %s: %w", ns, err)
+	}
 	owners := ownerReferences(policies)
 
 	// Apply the children.
@@ -175,7 +181,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		p := &policies[i]
 		in := statusInput{
 			notAccepted:        notAccepted[p.Name],
-			revision:           revision,
+			revision:           revisions[p.Name],
 			credentialsProblem: credentialsProblem,
 			now:                time.Now(),
 			grace:              r.credentialsGrace(),

@@ -108,6 +108,17 @@ func readConfig(ns string) (*corev1.ConfigMap, *sidecarconfig.Config, error) {
 	return &cm, cfg, nil
 }
 
+// policyRevision is the revision the named policy's status must report for
+// the document cfg.
+func policyRevision(t *testing.T, cfg *sidecarconfig.Config, name string) string {
+	t.Helper()
+	revs, err := render.PolicyRevisions(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return revs[name]
+}
+
 func policyNames(cfg *sidecarconfig.Config) []string {
 	var out []string
 	for _, p := range cfg.Policies {
@@ -166,8 +177,11 @@ func TestCreateUpdateDelete(t *testing.T) {
 		t.Errorf("policies in the ConfigMap (-want +got):\n%s", diff)
 	}
 	got := get(t, a)
-	if rev := cm.Annotations[v1alpha1.RevisionAnnotation]; rev == "" || rev != got.Status.Revision || rev != render.Revision([]byte(cm.Data[sidecarconfig.FileName])) {
-		t.Errorf("revision: annotation %q, status %q, content %q", rev, got.Status.Revision, render.Revision([]byte(cm.Data[sidecarconfig.FileName])))
+	if rev := cm.Annotations[v1alpha1.RevisionAnnotation]; rev == "" || rev != render.Revision([]byte(cm.Data[sidecarconfig.FileName])) {
+		t.Errorf("revision: annotation %q, content %q", rev, render.Revision([]byte(cm.Data[sidecarconfig.FileName])))
+	}
+	if want := policyRevision(t, cfg, "a"); got.Status.Revision != want {
+		t.Errorf("status.revision %q, want %q (its part of the ConfigMap)", got.Status.Revision, want)
 	}
 	if cm.Labels[v1alpha1.ManagedByLabel] != v1alpha1.ManagedByValue {
 		t.Errorf("ConfigMap labels %v lack %s=%s", cm.Labels, v1alpha1.ManagedByLabel, v1alpha1.ManagedByValue)
@@ -227,13 +241,23 @@ func TestCreateUpdateDelete(t *testing.T) {
 		}
 		return nil
 	})
-	// Both policies report the namespace's one revision.
-	eventually(t, "one revision", func() error {
-		if ra, rb := get(t, a).Status.Revision, get(t, b).Status.Revision; ra != rb {
-			return fmt.Errorf("revisions %q and %q", ra, rb)
+	// Each policy reports its own part's revision; a's did not move when b
+	// came (nor did its status).
+	eventually(t, "own revisions", func() error {
+		_, cfg, err := readConfig(ns)
+		if err != nil {
+			return err
+		}
+		for _, p := range []*v1alpha1.RateLimitPolicy{a, b} {
+			if got, want := get(t, p).Status.Revision, policyRevision(t, cfg, p.Name); got != want {
+				return fmt.Errorf("%s: status.revision %q, want %q", p.Name, got, want)
+			}
 		}
 		return nil
 	})
+	if ra := get(t, a); ra.ResourceVersion != got.ResourceVersion {
+		t.Errorf("policy a was rewritten when b came: status %+v", ra.Status)
+	}
 
 	// Delete a: b remains, alone.
 	if err := k.Delete(ctx, a); err != nil {
@@ -682,6 +706,38 @@ func TestIdempotence(t *testing.T) {
 	}
 }
 
+// TestAddingPoliciesOneAtATime: as a GitOps tool or a script adds policies
+// to a namespace one by one, each costs about one status write of its own;
+// the policies already there are not rewritten. (With the namespace-wide
+// revision in every status, the n-th policy rewrote the n-1 before it: 474
+// status writes for 30 policies in one run, 41 now.)
+func TestAddingPoliciesOneAtATime(t *testing.T) {
+	const n = 30
+	ns := newNamespace(t)
+	w := writes.count()
+	for i := range n {
+		p := newPolicy(ns, fmt.Sprintf("p%02d", i))
+		create(t, p)
+		eventually(t, p.Name+" ready", func() error { return settled(p, readyAccepted) })
+	}
+	var statusWrites, configWrites int
+	for _, op := range writes.since(w) {
+		switch {
+		case !strings.Contains(op, " "+ns+"/"):
+		case strings.HasPrefix(op, "status "):
+			statusWrites++
+		case strings.Contains(op, "ConfigMap"):
+			configWrites++
+		}
+	}
+	t.Logf("%d policies added one at a time: %d status writes, %d ConfigMap applies", n, statusWrites, configWrites)
+	// One write per policy, and room for one conflict retry each; the
+	// quadratic count is n(n+1)/2.
+	if statusWrites > 2*n {
+		t.Errorf("%d status writes for %d policies added one at a time; want at most %d", statusWrites, n, 2*n)
+	}
+}
+
 // waitQuiet waits until the policies are reconciled at their generation, the
 // manager's cache holds the results, and the controller is idle.
 func waitQuiet(t *testing.T, ns string, policies []*v1alpha1.RateLimitPolicy, matched int32) {
@@ -696,6 +752,14 @@ func waitQuiet(t *testing.T, ns string, policies []*v1alpha1.RateLimitPolicy, ma
 		if err := cached.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &s); err != nil {
 			return err
 		}
+		cfg, err := sidecarconfig.Parse([]byte(cm.Data[sidecarconfig.FileName]))
+		if err != nil {
+			return err
+		}
+		revs, err := render.PolicyRevisions(cfg)
+		if err != nil {
+			return err
+		}
 		for _, p := range policies {
 			if err := settled(p, readyAccepted); err != nil {
 				return err
@@ -705,9 +769,9 @@ func waitQuiet(t *testing.T, ns string, policies []*v1alpha1.RateLimitPolicy, ma
 				return err
 			}
 			if got.Status.ObservedGeneration != got.Generation || got.Status.MatchedPods != matched ||
-				got.Status.Revision != cm.Annotations[v1alpha1.RevisionAnnotation] {
+				got.Status.Revision != revs[p.Name] {
 				return fmt.Errorf("cached %s: observedGeneration %d/%d matched %d revision %q (ConfigMap %q)", p.Name,
-					got.Status.ObservedGeneration, got.Generation, got.Status.MatchedPods, got.Status.Revision, cm.Annotations[v1alpha1.RevisionAnnotation])
+					got.Status.ObservedGeneration, got.Generation, got.Status.MatchedPods, got.Status.Revision, revs[p.Name])
 			}
 		}
 		return controllerIdle()
@@ -734,21 +798,28 @@ func resourceVersions(t *testing.T, ns string, policies ...*v1alpha1.RateLimitPo
 	return out
 }
 
-// TestEventsOnTransitionsOnly: a policy gets one event per condition that
-// changes, not one per reconcile.
+// TestEventsOnTransitionsOnly: a policy gets one event per status change
+// that changes conditions (naming each), not one per condition nor one per
+// reconcile.
 func TestEventsOnTransitionsOnly(t *testing.T) {
 	ns := newNamespace(t)
 	p := newPolicy(ns, "p")
 	create(t, p)
 	waitQuiet(t, ns, []*v1alpha1.RateLimitPolicy{p}, 0)
-	got := recorder.about(ns, "p")
 	want := []string{
-		ns + "/p Normal Accepted Reconcile: Accepted=True: rendered into ConfigMap slidegate-sidecar-config",
-		ns + "/p Normal Published Reconcile: Ready=True: the configuration is published in ConfigMap slidegate-sidecar-config",
-		ns + "/p Normal NoPodsSelected Reconcile: Enforced=False: no pod of the namespace matches targetSelector",
+		ns + "/p Normal Published Reconcile: Ready=True (Published): the configuration is published in ConfigMap slidegate-sidecar-config; " +
+			"Enforced=False (NoPodsSelected): no pod of the namespace matches targetSelector; " +
+			"Accepted=True (Accepted): rendered into ConfigMap slidegate-sidecar-config",
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("events (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, recorder.about(ns, "p")); diff != "" {
+		t.Errorf("events at creation (-want +got):\n%s", diff)
+	}
+
+	create(t, newPod(ns, "web", map[string]string{"app": "checkout"}, true))
+	waitQuiet(t, ns, []*v1alpha1.RateLimitPolicy{p}, 1)
+	want = append(want, ns+"/p Normal Enforced Reconcile: Enforced=True (Enforced): all 1 selected pods carry the sidecar")
+	if diff := cmp.Diff(want, recorder.about(ns, "p")); diff != "" {
+		t.Errorf("events after a pod came (-want +got):\n%s", diff)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -47,7 +48,7 @@ type statusInput struct {
 	// *render.InvalidPolicyError or a *render.ConfigTooLargeError; nil:
 	// accepted.
 	notAccepted        error
-	revision           string // revision of the namespace's configuration
+	revision           string // the policy's revision in the namespace's configuration
 	credentialsProblem string // why sidecars cannot get Redis credentials; "": fine
 	// now and grace: credentials missing since grace before now are Stalled.
 	now   time.Time
@@ -215,13 +216,21 @@ func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMeta
 	return strings.Join(why, "; ")
 }
 
-// emitTransitions emits one event per condition whose status or reason
-// changed between old and updated: events on transitions only.
+// emitTransitions emits one event for the conditions whose status or reason
+// changed between old and updated: events on transitions only, and one per
+// status write rather than one per condition (a new policy changes three
+// conditions at once; three events each made events the largest write load
+// of the controller at scale). The event carries the reason of the first
+// abnormal change, else of the first change, in the order Ready, Enforced,
+// Accepted, and its note names every change.
 func (r *RateLimitPolicyReconciler) emitTransitions(old, updated *v1alpha1.RateLimitPolicy) {
 	if r.Recorder == nil {
 		return
 	}
-	for _, typ := range []string{v1alpha1.ConditionAccepted, v1alpha1.ConditionReady, v1alpha1.ConditionEnforced} {
+	var reason string
+	var notes []string
+	kind := corev1.EventTypeNormal
+	for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionEnforced, v1alpha1.ConditionAccepted} {
 		c := meta.FindStatusCondition(updated.Status.Conditions, typ)
 		if c == nil {
 			continue
@@ -229,10 +238,34 @@ func (r *RateLimitPolicyReconciler) emitTransitions(old, updated *v1alpha1.RateL
 		if prev := meta.FindStatusCondition(old.Status.Conditions, typ); prev != nil && prev.Status == c.Status && prev.Reason == c.Reason {
 			continue
 		}
-		kind := corev1.EventTypeNormal
-		if c.Status != metav1.ConditionTrue && c.Reason != v1alpha1.ReasonNoPodsSelected {
+		abnormal := c.Status != metav1.ConditionTrue && c.Reason != v1alpha1.ReasonNoPodsSelected
+		if reason == "" || (abnormal && kind == corev1.EventTypeNormal) {
+			reason = c.Reason
+		}
+		if abnormal {
 			kind = corev1.EventTypeWarning
 		}
-		r.Recorder.Eventf(updated, nil, kind, c.Reason, "Reconcile", "%s=%s: %s", typ, c.Status, c.Message)
+		notes = append(notes, fmt.Sprintf("%s=%s (%s): %s", typ, c.Status, c.Reason, c.Message))
 	}
+	if len(notes) == 0 {
+		return
+	}
+	r.Recorder.Eventf(updated, nil, kind, reason, "Reconcile", "%s", truncateNote(strings.Join(notes, "; ")))
+}
+
+// maxNoteBytes is the API server's limit on an event's note.
+const maxNoteBytes = 1024
+
+// truncateNote cuts a note to what the API server accepts, on a rune
+// boundary: a longer one is refused and the event lost.
+func truncateNote(s string) string {
+	if len(s) <= maxNoteBytes {
+		return s
+	}
+	const ellipsis = "…"
+	cut := maxNoteBytes - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -222,6 +223,33 @@ func TestNotAcceptedStatus(t *testing.T) {
 			}
 			if st.Revision != "" || st.ObservedGeneration != 3 {
 				t.Errorf("revision %q, observedGeneration %d; want none, 3", st.Revision, st.ObservedGeneration)
+			}
+		})
+	}
+}
+
+// TestTruncateNote: an event note stays within the API server's 1024 bytes,
+// cut on a rune boundary; a longer note would be refused and the event lost.
+func TestTruncateNote(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+	}{
+		{"short", "Ready=True"},
+		{"exactly the limit", strings.Repeat("a", maxNoteBytes)},
+		{"ascii over", strings.Repeat("a", 3*maxNoteBytes)},
+		{"multi-byte runes across the cut", strings.Repeat("é", maxNoteBytes)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := truncateNote(tc.in)
+			if len(got) > maxNoteBytes || !utf8.ValidString(got) {
+				t.Fatalf("%d bytes, valid UTF-8 %t", len(got), utf8.ValidString(got))
+			}
+			if len(tc.in) <= maxNoteBytes && got != tc.in {
+				t.Errorf("a note within the limit changed: %q", got)
+			}
+			if len(tc.in) > maxNoteBytes && (!strings.HasSuffix(got, "…") || len(got) < maxNoteBytes-4) {
+				t.Errorf("cut to %d bytes, ending %q", len(got), got[len(got)-4:])
 			}
 		})
 	}

@@ -349,10 +349,12 @@ type RateLimitPolicyStatus struct {
 	// +kubebuilder:default=0
 	EnforcedPods int32 `json:"enforcedPods"`
 
-	// revision is the content hash of the rendered sidecar configuration
-	// that contains this policy (also the ratelimit.slidegate.dev/revision
-	// annotation of the ConfigMap slidegate-sidecar-config). Empty while the
-	// policy is not accepted.
+	// revision is the content hash of this policy as rendered into the
+	// ConfigMap slidegate-sidecar-config, with the namespace-wide settings
+	// it depends on. It changes when what the sidecars enforce for this
+	// policy changes, not when other policies of the namespace change (the
+	// ConfigMap's ratelimit.slidegate.dev/revision annotation is the hash of
+	// the whole document). Empty while the policy is not accepted.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Revision string `json:"revision,omitempty"`

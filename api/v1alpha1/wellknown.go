@@ -31,7 +31,8 @@ const (
 	InjectedAnnotation = "ratelimit.slidegate.dev/injected"
 
 	// RevisionAnnotation on the rendered ConfigMap holds the content hash of
-	// the sidecar configuration (also in each policy's status.revision).
+	// the whole sidecar configuration. (A policy's status.revision is the
+	// hash of its own part of it.)
 	RevisionAnnotation = "ratelimit.slidegate.dev/revision"
 
 	// SourceAnnotation on a mirrored Secret names the Secret it was copied

@@ -27,6 +27,7 @@ package render
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -247,6 +248,31 @@ func Encode(cfg *sidecarconfig.Config) (data []byte, revision string, err error)
 func Revision(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
+}
+
+// PolicyRevisions returns the revision of each policy of a rendered document,
+// by name: the content hash of its entry together with the document-wide
+// settings that change what the sidecars do with it (version, namespace,
+// trusted proxies). It changes when what the sidecars enforce for that policy
+// changes, and not when another policy of the namespace comes, goes or
+// changes, so that a policy's status is not rewritten for its neighbours
+// (the namespace-wide Revision would make adding policies one at a time cost
+// a number of status writes quadratic in their count).
+func PolicyRevisions(cfg *sidecarconfig.Config) (map[string]string, error) {
+	out := make(map[string]string, len(cfg.Policies))
+	for i := range cfg.Policies {
+		b, err := json.Marshal(struct {
+			Version        string               `json:"version"`
+			Namespace      string               `json:"namespace"`
+			TrustedProxies []string             `json:"trustedProxies,omitempty"`
+			Policy         sidecarconfig.Policy `json:"policy"`
+		}{cfg.Version, cfg.Namespace, cfg.TrustedProxies, cfg.Policies[i]})
+		if err != nil {
+			return nil, err
+		}
+		out[cfg.Policies[i].Name] = Revision(b)
+	}
+	return out, nil
 }
 
 func orDefault[T ~string](v, def T) T {

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
@@ -307,5 +308,64 @@ func TestSamplesRender(t *testing.T) {
 	}
 	if len(cfg.Policies) != len(files) {
 		t.Errorf("rendered %d policies from %d samples", len(cfg.Policies), len(files))
+	}
+}
+
+// TestPolicyRevisions: a policy's revision follows what the sidecars enforce
+// for it and nothing else; the document's revision, which the status carried
+// before, moves with every neighbour (the paired case).
+func TestPolicyRevisions(t *testing.T) {
+	mk := func(name string, limit int32) v1alpha1.RateLimitPolicy {
+		return v1alpha1.RateLimitPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"},
+			Spec: v1alpha1.RateLimitPolicySpec{
+				Window: "1s", Limit: limit,
+				Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal},
+			},
+		}
+	}
+	revisions := func(opts render.Options, ps ...v1alpha1.RateLimitPolicy) (map[string]string, string) {
+		t.Helper()
+		cfg, err := render.Render(ps, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, doc, err := render.Encode(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs, err := render.PolicyRevisions(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return revs, doc
+	}
+	opts := render.Options{Namespace: "shop"}
+	base, baseDoc := revisions(opts, mk("a", 10))
+	for _, tc := range []struct {
+		name    string
+		opts    render.Options
+		ps      []v1alpha1.RateLimitPolicy
+		aMoves  bool
+		docMove bool
+	}{
+		{"nothing changed", opts, []v1alpha1.RateLimitPolicy{mk("a", 10)}, false, false},
+		{"a neighbour added", opts, []v1alpha1.RateLimitPolicy{mk("a", 10), mk("b", 5)}, false, true},
+		{"its limit changed", opts, []v1alpha1.RateLimitPolicy{mk("a", 11)}, true, true},
+		{"trusted proxies changed", render.Options{Namespace: "shop", TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
+			[]v1alpha1.RateLimitPolicy{mk("a", 10)}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			revs, doc := revisions(tc.opts, tc.ps...)
+			if moved := revs["a"] != base["a"]; moved != tc.aMoves {
+				t.Errorf("a's revision moved: %v (%s → %s), want %v", moved, base["a"], revs["a"], tc.aMoves)
+			}
+			if moved := doc != baseDoc; moved != tc.docMove {
+				t.Errorf("the document's revision moved: %v, want %v", moved, tc.docMove)
+			}
+			if len(revs) != len(tc.ps) {
+				t.Errorf("%d revisions for %d policies", len(revs), len(tc.ps))
+			}
+		})
 	}
 }

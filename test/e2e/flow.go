@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -135,7 +136,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// Not only there: holding every policy. The controller renders as the
 	// policies arrive, and a sidecar started on an earlier render serves its
 	// first requests without the later policies (seen: alice admitted 6).
-	// A policy's status.revision names the render that contains it.
+	// A policy's status.revision is the hash of its part of the document,
+	// so the document holds every policy when each part hashes to it.
 	if err := poll(ctx, func() bool {
 		var cm corev1.ConfigMap
 		var list v1alpha1.RateLimitPolicyList
@@ -143,8 +145,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			c.Client.List(ctx, &list, client.InNamespace(Namespace)) != nil || len(list.Items) == 0 {
 			return false
 		}
+		cfg, err := sidecarconfig.Parse([]byte(cm.Data[sidecarconfig.FileName]))
+		if err != nil {
+			return false
+		}
+		revs, err := render.PolicyRevisions(cfg)
+		if err != nil {
+			return false
+		}
 		for _, p := range list.Items {
-			if p.Status.Revision == "" || p.Status.Revision != cm.Annotations[v1alpha1.RevisionAnnotation] {
+			if p.Status.Revision == "" || p.Status.Revision != revs[p.Name] {
 				return false
 			}
 		}

@@ -53,6 +53,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -253,8 +254,10 @@ func measure(o options, n, churnNS int) (*result, error) {
 	if s.watch, err = cache.New(env.Config, cache.Options{Scheme: scheme, DefaultTransform: cache.TransformStripManagedFields()}); err != nil {
 		return nil, err
 	}
-	if _, err := s.watch.GetInformer(ctx, &v1alpha1.RateLimitPolicy{}, cache.BlockUntilSynced(false)); err != nil {
-		return nil, err
+	for _, obj := range []client.Object{&v1alpha1.RateLimitPolicy{}, &corev1.ConfigMap{}} {
+		if _, err := s.watch.GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err != nil {
+			return nil, err
+		}
 	}
 	go func() { _ = s.watch.Start(ctx) }()
 	if !s.watch.WaitForCacheSync(ctx) {
@@ -273,7 +276,7 @@ type sizeRun struct {
 	o          options
 	r          *result
 	k          client.Client // to the API server, no cache
-	watch      cache.Cache   // the policies
+	watch      cache.Cache   // the policies and ConfigMaps
 	ctrl, base *managerProc
 }
 
@@ -470,68 +473,70 @@ func (s *sizeRun) podChurn(ctx context.Context) error {
 }
 
 // policyChurn adds a policy to each of the first changeNS namespaces,
-// waits until it is Ready and every policy there reports the
-// configuration that includes it, then deletes it and waits until every
-// policy reports the configuration from before: what one policy change
-// costs in a namespace that has policies already.
+// waits until it is Ready and the namespace's ConfigMap changed, then deletes
+// it and waits until the ConfigMap is back to its revision from before: what
+// one policy change costs in a namespace that has policies already. (A
+// policy's own status.revision does not move for its neighbours, so the
+// ConfigMap's revision is what says the namespace took the change in.)
 func (s *sizeRun) policyChurn(ctx context.Context) error {
 	o, n := s.o, s.r.changeNS
 	progress("adding, then deleting, one policy in each of %d namespaces", n)
 	const extra = "extra"
-	byNamespace := func() (map[string][]v1alpha1.RateLimitPolicy, error) {
-		var list v1alpha1.RateLimitPolicyList
+	configRevisions := func() (map[string]string, error) {
+		var list corev1.ConfigMapList
 		if err := s.watch.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, err
 		}
-		m := map[string][]v1alpha1.RateLimitPolicy{}
-		for _, p := range list.Items {
-			if p.Namespace < namespace(n) {
-				m[p.Namespace] = append(m[p.Namespace], p)
+		m := map[string]string{}
+		for _, cm := range list.Items {
+			if cm.Name == sidecarconfig.ConfigMapName && cm.Namespace < namespace(n) {
+				m[cm.Namespace] = cm.Annotations[v1alpha1.RevisionAnnotation]
 			}
 		}
 		return m, nil
 	}
-	before, err := byNamespace()
+	before, err := configRevisions()
 	if err != nil {
 		return err
 	}
-	// settled: every namespace has want policies, each Ready at the
-	// revision that rev returns for the namespace.
-	settled := func(want int, rev func(ns string, ps []v1alpha1.RateLimitPolicy) string) func() (bool, error) {
+	// settled: each of the n namespaces has want policies, all Ready, and
+	// its ConfigMap's revision satisfies done.
+	settled := func(want int, done func(ns, revision string) bool) func() (bool, error) {
 		return func() (bool, error) {
-			now, err := byNamespace()
+			var list v1alpha1.RateLimitPolicyList
+			if err := s.watch.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+				return false, err
+			}
+			count := map[string]int{}
+			for i := range list.Items {
+				p := &list.Items[i]
+				if p.Namespace >= namespace(n) {
+					continue
+				}
+				if !isReady(p) {
+					return false, nil
+				}
+				count[p.Namespace]++
+			}
+			revs, err := configRevisions()
 			if err != nil {
 				return false, err
 			}
-			for ns, ps := range now {
-				if len(ps) != want {
+			for i := range n {
+				ns := namespace(i)
+				if count[ns] != want || !done(ns, revs[ns]) {
 					return false, nil
 				}
-				r := rev(ns, ps)
-				for i := range ps {
-					if !isReady(&ps[i]) || ps[i].Status.Revision != r {
-						return false, nil
-					}
-				}
 			}
-			return len(now) == n, nil
+			return true, nil
 		}
 	}
-	withExtra := func(_ string, ps []v1alpha1.RateLimitPolicy) string {
-		for _, p := range ps {
-			if p.Name == extra {
-				return p.Status.Revision
-			}
-		}
-		return "none"
-	}
-	asBefore := func(ns string, _ []v1alpha1.RateLimitPolicy) string { return before[ns][0].Status.Revision }
 
 	err = parallel(ctx, o.clients, n, func(ctx context.Context, i int) error {
 		return create(ctx, s.k, policy(namespace(i), extra, o.perNamespace))
 	})
 	if err == nil {
-		err = poll(ctx, o.phaseTimeout, settled(o.perNamespace+1, withExtra))
+		err = poll(ctx, o.phaseTimeout, settled(o.perNamespace+1, func(ns, rev string) bool { return rev != before[ns] }))
 	}
 	if err != nil {
 		return fmt.Errorf("adding a policy: %w", err)
@@ -541,7 +546,7 @@ func (s *sizeRun) policyChurn(ctx context.Context) error {
 		return retry(ctx, func() error { return client.IgnoreNotFound(s.k.Delete(ctx, p)) })
 	})
 	if err == nil {
-		err = poll(ctx, o.phaseTimeout, settled(o.perNamespace, asBefore))
+		err = poll(ctx, o.phaseTimeout, settled(o.perNamespace, func(ns, rev string) bool { return rev == before[ns] }))
 	}
 	if err != nil {
 		return fmt.Errorf("deleting the added policy: %w", err)
