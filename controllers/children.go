@@ -49,17 +49,25 @@ func childLabels(component string) map[string]string {
 // applyConfigMap makes the namespace's sidecar ConfigMap hold data, unless
 // the cached copy already matches.
 func (r *RateLimitPolicyReconciler) applyConfigMap(ctx context.Context, ns string, data []byte, revision string, owners []metav1.OwnerReference) error {
-	lbls := childLabels("sidecar-config")
+	return applyConfigMap(ctx, r.Client, r.Client, types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName},
+		sidecarconfig.FileName, "sidecar-config", data, revision, owners)
+}
+
+// applyConfigMap makes the ConfigMap key hold data under fileName, with the
+// revision annotation and owners, unless the copy that reader has already
+// matches (so an unchanged render writes nothing).
+func applyConfigMap(ctx context.Context, c client.Client, reader client.Reader, key types.NamespacedName, fileName, component string,
+	data []byte, revision string, owners []metav1.OwnerReference) error {
+	lbls := childLabels(component)
 	annotations := map[string]string{v1alpha1.RevisionAnnotation: revision}
-	key := types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}
 
 	var cur corev1.ConfigMap
-	err := r.Client.Get(ctx, key, &cur)
+	err := reader.Get(ctx, key, &cur)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return fmt.Errorf("reading ConfigMap %s: %w", key, err)
-	case metaUpToDate(&cur.ObjectMeta, lbls, annotations, owners) && cur.Data[sidecarconfig.FileName] == string(data):
+	case metaUpToDate(&cur.ObjectMeta, lbls, annotations, owners) && cur.Data[fileName] == string(data):
 		return nil
 	}
 
@@ -67,15 +75,15 @@ func (r *RateLimitPolicyReconciler) applyConfigMap(ctx context.Context, ns strin
 		WithLabels(lbls).
 		WithAnnotations(annotations).
 		WithOwnerReferences(ownerReferenceApplyConfigs(owners)...).
-		WithData(map[string]string{sidecarconfig.FileName: string(data)})
-	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		WithData(map[string]string{fileName: string(data)})
+	if err := c.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		if namespaceTerminating(err) {
 			return nil // its policies are going too; the next reconcile cleans up
 		}
 		return fmt.Errorf("applying ConfigMap %s: %w", key, err)
 	}
 	writesCounter.WithLabelValues("configmap", "apply").Inc()
-	logf.FromContext(ctx).Info("applied the sidecar configuration", "configMap", klog.KRef(ns, key.Name), "revision", revision)
+	logf.FromContext(ctx).Info("applied the configuration", "configMap", klog.KRef(key.Namespace, key.Name), "revision", revision)
 	return nil
 }
 

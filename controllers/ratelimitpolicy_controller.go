@@ -100,7 +100,10 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the policies of namespace %s: %w", ns, err)
 	}
-	policies := slices.DeleteFunc(list.Items, func(p v1alpha1.RateLimitPolicy) bool { return !p.DeletionTimestamp.IsZero() })
+	// Policies for the rate limit service are the RateLimitServiceReconciler's.
+	policies := slices.DeleteFunc(list.Items, func(p v1alpha1.RateLimitPolicy) bool {
+		return !p.DeletionTimestamp.IsZero() || p.Spec.RateLimitService != nil
+	})
 	if len(policies) == 0 {
 		return ctrl.Result{}, r.cleanup(ctx, ns)
 	}
@@ -244,18 +247,24 @@ func (r *RateLimitPolicyReconciler) cleanup(ctx context.Context, ns string) erro
 }
 
 func (r *RateLimitPolicyReconciler) deleteManaged(ctx context.Context, key types.NamespacedName, obj client.Object, resource string) error {
-	if err := r.Client.Get(ctx, key, obj); err != nil {
+	return deleteManaged(ctx, r.Client, r.Client, key, obj, resource, "the namespace has no policy left")
+}
+
+// deleteManaged deletes the object at key if it is slidegate's (labelled so)
+// and not already going; why is for the log.
+func deleteManaged(ctx context.Context, c client.Client, reader client.Reader, key types.NamespacedName, obj client.Object, resource, why string) error {
+	if err := reader.Get(ctx, key, obj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if obj.GetLabels()[v1alpha1.ManagedByLabel] != v1alpha1.ManagedByValue || !obj.GetDeletionTimestamp().IsZero() {
 		return nil
 	}
 	uid := obj.GetUID()
-	if err := r.Client.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+	if err := c.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting %s %s: %w", resource, key, err)
 	}
 	writesCounter.WithLabelValues(resource, "delete").Inc()
-	logf.FromContext(ctx).Info("deleted, the namespace has no policy left", resource, klog.KRef(key.Namespace, key.Name))
+	logf.FromContext(ctx).Info("deleted: "+why, resource, klog.KRef(key.Namespace, key.Name))
 	return nil
 }
 
@@ -376,7 +385,12 @@ func ownerReferences(policies []v1alpha1.RateLimitPolicy) []metav1.OwnerReferenc
 // writeStatus writes the policy's status if it differs, then emits events
 // for the conditions that changed.
 func (r *RateLimitPolicyReconciler) writeStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, in statusInput) error {
-	want := desiredStatus(p, in)
+	return writeStatus(ctx, r.Client, r.Recorder, p, desiredStatus(p, in), in.quiet)
+}
+
+// writeStatus writes want as p's status if it differs, then emits one
+// event for the conditions that changed (none when quiet).
+func writeStatus(ctx context.Context, c client.Client, rec events.EventRecorder, p *v1alpha1.RateLimitPolicy, want v1alpha1.RateLimitPolicyStatus, quiet bool) error {
 	if equality.Semantic.DeepEqual(p.Status, want) {
 		return nil
 	}
@@ -385,12 +399,12 @@ func (r *RateLimitPolicyReconciler) writeStatus(ctx context.Context, p *v1alpha1
 	// Under our own field manager, like the applied children: managedFields
 	// then name slidegate, not the binary ("manager").
 	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
-	if err := r.Client.Status().Patch(ctx, p, patch, client.FieldOwner(FieldOwner)); err != nil {
+	if err := c.Status().Patch(ctx, p, patch, client.FieldOwner(FieldOwner)); err != nil {
 		return fmt.Errorf("writing the status of %s: %w", klog.KObj(p), err)
 	}
 	writesCounter.WithLabelValues("ratelimitpolicies/status", "patch").Inc()
-	if !in.quiet {
-		r.emitTransitions(orig, p)
+	if !quiet {
+		emitTransitions(rec, orig, p)
 	}
 	return nil
 }

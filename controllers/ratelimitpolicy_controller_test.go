@@ -63,7 +63,7 @@ func newPolicy(ns, name string, mutate ...func(*v1alpha1.RateLimitPolicySpec)) *
 	p := &v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1alpha1.RateLimitPolicySpec{
-			TargetSelector: v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "checkout"}},
+			TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "checkout"}},
 			Window:         "10s",
 			Limit:          5,
 			Key:            v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User-ID"},
@@ -462,7 +462,7 @@ func TestPodCounts(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	p := newPolicy(ns, "p", func(s *v1alpha1.RateLimitPolicySpec) {
-		s.TargetSelector = v1alpha1.LabelSelector{
+		s.TargetSelector = &v1alpha1.LabelSelector{
 			MatchLabels:      map[string]v1alpha1.LabelValue{"app": "checkout"},
 			MatchExpressions: []v1alpha1.LabelSelectorRequirement{{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist}},
 		}

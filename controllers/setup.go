@@ -62,7 +62,10 @@ func selectorKeys(obj client.Object) []string {
 	if !ok {
 		return nil
 	}
-	sel := &p.Spec.TargetSelector
+	sel := p.Spec.TargetSelector
+	if sel == nil {
+		return nil // a policy for the rate limit service selects no pod
+	}
 	// Any one required key is enough: a pod without it cannot match. Take
 	// the smallest, for a stable index.
 	var keys []string

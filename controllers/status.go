@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
@@ -223,8 +224,8 @@ func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMeta
 // of the controller at scale). The event carries the reason of the first
 // abnormal change, else of the first change, in the order Ready, Enforced,
 // Accepted, and its note names every change.
-func (r *RateLimitPolicyReconciler) emitTransitions(old, updated *v1alpha1.RateLimitPolicy) {
-	if r.Recorder == nil {
+func emitTransitions(rec events.EventRecorder, old, updated *v1alpha1.RateLimitPolicy) {
+	if rec == nil {
 		return
 	}
 	var reason string
@@ -250,7 +251,7 @@ func (r *RateLimitPolicyReconciler) emitTransitions(old, updated *v1alpha1.RateL
 	if len(notes) == 0 {
 		return
 	}
-	r.Recorder.Eventf(updated, nil, kind, reason, "Reconcile", "%s", truncateNote(strings.Join(notes, "; ")))
+	rec.Eventf(updated, nil, kind, reason, "Reconcile", "%s", truncateNote(strings.Join(notes, "; ")))
 }
 
 // maxNoteBytes is the API server's limit on an event's note.

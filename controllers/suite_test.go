@@ -20,6 +20,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -167,6 +168,16 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		CredentialsGrace: 2 * time.Second,
 	}
 	if err := reconciler.SetupWithManager(ctx, mgr); err != nil {
+		return nil, err
+	}
+	rlsReconciler = &RateLimitServiceReconciler{
+		Client:     mgr.GetClient(),
+		Recorder:   recorder,
+		Namespace:  redisSecret.Namespace,
+		HTTPClient: &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: rlsTestDial}},
+		Recheck:    300 * time.Millisecond,
+	}
+	if err := rlsReconciler.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
 	}
 	stopped := make(chan struct{})

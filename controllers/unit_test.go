@@ -108,7 +108,7 @@ func TestSelectorKeysIndex(t *testing.T) {
 		{"other": "x"},
 	}
 	for i := range selectors {
-		p := &v1alpha1.RateLimitPolicy{Spec: v1alpha1.RateLimitPolicySpec{TargetSelector: selectors[i]}}
+		p := &v1alpha1.RateLimitPolicy{Spec: v1alpha1.RateLimitPolicySpec{TargetSelector: &selectors[i]}}
 		keys := selectorKeys(p)
 		if len(keys) != 1 {
 			t.Fatalf("selector %d filed under %v, want one key", i, keys)
@@ -134,7 +134,7 @@ func TestUnprotectedWhy(t *testing.T) {
 	policyTime := metav1.NewTime(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	before, after := metav1.NewTime(policyTime.Add(-time.Hour)), metav1.NewTime(policyTime.Add(time.Hour))
 	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", CreationTimestamp: policyTime}}
-	p.Spec.TargetSelector = v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}}
+	p.Spec.TargetSelector = &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}}
 	pod := func(name string, created metav1.Time, labels, annotations map[string]string) metav1.PartialObjectMetadata {
 		l := map[string]string{"app": "web"}
 		maps.Copy(l, labels)

@@ -219,8 +219,13 @@ type LabelSelectorRequirement struct {
 	Values []string `json:"values,omitempty"`
 }
 
-// AsMeta is the selector as Kubernetes' own type, for labels.Selector.
+// AsMeta is the selector as Kubernetes' own type, for labels.Selector. A
+// nil selector (a policy for the rate limit service) is nil, which
+// metav1.LabelSelectorAsSelector turns into a selector that matches nothing.
 func (s *LabelSelector) AsMeta() *metav1.LabelSelector {
+	if s == nil {
+		return nil
+	}
 	out := &metav1.LabelSelector{}
 	if s.MatchLabels != nil {
 		out.MatchLabels = make(map[string]string, len(s.MatchLabels))
@@ -234,14 +239,67 @@ func (s *LabelSelector) AsMeta() *metav1.LabelSelector {
 	return out
 }
 
+// DescriptorEntry is one entry of an Envoy rate limit descriptor: a key
+// and, optionally, the value it must have.
+type DescriptorEntry struct {
+	// key is the entry's key as the gateway's rate limit actions produce it,
+	// e.g. "remote_address", "generic_key", or the descriptor_key of a
+	// request_headers action.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Key string `json:"key"`
+	// value is the value the entry must have. Unset, any value matches, and
+	// the value identifies the client: each value has its own window.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Value string `json:"value,omitempty"`
+}
+
+// RateLimitServiceTarget says which requests of Envoy gateways a policy
+// limits, through slidegate's rate limit service (Envoy's RLS v3 API,
+// config/components/rls): the gateway's rate limit filter sends, per
+// request, a domain and descriptors built by its rate limit actions.
+type RateLimitServiceTarget struct {
+	// domain is the domain the gateway's rate limit filter sends, e.g.
+	// "edge".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Domain string `json:"domain"`
+	// descriptor is what a request's descriptor must be for the policy to
+	// count the request: the same keys in the same order, with the given
+	// value wherever an entry has one. The values of the entries without a
+	// value identify the client (e.g. [{key: remote_address}]: one window per
+	// client address); when every entry has a value, all matching requests
+	// share one window.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	Descriptor []DescriptorEntry `json:"descriptor"`
+}
+
 // RateLimitPolicySpec is the desired behaviour of a rate limit.
+// +kubebuilder:validation:XValidation:rule="has(self.targetSelector) != has(self.rateLimitService)",message="set exactly one of targetSelector (pods that carry the sidecar) and rateLimitService (requests of Envoy gateways)"
+// +kubebuilder:validation:XValidation:rule="has(self.rateLimitService) || has(self.key)",message="key is required with targetSelector"
+// +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || (!has(self.key) && !has(self.match))",message="key and match do not apply with rateLimitService: the descriptor entries without a value identify the client, and the gateway's rate limit actions choose the requests"
 type RateLimitPolicySpec struct {
 	// targetSelector selects the pods of this namespace that enforce the
 	// policy, by their labels. The pods must carry the slidegate sidecar:
 	// their namespace is labelled ratelimit.slidegate.dev/injection=enabled.
-	// An empty selector selects every pod of the namespace.
-	// +required
-	TargetSelector LabelSelector `json:"targetSelector"`
+	// An empty selector selects every pod of the namespace. Exactly one of
+	// targetSelector and rateLimitService is set.
+	// +optional
+	TargetSelector *LabelSelector `json:"targetSelector,omitempty"`
+
+	// rateLimitService makes the policy limit the requests that Envoy
+	// gateways ask slidegate's rate limit service about, instead of the
+	// traffic of pods. Exactly one of targetSelector and rateLimitService is
+	// set; key and match do not apply.
+	// +optional
+	RateLimitService *RateLimitServiceTarget `json:"rateLimitService,omitempty"`
 
 	// targetPort is the name of the application's container port whose
 	// traffic the sidecar takes over, e.g. "http". Defaults to "http".
@@ -272,9 +330,10 @@ type RateLimitPolicySpec struct {
 	// +kubebuilder:validation:Maximum=1000000
 	Limit int32 `json:"limit"`
 
-	// key says how a request's client is identified.
-	// +required
-	Key ClientKey `json:"key"`
+	// key says how a request's client is identified; required with
+	// targetSelector, not allowed with rateLimitService.
+	// +optional
+	Key ClientKey `json:"key,omitzero"`
 
 	// failMode is what the policy does when Redis cannot answer in time:
 	// Open (the default) keeps serving with a local per-replica limit,

@@ -65,10 +65,19 @@ func TestMain(m *testing.M) {
 
 func validSpec() v1alpha1.RateLimitPolicySpec {
 	return v1alpha1.RateLimitPolicySpec{
-		TargetSelector: v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "checkout"}},
+		TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "checkout"}},
 		Window:         "10s",
 		Limit:          5,
 		Key:            v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User-ID"},
+	}
+}
+
+// rls turns a sidecar policy into one for the rate limit service.
+func rls(s *v1alpha1.RateLimitPolicySpec) {
+	s.TargetSelector, s.Key = nil, v1alpha1.ClientKey{}
+	s.RateLimitService = &v1alpha1.RateLimitServiceTarget{
+		Domain:     "edge",
+		Descriptor: []v1alpha1.DescriptorEntry{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}},
 	}
 }
 
@@ -82,6 +91,47 @@ func TestValidation(t *testing.T) {
 		wantErr []string
 	}{
 		{name: "valid header key", mutate: func(*v1alpha1.RateLimitPolicySpec) {}},
+		// Policies for the rate limit service (issue 14).
+		{name: "valid rate limit service", mutate: rls},
+		{name: "valid rate limit service, fixed values only", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			rls(s)
+			s.RateLimitService.Descriptor = []v1alpha1.DescriptorEntry{{Key: "generic_key", Value: "checkout"}, {Key: "path", Value: "/login"}}
+		}},
+		{name: "neither targetSelector nor rateLimitService", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetSelector = nil },
+			wantErr: []string{"set exactly one of targetSelector (pods that carry the sidecar) and rateLimitService"}},
+		{name: "both targetSelector and rateLimitService", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			sel := s.TargetSelector
+			rls(s)
+			s.TargetSelector = sel
+		}, wantErr: []string{"set exactly one of targetSelector"}},
+		{name: "targetSelector without key", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Key = v1alpha1.ClientKey{} },
+			wantErr: []string{"key is required with targetSelector"}},
+		{name: "rateLimitService with key", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			rls(s)
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal}
+		}, wantErr: []string{"key and match do not apply with rateLimitService"}},
+		{name: "rateLimitService with match", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			rls(s)
+			s.Match = &v1alpha1.RequestMatch{Methods: []v1alpha1.HTTPMethod{"GET"}}
+		}, wantErr: []string{"key and match do not apply with rateLimitService"}},
+		{name: "rateLimitService without descriptor", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			rls(s)
+			s.RateLimitService.Descriptor = nil
+		}, wantErr: []string{"spec.rateLimitService.descriptor: Required value"}},
+		{name: "rateLimitService, 9 entries", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			rls(s)
+			for i := range 8 {
+				s.RateLimitService.Descriptor = append(s.RateLimitService.Descriptor, v1alpha1.DescriptorEntry{Key: fmt.Sprintf("k%d", i)})
+			}
+		}, wantErr: []string{"spec.rateLimitService.descriptor", "must have at most 8 items"}},
+		{name: "rateLimitService, empty domain", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			rls(s)
+			s.RateLimitService.Domain = ""
+		}, wantErr: []string{"spec.rateLimitService.domain"}},
+		{name: "rateLimitService, empty entry key", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			rls(s)
+			s.RateLimitService.Descriptor[0].Key = ""
+		}, wantErr: []string{"spec.rateLimitService.descriptor[0].key"}},
 		{name: "valid 1ms", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "1ms" }},
 		{name: "valid 24h", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "24h" }},
 		{name: "valid compound window", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "1h30m15s250ms" }},
@@ -187,7 +237,7 @@ func TestValidation(t *testing.T) {
 		}},
 		// Selector bounds (issue 13): every policy of a namespace shares one
 		// ConfigMap of at most 1 MiB, so a selector cannot be unbounded.
-		{name: "largest selector", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetSelector = largestSelector() }},
+		{name: "largest selector", mutate: func(s *v1alpha1.RateLimitPolicySpec) { sel := largestSelector(); s.TargetSelector = &sel }},
 		{name: "33 matchLabels", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.TargetSelector.MatchLabels = matchLabels(33)
 		}, wantErr: []string{"spec.targetSelector.matchLabels", "must have at most 32 items"}},

@@ -136,9 +136,13 @@ const (
 	ReasonEnforced = "Enforced"
 	// ReasonNoPodsSelected: targetSelector selects no pod (Enforced=False).
 	ReasonNoPodsSelected = "NoPodsSelected"
-	// ReasonPartiallyEnforced: some selected pods lack the sidecar
+	// ReasonPartiallyEnforced: some selected pods lack the sidecar, or
+	// some rate limit service servers have not loaded the policy yet
 	// (Enforced=False).
 	ReasonPartiallyEnforced = "PartiallyEnforced"
+	// ReasonNoRateLimitService: a policy for the rate limit service, and no
+	// ready RLS server to enforce it (Enforced=False).
+	ReasonNoRateLimitService = "NoRateLimitService"
 	// ReasonServiceBypassesSidecar: a Service that selects protected pods
 	// sends traffic to a port number, not to the port name the sidecar took
 	// over, so its traffic reaches the app unlimited (Enforced=False).

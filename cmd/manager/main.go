@@ -61,6 +61,7 @@ func run() error {
 		wh                     webhook.Options
 		webhookHost            string
 		webhookPort            int
+		rlsService             string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (with --metrics-secure=false); 0 disables it.")
 	flag.BoolVar(&secure, "metrics-secure", true, "Serve metrics over HTTPS, to scrapers authenticated and authorized by the API server.")
@@ -73,6 +74,8 @@ func run() error {
 	// too (config/default), so kustomize can patch them by name.
 	flag.StringVar(&webhookHost, "webhook-host", "", "Address the injection webhook listens on; empty: all.")
 	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the injection webhook.")
+	flag.StringVar(&rlsService, "rls-service-name", controllers.DefaultRLSServiceName,
+		"Service, in the manager's namespace, in front of the rate limit service's servers (config/components/rls); the controller asks its ready endpoints what they loaded.")
 	flag.StringVar(&wh.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with the webhook's tls.crt and tls.key (the mounted Secret).")
 	flag.StringVar(&wh.CertMode, "cert-mode", envOr("SLIDEGATE_CERT_MODE", webhook.CertModeSelf),
 		"Webhook certificate: self (the manager issues and rotates it, and the caBundle) or external (cert-manager does). Env SLIDEGATE_CERT_MODE.")
@@ -132,6 +135,15 @@ func run() error {
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)
+	}
+	rls := &controllers.RateLimitServiceReconciler{
+		Client:      mgr.GetClient(),
+		Recorder:    mgr.GetEventRecorder("slidegate-controller"),
+		Namespace:   namespace,
+		ServiceName: rlsService,
+	}
+	if err := rls.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("setting up the rate limit service controller: %w", err)
 	}
 	wh.Namespace = managerNamespace()
 	wh.Inject.Redis = inject.Redis{Mode: redis.Mode, Addrs: redis.Addrs, MasterName: redis.MasterName, TLS: redis.TLS, TLSServerName: redis.TLSServerName}

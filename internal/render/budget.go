@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -61,14 +62,21 @@ type ConfigTooLargeError struct {
 	MaxBytes int
 	// Ahead is the number of policies that fit before it.
 	Ahead int
+	// RateLimitService: the document is the rate limit service's (one for
+	// the cluster), not a namespace's sidecar configuration.
+	RateLimitService bool
 }
 
 func (e *ConfigTooLargeError) Error() string {
-	return fmt.Sprintf("policy %s/%s (%s bytes) does not fit: with it the sidecar configuration would be %s bytes, "+
+	doc, cm := "the sidecar configuration", sidecarconfig.ConfigMapName
+	if e.RateLimitService {
+		doc, cm = "the rate limit service's configuration (all such policies of the cluster)", rlsconfig.ConfigMapName
+	}
+	return fmt.Sprintf("policy %s/%s (%s bytes) does not fit: with it %s would be %s bytes, "+
 		"over the %s-byte budget of ConfigMap %s (the API server refuses more than 1 MiB); the %d policies that come before it "+
 		"(created earlier, or at the same second and earlier by name) fill %s bytes",
-		e.Namespace, e.Name, thousands(e.PolicyBytes), thousands(e.TotalBytes), thousands(e.MaxBytes),
-		sidecarconfig.ConfigMapName, e.Ahead, thousands(e.TotalBytes-e.PolicyBytes))
+		e.Namespace, e.Name, thousands(e.PolicyBytes), doc, thousands(e.TotalBytes), thousands(e.MaxBytes),
+		cm, e.Ahead, thousands(e.TotalBytes-e.PolicyBytes))
 }
 
 // Fit chooses the policies of one namespace that its sidecar configuration
@@ -78,19 +86,11 @@ func (e *ConfigTooLargeError) Error() string {
 // conflicts between policies), so a new policy never pushes out one that is
 // already enforced; one that would take the document over the budget is
 // left out, and later, smaller ones may still fit. fit keeps the order of
-// policies.
-//
-// What a policy costs is counted with its replicas field at its widest, so
-// the choice depends on the policies alone, not on how many pods run them:
-// it does not change as pods come and go, and the same policies always give
-// the same choice.
+// policies. What a policy costs depends on the policy alone, so the same
+// policies always give the same choice.
 func Fit(policies []v1alpha1.RateLimitPolicy, opts Options) (fit []v1alpha1.RateLimitPolicy, tooLarge []*ConfigTooLargeError, err error) {
 	if opts.Namespace == "" {
 		return nil, nil, errors.New("render: no namespace given")
-	}
-	maxBytes := opts.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxBytes
 	}
 	empty, err := sidecarconfig.Marshal(&sidecarconfig.Config{
 		Version:        sidecarconfig.Version,
@@ -101,7 +101,27 @@ func Fit(policies []v1alpha1.RateLimitPolicy, opts Options) (fit []v1alpha1.Rate
 	if err != nil {
 		return nil, nil, fmt.Errorf("render: %w", err)
 	}
+	return fitWithin(policies, len(empty), opts.MaxBytes, false, func(p *v1alpha1.RateLimitPolicy) (int, error) {
+		if p.Namespace != opts.Namespace {
+			return 0, fmt.Errorf("policy %s/%s is not in namespace %q", p.Namespace, p.Name, opts.Namespace)
+		}
+		rp, err := Policy(p)
+		if err != nil {
+			return 0, err
+		}
+		return encodedBytes(rp)
+	})
+}
 
+// fitWithin keeps, in order of precedence, the policies whose encodings
+// (cost) fit in a document of emptyBytes with no policy and a budget of
+// maxBytes (0: DefaultMaxBytes). Both documents, the sidecars' and the rate
+// limit service's, are encoded alike (a list of policies at depth 2).
+func fitWithin(policies []v1alpha1.RateLimitPolicy, emptyBytes, maxBytes int, rls bool,
+	cost func(*v1alpha1.RateLimitPolicy) (int, error)) (fit []v1alpha1.RateLimitPolicy, tooLarge []*ConfigTooLargeError, err error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
 	order := make([]int, len(policies))
 	for i := range order {
 		order[i] = i
@@ -109,29 +129,25 @@ func Fit(policies []v1alpha1.RateLimitPolicy, opts Options) (fit []v1alpha1.Rate
 	slices.SortStableFunc(order, func(a, b int) int { return precedence(&policies[a], &policies[b]) })
 	var errs []error
 	keep := make([]bool, len(policies))
-	total, ahead := len(empty), 0
+	total, ahead := emptyBytes, 0
 	for _, i := range order {
 		p := &policies[i]
-		if p.Namespace != opts.Namespace {
-			errs = append(errs, fmt.Errorf("policy %s/%s is not in namespace %q", p.Namespace, p.Name, opts.Namespace))
-			continue
-		}
-		cost, err := policyBytes(p)
+		c, err := cost(p)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if ahead == 0 {
-			cost += listBytes
+			c += listBytes
 		}
-		if total+cost > maxBytes {
+		if total+c > maxBytes {
 			tooLarge = append(tooLarge, &ConfigTooLargeError{
 				Namespace: p.Namespace, Name: p.Name,
-				PolicyBytes: cost, TotalBytes: total + cost, MaxBytes: maxBytes, Ahead: ahead,
+				PolicyBytes: c, TotalBytes: total + c, MaxBytes: maxBytes, Ahead: ahead, RateLimitService: rls,
 			})
 			continue
 		}
-		total += cost
+		total += c
 		ahead++
 		keep[i] = true
 	}
@@ -146,21 +162,21 @@ func Fit(policies []v1alpha1.RateLimitPolicy, opts Options) (fit []v1alpha1.Rate
 	return fit, tooLarge, nil
 }
 
-// precedence orders policies: the oldest first, then by name.
+// precedence orders policies: the oldest first, then by namespace and
+// name.
 func precedence(a, b *v1alpha1.RateLimitPolicy) int {
 	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 		return c
 	}
 	return strings.Compare(a.Name, b.Name)
 }
 
-// policyBytes is what a policy adds to a document.
-func policyBytes(p *v1alpha1.RateLimitPolicy) (int, error) {
-	rp, err := Policy(p)
-	if err != nil {
-		return 0, err
-	}
-	b, err := json.MarshalIndent(rp, policyIndent, "  ")
+// encodedBytes is what a rendered policy adds to a document.
+func encodedBytes(rendered any) (int, error) {
+	b, err := json.MarshalIndent(rendered, policyIndent, "  ")
 	if err != nil {
 		return 0, err
 	}

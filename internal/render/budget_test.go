@@ -40,7 +40,7 @@ func sized(name string, second, prefixes, length int) v1alpha1.RateLimitPolicy {
 	p := v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", CreationTimestamp: metav1.NewTime(epoch.Add(time.Duration(second) * time.Second))},
 		Spec: v1alpha1.RateLimitPolicySpec{
-			TargetSelector: v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "checkout"}},
+			TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "checkout"}},
 			Window:         "1s", Limit: 10,
 			Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal},
 		},
@@ -251,7 +251,7 @@ func TestLargestPolicyFitsAlone(t *testing.T) {
 	p := sized("largest-"+strings.Repeat("x", 253-len("largest-")), 0, 32, 1024)
 	p.Spec.Match.Methods = []v1alpha1.HTTPMethod{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"}
 	p.Spec.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceQueryParameter, Name: strings.Repeat("k", 256), OnMissing: v1alpha1.MissingKeyRemoteAddress}
-	p.Spec.TargetSelector = v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{}}
+	p.Spec.TargetSelector = &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{}}
 	for i := range 32 {
 		p.Spec.TargetSelector.MatchLabels[key(i)] = v1alpha1.LabelValue(value(i))
 	}

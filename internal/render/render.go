@@ -121,8 +121,10 @@ func Policy(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
 	if s.Limit < 1 || s.Limit > sidecarconfig.MaxLimit {
 		add("limit %d is not from 1 to %d", s.Limit, sidecarconfig.MaxLimit)
 	}
-	sel, err := selector(s.TargetSelector.AsMeta())
-	if err != nil {
+	var sel sidecarconfig.Selector
+	if s.TargetSelector == nil {
+		add("the policy has no targetSelector: it is not for the sidecars")
+	} else if sel, err = selector(s.TargetSelector.AsMeta()); err != nil {
 		add("targetSelector: %w", err)
 	}
 	key, err := clientKey(&s.Key)

@@ -319,7 +319,8 @@ func TestPolicyRevisions(t *testing.T) {
 		return v1alpha1.RateLimitPolicy{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"},
 			Spec: v1alpha1.RateLimitPolicySpec{
-				Window: "1s", Limit: limit,
+				TargetSelector: &v1alpha1.LabelSelector{},
+				Window:         "1s", Limit: limit,
 				Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal},
 			},
 		}

@@ -156,7 +156,7 @@ func policy(t *testing.T, ns string) {
 	p := &v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "per-user", Namespace: ns},
 		Spec: v1alpha1.RateLimitPolicySpec{
-			TargetSelector: v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
+			TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
 			Window:         "10s",
 			Limit:          5,
 			Key:            v1alpha1.ClientKey{Source: "Header", Name: "X-User-ID"},
@@ -344,7 +344,7 @@ func TestHandlerWarnsOnTargetPortConflict(t *testing.T) {
 	other := &v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "z-api", Namespace: "mixed"},
 		Spec: v1alpha1.RateLimitPolicySpec{
-			TargetSelector: v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
+			TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
 			TargetPort:     "api", Window: "10s", Limit: 5,
 			Key: v1alpha1.ClientKey{Source: "Global"},
 		},

@@ -348,7 +348,7 @@ func TestManagerRunsWithInstallRBAC(t *testing.T) {
 	p := &v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns},
 		Spec: v1alpha1.RateLimitPolicySpec{
-			TargetSelector: v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
+			TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
 			Window:         "10s",
 			Limit:          5,
 			Key:            v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User-ID"},

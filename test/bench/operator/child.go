@@ -210,6 +210,9 @@ func setupBaseline(ctx context.Context, mgr ctrl.Manager, creds types.Namespaced
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RateLimitPolicy{}, "spec.targetSelector.requiredLabelKeys", func(o client.Object) []string {
 		p := o.(*v1alpha1.RateLimitPolicy)
 		key := "*"
+		if p.Spec.TargetSelector == nil {
+			return nil
+		}
 		for k := range p.Spec.TargetSelector.MatchLabels {
 			if key == "*" || k < key {
 				key = k

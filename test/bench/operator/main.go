@@ -562,7 +562,7 @@ func policy(ns, name string, i int) *v1alpha1.RateLimitPolicy {
 	return &v1alpha1.RateLimitPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1alpha1.RateLimitPolicySpec{
-			TargetSelector: v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
+			TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
 			Window:         "1m",
 			Limit:          100,
 			Key:            v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User-ID"},

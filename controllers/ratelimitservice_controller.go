@@ -1,0 +1,434 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
+)
+
+// RateLimitServiceControllerName names the controller of the policies for
+// the rate limit service.
+const RateLimitServiceControllerName = "ratelimitservice"
+
+// Defaults of the rate limit service as config/components/rls installs it.
+const (
+	// DefaultRLSServiceName is the Service in front of the RLS servers.
+	DefaultRLSServiceName = "slidegate-rls"
+	// RLSAdminPortName is the name of the Service port (and so of the
+	// EndpointSlice port) of the servers' admin endpoint, which reports
+	// what they loaded (rlsconfig.LoadedPath).
+	RLSAdminPortName = "admin"
+)
+
+// defaultRLSRecheck is how often a policy not yet loaded by every RLS
+// server is checked again: the kubelet refreshes a mounted ConfigMap within
+// about a minute, and nothing the controller watches says when it did.
+const defaultRLSRecheck = 10 * time.Second
+
+// RateLimitServiceReconciler renders every policy that sets
+// spec.rateLimitService, in all namespaces, into the one ConfigMap the RLS
+// servers load (rlsconfig.ConfigMapName in Namespace), asks the ready
+// servers what they loaded, and reports each policy's status: Enforced when
+// every ready server loaded the policy at its revision. It is a controller of
+// its own, beside the namespace's one, because its document is one for the
+// cluster; each policy's status is written by exactly one of the two.
+type RateLimitServiceReconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// Recorder emits events on condition transitions.
+	Recorder events.EventRecorder
+	// Namespace is where the ConfigMap is written and the RLS Service runs:
+	// the manager's namespace.
+	Namespace string
+	// ServiceName is the RLS servers' Service (DefaultRLSServiceName if
+	// empty).
+	ServiceName string
+	// HTTPClient asks the servers what they loaded (a client with a short
+	// timeout if nil).
+	HTTPClient *http.Client
+	// Recheck is how often servers that have not loaded every policy are
+	// asked again (0: 10 s).
+	Recheck time.Duration
+
+	// local reads the objects of Namespace this controller owns or watches
+	// (the ConfigMap, the EndpointSlices): a cache of its own, scoped to
+	// them, set up by SetupWithManager; nil: Client.
+	local client.Reader
+}
+
+// +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=list;watch;patch;delete,resourceNames=slidegate-rls-config
+// +kubebuilder:rbac:groups=discovery.k8s.io,namespace=system,resources=endpointslices,verbs=list;watch
+
+// rlsRequest is the one request of this controller: its document is one.
+var rlsRequest = reconcile.Request{NamespacedName: types.NamespacedName{Name: "rate-limit-service"}}
+
+// Reconcile renders the cluster's policies for the rate limit service →
+// applies the ConfigMap → asks the servers what they loaded → writes each
+// policy's status if it changed.
+func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	var list v1alpha1.RateLimitPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the policies: %w", err)
+	}
+	policies := slices.DeleteFunc(list.Items, func(p v1alpha1.RateLimitPolicy) bool {
+		return !p.DeletionTimestamp.IsZero() || p.Spec.RateLimitService == nil
+	})
+	key := types.NamespacedName{Namespace: r.Namespace, Name: rlsconfig.ConfigMapName}
+	if len(policies) == 0 {
+		return ctrl.Result{}, deleteManaged(ctx, r.Client, r.reader(), key, &corev1.ConfigMap{}, "configmap", "no policy for the rate limit service is left")
+	}
+
+	// Desired state: the valid policies that fit, the others reported.
+	notAccepted := map[types.NamespacedName]error{}
+	var valid []v1alpha1.RateLimitPolicy
+	for i := range policies {
+		if _, err := render.RLSPolicy(&policies[i]); err != nil {
+			notAccepted[client.ObjectKeyFromObject(&policies[i])] = err
+			continue
+		}
+		valid = append(valid, policies[i])
+	}
+	fit, tooLarge, err := render.FitRLS(valid, 0)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	for _, e := range tooLarge {
+		notAccepted[types.NamespacedName{Namespace: e.Namespace, Name: e.Name}] = e
+	}
+	cfg, err := render.RenderRLS(fit)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	data, revision, err := render.EncodeRLS(cfg)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// No owner references: they cannot cross namespaces. The ConfigMap is
+	// deleted when the last such policy goes (above).
+	if err := applyConfigMap(ctx, r.Client, r.reader(), key, rlsconfig.FileName, "rls-config", data, revision, nil); err != nil {
+		return ctrl.Result{}, err
+	}
+	revisions := rlsconfig.PolicyRevisions(cfg)
+
+	servers, err := r.loaded(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var result ctrl.Result
+	for i := range policies {
+		p := &policies[i]
+		id := rlsconfig.PolicyID(p.Namespace, p.Name)
+		want := rlsDesiredStatus(p, rlsStatusInput{
+			notAccepted: notAccepted[client.ObjectKeyFromObject(p)],
+			revision:    revisions[id],
+			servers:     servers,
+			namespace:   r.Namespace,
+			service:     r.serviceName(),
+		})
+		if want.EnforcedPods < want.MatchedPods && result.RequeueAfter == 0 {
+			result.RequeueAfter = r.recheck()
+		}
+		if err := writeStatus(ctx, r.Client, r.Recorder, p, want, false); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if apierrors.IsConflict(err) {
+				result.RequeueAfter = conflictRetryDelay
+				continue
+			}
+			return ctrl.Result{}, err
+		}
+	}
+	log.V(1).Info("reconciled", "policies", len(policies), "rejected", len(notAccepted), "revision", revision, "servers", len(servers))
+	return result, nil
+}
+
+// serverState is what one ready RLS server reported: the policy revisions
+// it loaded, or why it could not be asked.
+type serverState struct {
+	addr     string
+	policies map[string]string
+	err      error
+}
+
+// loaded asks every ready endpoint of the RLS Service what it loaded,
+// concurrently, each within the HTTP client's timeout.
+func (r *RateLimitServiceReconciler) loaded(ctx context.Context) ([]serverState, error) {
+	var eps discoveryv1.EndpointSliceList
+	if err := r.reader().List(ctx, &eps, client.InNamespace(r.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: r.serviceName()}); err != nil {
+		return nil, fmt.Errorf("listing the endpoints of Service %s/%s: %w", r.Namespace, r.serviceName(), err)
+	}
+	var addrs []string
+	for _, s := range eps.Items {
+		var port int32
+		for _, p := range s.Ports {
+			if p.Name != nil && *p.Name == RLSAdminPortName && p.Port != nil {
+				port = *p.Port
+			}
+		}
+		if port == 0 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
+			for _, a := range e.Addresses {
+				addrs = append(addrs, net.JoinHostPort(a, strconv.Itoa(int(port))))
+			}
+		}
+	}
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	out := make([]serverState, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Go(func() {
+			out[i] = serverState{addr: a}
+			out[i].policies, out[i].err = r.ask(ctx, a)
+		})
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// ask gets one server's rlsconfig.Loaded.
+func (r *RateLimitServiceReconciler) ask(ctx context.Context, addr string) (map[string]string, error) {
+	c := r.HTTPClient
+	if c == nil {
+		c = &http.Client{Timeout: 2 * time.Second}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+rlsconfig.LoadedPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s", rlsconfig.LoadedPath, resp.Status)
+	}
+	var l rlsconfig.Loaded
+	// A server's answer is bounded by its document (1 MiB at most).
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&l); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", rlsconfig.LoadedPath, err)
+	}
+	return l.Policies, nil
+}
+
+func (r *RateLimitServiceReconciler) recheck() time.Duration {
+	if r.Recheck > 0 {
+		return r.Recheck
+	}
+	return defaultRLSRecheck
+}
+
+func (r *RateLimitServiceReconciler) serviceName() string {
+	if r.ServiceName != "" {
+		return r.ServiceName
+	}
+	return DefaultRLSServiceName
+}
+
+func (r *RateLimitServiceReconciler) reader() client.Reader {
+	if r.local != nil {
+		return r.local
+	}
+	return r.Client
+}
+
+// rlsStatusInput is what the reconcile learned about one policy for the
+// rate limit service.
+type rlsStatusInput struct {
+	notAccepted error  // as statusInput's
+	revision    string // the policy's revision in the document
+	servers     []serverState
+	// namespace and service locate the RLS servers, for the messages.
+	namespace, service string
+}
+
+// rlsDesiredStatus is the policy's status after this reconcile: Accepted and
+// Ready as for the sidecars' policies; matchedPods counts the ready RLS
+// servers and enforcedPods those that loaded the policy at its revision.
+func rlsDesiredStatus(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) v1alpha1.RateLimitPolicyStatus {
+	st := *p.Status.DeepCopy()
+	st.ObservedGeneration = p.Generation
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation,
+		})
+	}
+	st.MatchedPods = int32(len(in.servers))
+	st.EnforcedPods = 0
+	if in.notAccepted != nil {
+		reason, msg := notAcceptedWhy(in.notAccepted)
+		st.Revision = ""
+		set(v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason, msg)
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+		set(ConditionStalled, metav1.ConditionTrue, reason, msg)
+		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, "not enforced: the policy is not accepted")
+		return st
+	}
+	cm := in.namespace + "/" + rlsconfig.ConfigMapName
+	st.Revision = in.revision
+	meta.RemoveStatusCondition(&st.Conditions, ConditionStalled)
+	set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "rendered into ConfigMap "+cm)
+	set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
+		"the configuration is published in ConfigMap "+cm+" for the rate limit service")
+
+	var behind, unreachable []string
+	for _, s := range in.servers {
+		switch {
+		case s.err != nil:
+			unreachable = append(unreachable, s.addr+" ("+s.err.Error()+")")
+		case s.policies[rlsconfig.PolicyID(p.Namespace, p.Name)] == in.revision:
+			st.EnforcedPods++
+		default:
+			behind = append(behind, s.addr)
+		}
+	}
+	switch {
+	case len(in.servers) == 0:
+		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonNoRateLimitService,
+			fmt.Sprintf("no ready endpoint of Service %s/%s with a port named %q: install the rate limit service (config/components/rls, docs/rls.md)",
+				in.namespace, in.service, RLSAdminPortName))
+	case st.EnforcedPods < st.MatchedPods:
+		var why []string
+		if len(behind) > 0 {
+			why = append(why, fmt.Sprintf("%s serve an older configuration (the kubelet refreshes the mounted ConfigMap within about a minute)", listOf(behind)))
+		}
+		if len(unreachable) > 0 {
+			why = append(why, fmt.Sprintf("%s could not be asked", listOf(unreachable)))
+		}
+		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
+			fmt.Sprintf("%d of %d rate limit service servers loaded revision %s; %s", st.EnforcedPods, st.MatchedPods, in.revision, strings.Join(why, "; ")))
+	default:
+		set(v1alpha1.ConditionEnforced, metav1.ConditionTrue, v1alpha1.ReasonEnforced,
+			fmt.Sprintf("all %d rate limit service servers loaded revision %s", st.MatchedPods, in.revision))
+	}
+	return st
+}
+
+// listOf names at most three items and counts the rest.
+func listOf(items []string) string {
+	if len(items) > 3 {
+		return fmt.Sprintf("%s and %d more", strings.Join(items[:3], ", "), len(items)-3)
+	}
+	return strings.Join(items, ", ")
+}
+
+// SetupWithManager registers the controller and its cache of the objects
+// of Namespace it reads: the ConfigMap (by name) and the EndpointSlices of
+// the RLS Service (by label), so RBAC can stay scoped to them.
+func (r *RateLimitServiceReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Namespace == "" {
+		return fmt.Errorf("the rate limit service controller needs the manager's namespace")
+	}
+	local, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme:           mgr.GetScheme(),
+		Mapper:           mgr.GetRESTMapper(),
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{r.Namespace: {FieldSelector: nameSelector(rlsconfig.ConfigMapName)}}},
+			&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{r.Namespace: {
+				LabelSelector: labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: r.serviceName()}),
+			}}},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the cache of the rate limit service's objects: %w", err)
+	}
+	for _, obj := range []client.Object{&corev1.ConfigMap{}, &discoveryv1.EndpointSlice{}} {
+		if _, err := local.GetInformer(ctx, obj); err != nil {
+			return err
+		}
+	}
+	if err := mgr.Add(managerCache{local}); err != nil {
+		return err
+	}
+	r.local = local
+	always := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{rlsRequest}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(RateLimitServiceControllerName).
+		// Policies for the rate limit service (before or after a change):
+		// spec changes and deletion, not our own status writes.
+		Watches(&v1alpha1.RateLimitPolicy{}, always, builder.WithPredicates(rlsPolicyChanged)).
+		// The ConfigMap: drift to repair, or our own write to confirm. The
+		// EndpointSlices: servers coming, going, turning ready.
+		WatchesRawSource(source.Kind[client.Object](local, &corev1.ConfigMap{}, always)).
+		WatchesRawSource(source.Kind[client.Object](local, &discoveryv1.EndpointSlice{}, always)).
+		Complete(r)
+}
+
+// rlsPolicyChanged passes the creation, spec change or deletion of a policy
+// that is, or was, for the rate limit service.
+var rlsPolicyChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return forRLS(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		if !forRLS(e.ObjectOld) && !forRLS(e.ObjectNew) {
+			return false
+		}
+		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+	},
+	DeleteFunc:  func(e event.DeleteEvent) bool { return forRLS(e.Object) },
+	GenericFunc: func(e event.GenericEvent) bool { return forRLS(e.Object) },
+}
+
+func forRLS(o client.Object) bool {
+	p, ok := o.(*v1alpha1.RateLimitPolicy)
+	return ok && p.Spec.RateLimitService != nil
+}

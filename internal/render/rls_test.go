@@ -1,0 +1,179 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package render_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
+)
+
+func rlsPolicy(ns, name string, mutate ...func(*v1alpha1.RateLimitPolicySpec)) v1alpha1.RateLimitPolicy {
+	p := v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			RateLimitService: &v1alpha1.RateLimitServiceTarget{
+				Domain:     "edge",
+				Descriptor: []v1alpha1.DescriptorEntry{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}},
+			},
+			Window: "1m",
+			Limit:  100,
+		},
+	}
+	for _, m := range mutate {
+		m(&p.Spec)
+	}
+	return p
+}
+
+// TestRLSPolicy: table of what a policy for the rate limit service renders
+// to, or why it cannot. New cases go at the end.
+func TestRLSPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*v1alpha1.RateLimitPolicySpec)
+		want    rlsconfig.Policy
+		wantErr string
+	}{
+		{name: "defaults", mutate: func(*v1alpha1.RateLimitPolicySpec) {}, want: rlsconfig.Policy{
+			Namespace: "shop", Name: "p", ID: "rls/shop/p", Domain: "edge",
+			Descriptor:   []rlsconfig.Entry{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}},
+			WindowMillis: 60_000, Limit: 100, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce",
+		}},
+		{name: "closed, dry run, counter", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.FailMode, s.Mode, s.Algorithm = v1alpha1.FailClosed, v1alpha1.ModeDryRun, v1alpha1.AlgorithmSlidingWindowCounter
+		}, want: rlsconfig.Policy{
+			Namespace: "shop", Name: "p", ID: "rls/shop/p", Domain: "edge",
+			Descriptor:   []rlsconfig.Entry{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}},
+			WindowMillis: 60_000, Limit: 100, Algorithm: "SlidingWindowCounter", FailMode: "Closed", Mode: "DryRun",
+		}},
+		{name: "a sidecar policy", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.RateLimitService = nil
+			s.TargetSelector = &v1alpha1.LabelSelector{}
+		}, wantErr: "has no rateLimitService"},
+		{name: "both targets (an object stored before the schema's rule)", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.TargetSelector = &v1alpha1.LabelSelector{}
+		}, wantErr: "do not apply with rateLimitService"},
+		{name: "bad window", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "1 minute" }, wantErr: "window"},
+		{name: "value over the server's bound", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.RateLimitService.Descriptor[0].Value = strings.Repeat("é", 200)
+		}, wantErr: "descriptor[0].value longer than 256 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := rlsPolicy("shop", "p", tc.mutate)
+			got, err := render.RLSPolicy(&p)
+			if tc.wantErr != "" {
+				var invalid *render.InvalidPolicyError
+				if !errors.As(err, &invalid) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want an InvalidPolicyError containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRenderRLSDeterministic: the same policies in any order give the same
+// bytes; each policy's revision ignores its neighbours.
+func TestRenderRLSDeterministic(t *testing.T) {
+	a, b, c := rlsPolicy("shop", "a"), rlsPolicy("shop", "b"), rlsPolicy("bank", "a")
+	encode := func(ps ...v1alpha1.RateLimitPolicy) ([]byte, map[string]string) {
+		t.Helper()
+		cfg, err := render.RenderRLS(ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _, err := render.EncodeRLS(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rlsconfig.Parse(data); err != nil {
+			t.Fatalf("the server refuses the rendered document: %v", err)
+		}
+		return data, rlsconfig.PolicyRevisions(cfg)
+	}
+	one, revs := encode(a, b, c)
+	two, _ := encode(c, b, a)
+	if string(one) != string(two) {
+		t.Errorf("the order of the input changed the document:\n%s\n%s", one, two)
+	}
+	_, alone := encode(a)
+	if revs["rls/shop/a"] == "" || revs["rls/shop/a"] != alone["rls/shop/a"] {
+		t.Errorf("a's revision %q with neighbours, %q alone", revs["rls/shop/a"], alone["rls/shop/a"])
+	}
+}
+
+// TestFitRLS: the cluster-wide document keeps the oldest policies within the
+// budget; a newer one left out names the rate limit service's ConfigMap.
+func TestFitRLS(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var ps []v1alpha1.RateLimitPolicy
+	for i := range 10 {
+		p := rlsPolicy(fmt.Sprintf("ns%d", i%3), fmt.Sprintf("p%d", i))
+		p.CreationTimestamp = metav1.NewTime(now.Add(time.Duration(i) * time.Second))
+		ps = append(ps, p)
+	}
+	all, err := render.RenderRLS(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _, err := render.EncodeRLS(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A budget one byte short of all ten leaves out the newest only.
+	fit, tooLarge, err := render.FitRLS(ps, len(full)-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fit) != 9 || len(tooLarge) != 1 || tooLarge[0].Name != "p9" {
+		t.Fatalf("fit %d, left out %+v; want 9 and p9", len(fit), tooLarge)
+	}
+	if msg := tooLarge[0].Error(); !strings.Contains(msg, rlsconfig.ConfigMapName) || !strings.Contains(msg, "rate limit service") {
+		t.Errorf("message %q does not name the rate limit service's ConfigMap", msg)
+	}
+	cfg, err := render.RenderRLS(fit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, err := render.EncodeRLS(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > len(full)-1 {
+		t.Errorf("the nine that fit encode to %d bytes, over the budget %d", len(data), len(full)-1)
+	}
+	// The exact budget keeps all ten.
+	if fit, tooLarge, _ := render.FitRLS(ps, len(full)); len(fit) != 10 || len(tooLarge) != 0 {
+		t.Errorf("at the exact size: fit %d, left out %d", len(fit), len(tooLarge))
+	}
+}

@@ -1,0 +1,197 @@
+// Package rlsconfig is the contract between the controller, which renders
+// every RateLimitPolicy addressed to Envoy's rate limit service into one
+// ConfigMap, and the RLS server (internal/rls), which loads it. Like
+// sidecarconfig, it holds only the document and its validation, so both
+// sides import it without importing each other.
+package rlsconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+const (
+	// ConfigMapName is the ConfigMap, in the manager's namespace, that
+	// holds the rendered config under FileName.
+	ConfigMapName = "slidegate-rls-config"
+	// FileName is the ConfigMap key and the file name in the mounted volume.
+	FileName = "config.json"
+	// Version is the only version this package reads.
+	Version = "v1"
+	// IDPrefix starts every policy ID: "rls/<namespace>/<name>". The sidecar's
+	// rule IDs never start with it, so the two never share Redis keys.
+	IDPrefix = "rls/"
+)
+
+// Bounds of a config. The limit and window bounds are the sidecar's (the
+// CRD's); the others bound what a request is matched against.
+const (
+	MaxLimit        = sidecarconfig.MaxLimit
+	MaxWindowMillis = sidecarconfig.MaxWindowMillis
+	// MaxEntries bounds a policy's descriptor (Envoy descriptors are short:
+	// one entry per rate limit action).
+	MaxEntries = 16
+	// MaxStringBytes bounds a domain, an entry key and an entry value.
+	MaxStringBytes = 256
+)
+
+// Config is the whole document.
+type Config struct {
+	Version  string   `json:"version"`  // Version
+	Policies []Policy `json:"policies"` // sorted by ID
+}
+
+// Policy is one RateLimitPolicy addressed to the RLS server.
+type Policy struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// ID is "rls/<namespace>/<name>": the Redis rule id, stable across
+	// limit changes so that a reload keeps the counts.
+	ID     string `json:"id"`
+	Domain string `json:"domain"`
+	// Descriptor is the descriptor a request must carry for the policy to
+	// count it: same length, same keys in order, and the same value
+	// wherever Value is set.
+	Descriptor   []Entry `json:"descriptor"`
+	WindowMillis int64   `json:"windowMillis"`
+	Limit        int64   `json:"limit"`
+	Algorithm    string  `json:"algorithm"` // SlidingLog | SlidingWindowCounter
+	FailMode     string  `json:"failMode"`  // Open | Closed
+	Mode         string  `json:"mode"`      // Enforce | DryRun
+}
+
+// Entry is one descriptor entry of a policy.
+type Entry struct {
+	Key string `json:"key"`
+	// Value "" matches any value; the values of the entries without Value
+	// identify the client (joined unambiguously); a descriptor whose
+	// entries all have a Value is one global bucket.
+	Value string `json:"value,omitempty"`
+}
+
+// Modes of a policy.
+const (
+	ModeEnforce = "Enforce"
+	ModeDryRun  = "DryRun"
+)
+
+// PolicyID is the ID of the policy namespace/name.
+func PolicyID(namespace, name string) string { return IDPrefix + namespace + "/" + name }
+
+// Parse reads and validates a document; unknown fields are errors, so a
+// controller newer than the server is noticed instead of half-understood.
+func Parse(data []byte) (*Config, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("rls config: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("rls config: trailing data after the document")
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Marshal writes the document in its canonical form (what the controller
+// writes, byte for byte the same for the same policies).
+func Marshal(c *Config) ([]byte, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Validate checks everything the server relies on; it is the last line of
+// defence behind the CRD schema, for a ConfigMap edited by hand.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Version != Version {
+		errs = append(errs, fmt.Errorf("version %q is not %q", c.Version, Version))
+	}
+	if !slices.IsSortedFunc(c.Policies, func(a, b Policy) int { return strings.Compare(a.ID, b.ID) }) {
+		errs = append(errs, errors.New("policies are not sorted by id"))
+	}
+	seen := map[string]bool{}
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		if seen[p.ID] {
+			errs = append(errs, fmt.Errorf("policy %q appears twice", p.ID))
+		}
+		seen[p.ID] = true
+		if err := p.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("policy %q: %w", p.ID, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("rls config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (p *Policy) validate() error {
+	var errs []error
+	if p.Namespace == "" || p.Name == "" {
+		errs = append(errs, errors.New("namespace and name are required"))
+	}
+	if want := PolicyID(p.Namespace, p.Name); p.ID != want {
+		errs = append(errs, fmt.Errorf("id is not %q", want))
+	}
+	if err := boundedString("domain", p.Domain); err != nil {
+		errs = append(errs, err)
+	}
+	if n := len(p.Descriptor); n == 0 || n > MaxEntries {
+		errs = append(errs, fmt.Errorf("descriptor has %d entries, want 1 to %d", n, MaxEntries))
+	}
+	for i, e := range p.Descriptor {
+		if err := boundedString(fmt.Sprintf("descriptor[%d].key", i), e.Key); err != nil {
+			errs = append(errs, err)
+		}
+		if len(e.Value) > MaxStringBytes {
+			errs = append(errs, fmt.Errorf("descriptor[%d].value longer than %d bytes", i, MaxStringBytes))
+		}
+	}
+	if p.WindowMillis < 1 || p.WindowMillis > MaxWindowMillis {
+		errs = append(errs, fmt.Errorf("windowMillis %d outside [1, %d]", p.WindowMillis, MaxWindowMillis))
+	}
+	if p.Limit < 0 || p.Limit > MaxLimit {
+		errs = append(errs, fmt.Errorf("limit %d outside [0, %d]", p.Limit, MaxLimit))
+	}
+	switch limiter.Algorithm(p.Algorithm) {
+	case limiter.SlidingLog, limiter.SlidingWindowCounter:
+	default:
+		errs = append(errs, fmt.Errorf("algorithm %q is not %s or %s", p.Algorithm, limiter.SlidingLog, limiter.SlidingWindowCounter))
+	}
+	switch limiter.FailMode(p.FailMode) {
+	case limiter.FailOpen, limiter.FailClosed:
+	default:
+		errs = append(errs, fmt.Errorf("failMode %q is not %s or %s", p.FailMode, limiter.FailOpen, limiter.FailClosed))
+	}
+	switch p.Mode {
+	case ModeEnforce, ModeDryRun:
+	default:
+		errs = append(errs, fmt.Errorf("mode %q is not %s or %s", p.Mode, ModeEnforce, ModeDryRun))
+	}
+	return errors.Join(errs...)
+}
+
+func boundedString(field, s string) error {
+	if s == "" || len(s) > MaxStringBytes {
+		return fmt.Errorf("%s must have 1 to %d bytes", field, MaxStringBytes)
+	}
+	return nil
+}
