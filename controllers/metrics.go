@@ -18,7 +18,11 @@ package controllers
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
 )
 
 // slidegate's own controller metrics, next to controller-runtime's. Labels
@@ -40,6 +44,11 @@ var (
 		Help: "Pods selected by at least one RateLimitPolicy that do not carry the sidecar, per namespace.",
 	}, []string{"namespace"})
 
+	notEnforcedGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "slidegate_policies_not_enforced",
+		Help: "Sidecar RateLimitPolicies (not those for the rate limit service) per namespace whose Enforced condition is False, by its reason (NotAccepted, NoPodsSelected, PartiallyEnforced, ServiceBypassesSidecar).",
+	}, []string{"namespace", "reason"})
+
 	writesCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "slidegate_controller_writes_total",
 		Help: "API writes by the RateLimitPolicy controller, by resource and operation; flat when nothing changes.",
@@ -47,11 +56,35 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(policiesGauge, rejectedPoliciesGauge, unprotectedPodsGauge, writesCounter)
+	ctrlmetrics.Registry.MustRegister(policiesGauge, rejectedPoliciesGauge, unprotectedPodsGauge, notEnforcedGauge, writesCounter)
 }
 
 func forgetNamespaceMetrics(ns string) {
 	policiesGauge.DeleteLabelValues(ns)
 	rejectedPoliciesGauge.DeleteLabelValues(ns)
 	unprotectedPodsGauge.DeleteLabelValues(ns)
+	notEnforcedGauge.DeletePartialMatch(prometheus.Labels{"namespace": ns})
+}
+
+// notEnforcedReasons are the reasons of a False Enforced condition: each is
+// set every reconcile (0 included), so an alert's `for` is not reset by a
+// series that comes and goes.
+var notEnforcedReasons = []string{v1alpha1.ReasonNotAccepted, v1alpha1.ReasonNoPodsSelected,
+	v1alpha1.ReasonPartiallyEnforced, v1alpha1.ReasonServiceBypassesSidecar}
+
+// recordEnforcement counts the policies of ns whose Enforced condition is
+// False (as their status now says), by reason.
+func recordEnforcement(ns string, policies []v1alpha1.RateLimitPolicy) {
+	counts := map[string]int{}
+	for _, r := range notEnforcedReasons {
+		counts[r] = 0
+	}
+	for i := range policies {
+		if c := meta.FindStatusCondition(policies[i].Status.Conditions, v1alpha1.ConditionEnforced); c != nil && c.Status == metav1.ConditionFalse {
+			counts[c.Reason]++
+		}
+	}
+	for reason, n := range counts {
+		notEnforcedGauge.WithLabelValues(ns, reason).Set(float64(n))
+	}
 }

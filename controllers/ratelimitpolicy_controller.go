@@ -217,6 +217,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	policiesGauge.WithLabelValues(ns).Set(float64(len(policies)))
 	rejectedPoliciesGauge.WithLabelValues(ns).Set(float64(len(notAccepted)))
 	unprotectedPodsGauge.WithLabelValues(ns).Set(float64(len(unprotected)))
+	recordEnforcement(ns, policies) // their statuses as just written
 	log.V(1).Info("reconciled", "policies", len(policies), "rejected", len(notAccepted), "tooLarge", len(tooLarge), "revision", revision)
 	return result, nil
 }
