@@ -59,6 +59,7 @@ verify: generate manifests docs ## Regenerate code, manifests and API docs; fail
 	fi
 	kubectl kustomize config/default >/dev/null
 	kubectl kustomize config/cert-manager >/dev/null
+	kubectl kustomize config/monitoring >/dev/null
 	kubectl kustomize config/samples >/dev/null
 	@# make deploy's image must reach the manager and the sidecar it injects.
 	@test "$$(hack/render-install.sh registry.test:5000/sg/slidegate | grep -c 'registry.test:5000/sg/slidegate:latest')" = 2 || \
