@@ -71,11 +71,16 @@ test-deps: ## Install what the tests need: redis-server, the envtest control pla
 	hack/envtest.sh >/dev/null
 	hack/tools.sh controller-gen >/dev/null
 	hack/tools.sh golangci-lint >/dev/null
+	hack/tools.sh promtool >/dev/null
 
 .PHONY: test
-test: test-deps vet verify lint ## Run every test: real API server and redis-server (race detector on), then the real node.
+test: test-deps vet verify lint test-alerts ## Run every test: real API server and redis-server (race detector on), then the real node.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 $$(go list ./... | grep -v /test/node) 2>&1 | hack/test-summary.sh
 	$(MAKE) test-node
+
+.PHONY: test-alerts
+test-alerts: ## Check the alert rules and run their unit tests with promtool; lint the Grafana dashboard (config/components/monitoring).
+	PROMTOOL="$$(hack/tools.sh promtool)" go test -count=1 -v ./test/monitoring 2>&1 | hack/test-summary.sh
 
 .PHONY: test-stress
 test-stress: test-deps ## Run the limiter, sidecar, e2e and node tests while stress-ng keeps every core busy (4 workers per core).
