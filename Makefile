@@ -75,7 +75,7 @@ test-deps: ## Install what the tests need: redis-server, the envtest control pla
 
 .PHONY: test
 test: test-deps vet verify lint test-alerts ## Run every test: real API server and redis-server (race detector on), then the real node.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 $$(go list ./... | grep -v /test/node) 2>&1 | hack/test-summary.sh
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 $$(go list ./... | grep -v -e /test/node -e /test/monitoring) 2>&1 | hack/test-summary.sh
 	$(MAKE) test-node
 
 .PHONY: test-alerts
