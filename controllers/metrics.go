@@ -46,8 +46,8 @@ var (
 
 	notEnforcedGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "slidegate_policies_not_enforced",
-		Help: "Sidecar RateLimitPolicies (not those for the rate limit service) per namespace whose Enforced condition is False, by its reason (NotAccepted, NoPodsSelected, PartiallyEnforced, ServiceBypassesSidecar).",
-	}, []string{"namespace", "reason"})
+		Help: "RateLimitPolicies per namespace whose Enforced condition is False, by its reason (NotAccepted, NoPodsSelected, PartiallyEnforced, ServiceBypassesSidecar, NoRateLimitService) and target (sidecar: policies with targetSelector; rate-limit-service: policies with rateLimitService).",
+	}, []string{"namespace", "reason", "target"})
 
 	writesCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "slidegate_controller_writes_total",
@@ -63,20 +63,50 @@ func forgetNamespaceMetrics(ns string) {
 	policiesGauge.DeleteLabelValues(ns)
 	rejectedPoliciesGauge.DeleteLabelValues(ns)
 	unprotectedPodsGauge.DeleteLabelValues(ns)
-	notEnforcedGauge.DeletePartialMatch(prometheus.Labels{"namespace": ns})
+	notEnforcedGauge.DeletePartialMatch(prometheus.Labels{"namespace": ns, "target": targetSidecar})
 }
 
-// notEnforcedReasons are the reasons of a False Enforced condition: each is
-// set every reconcile (0 included), so an alert's `for` is not reset by a
-// series that comes and goes.
-var notEnforcedReasons = []string{v1alpha1.ReasonNotAccepted, v1alpha1.ReasonNoPodsSelected,
-	v1alpha1.ReasonPartiallyEnforced, v1alpha1.ReasonServiceBypassesSidecar}
+// Targets of slidegate_policies_not_enforced.
+const (
+	targetSidecar          = "sidecar"
+	targetRateLimitService = "rate-limit-service"
+)
 
-// recordEnforcement counts the policies of ns whose Enforced condition is
-// False (as their status now says), by reason.
+// notEnforcedReasons are the reasons of a False Enforced condition, by
+// target: each is set every reconcile (0 included), so an alert's `for` is
+// not reset by a series that comes and goes.
+var notEnforcedReasons = map[string][]string{
+	targetSidecar: {v1alpha1.ReasonNotAccepted, v1alpha1.ReasonNoPodsSelected,
+		v1alpha1.ReasonPartiallyEnforced, v1alpha1.ReasonServiceBypassesSidecar},
+	targetRateLimitService: {v1alpha1.ReasonNotAccepted, v1alpha1.ReasonNoRateLimitService, v1alpha1.ReasonPartiallyEnforced},
+}
+
+// recordEnforcement counts the sidecar policies of ns whose Enforced
+// condition is False (as their status now says), by reason.
 func recordEnforcement(ns string, policies []v1alpha1.RateLimitPolicy) {
+	for reason, n := range notEnforced(targetSidecar, policies) {
+		notEnforcedGauge.WithLabelValues(ns, reason, targetSidecar).Set(float64(n))
+	}
+}
+
+// recordRLSEnforcement does the same for every policy for the rate limit
+// service, by namespace, and forgets the namespaces that have none left.
+func recordRLSEnforcement(byNamespace map[string][]v1alpha1.RateLimitPolicy, before map[string]bool) {
+	for ns := range before {
+		if _, ok := byNamespace[ns]; !ok {
+			notEnforcedGauge.DeletePartialMatch(prometheus.Labels{"namespace": ns, "target": targetRateLimitService})
+		}
+	}
+	for ns, policies := range byNamespace {
+		for reason, n := range notEnforced(targetRateLimitService, policies) {
+			notEnforcedGauge.WithLabelValues(ns, reason, targetRateLimitService).Set(float64(n))
+		}
+	}
+}
+
+func notEnforced(target string, policies []v1alpha1.RateLimitPolicy) map[string]int {
 	counts := map[string]int{}
-	for _, r := range notEnforcedReasons {
+	for _, r := range notEnforcedReasons[target] {
 		counts[r] = 0
 	}
 	for i := range policies {
@@ -84,7 +114,5 @@ func recordEnforcement(ns string, policies []v1alpha1.RateLimitPolicy) {
 			counts[c.Reason]++
 		}
 	}
-	for reason, n := range counts {
-		notEnforcedGauge.WithLabelValues(ns, reason).Set(float64(n))
-	}
+	return counts
 }

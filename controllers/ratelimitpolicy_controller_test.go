@@ -913,7 +913,7 @@ func TestServiceBypassWarning(t *testing.T) {
 	other.Name, other.Spec.Selector = "other", map[string]string{"app": "other"}
 	create(t, svc, other)
 	eventually(t, "bypass reported", enforced(metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar, "Service web port 80 targets the app's port number 8080"))
-	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, v1alpha1.ReasonServiceBypassesSidecar), 1)
+	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, v1alpha1.ReasonServiceBypassesSidecar, targetSidecar), 1)
 	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced); strings.Contains(c.Message, "Service other") || strings.Contains(c.Message, "9090") {
 		t.Errorf("a Service selecting other pods, or a port that is not the app's, is reported: %s", c.Message)
 	}
@@ -934,7 +934,7 @@ func TestServiceBypassWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "bypass cleared", enforced(metav1.ConditionTrue, v1alpha1.ReasonEnforced, ""))
-	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, v1alpha1.ReasonServiceBypassesSidecar), 0)
+	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, v1alpha1.ReasonServiceBypassesSidecar, targetSidecar), 0)
 }
 
 // TestTargetPortMismatch: a pod's sidecar guards one port name. A second

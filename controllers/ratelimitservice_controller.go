@@ -101,6 +101,9 @@ type RateLimitServiceReconciler struct {
 	// (the ConfigMap, the EndpointSlices): a cache of its own, scoped to
 	// them, set up by SetupWithManager; nil: Client.
 	local client.Reader
+	// recorded are the namespaces whose not-enforced counts were last
+	// recorded (one reconcile at a time: no lock).
+	recorded map[string]bool
 }
 
 // +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=list;watch;patch;delete,resourceNames=slidegate-rls-config
@@ -123,6 +126,8 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	})
 	key := types.NamespacedName{Namespace: r.Namespace, Name: rlsconfig.ConfigMapName}
 	if len(policies) == 0 {
+		recordRLSEnforcement(nil, r.recorded)
+		r.recorded = nil
 		return ctrl.Result{}, deleteManaged(ctx, r.Client, r.reader(), key, &corev1.ConfigMap{}, "configmap", "no policy for the rate limit service is left")
 	}
 
@@ -186,6 +191,15 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 			}
 			return ctrl.Result{}, err
 		}
+	}
+	byNamespace := map[string][]v1alpha1.RateLimitPolicy{}
+	for i := range policies {
+		byNamespace[policies[i].Namespace] = append(byNamespace[policies[i].Namespace], policies[i])
+	}
+	recordRLSEnforcement(byNamespace, r.recorded)
+	r.recorded = map[string]bool{}
+	for ns := range byNamespace {
+		r.recorded[ns] = true
 	}
 	log.V(1).Info("reconciled", "policies", len(policies), "rejected", len(notAccepted), "revision", revision, "servers", len(servers))
 	return result, nil

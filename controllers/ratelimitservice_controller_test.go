@@ -181,6 +181,7 @@ func TestRateLimitService(t *testing.T) {
 		}
 		return enforcedCondition(p, metav1.ConditionFalse, v1alpha1.ReasonNoRateLimitService)()
 	})
+	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, v1alpha1.ReasonNoRateLimitService, targetRateLimitService), 1)
 	var cm corev1.ConfigMap
 	if err := k.Get(ctx, types.NamespacedName{Namespace: redisSecret.Namespace, Name: rlsconfig.ConfigMapName}, &cm); err != nil {
 		t.Fatal(err)
@@ -207,6 +208,7 @@ func TestRateLimitService(t *testing.T) {
 	// recheck (Recheck, 300 ms here, 10 s by default) sees it.
 	srv.load(t)
 	eventually(t, "loaded", enforcedCondition(p, metav1.ConditionTrue, v1alpha1.ReasonEnforced))
+	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, v1alpha1.ReasonPartiallyEnforced, targetRateLimitService), 0)
 	if got := get(t, p).Status; got.MatchedPods != 1 || got.EnforcedPods != 1 {
 		t.Errorf("matched/enforced %d/%d, want 1/1 (servers)", got.MatchedPods, got.EnforcedPods)
 	}
