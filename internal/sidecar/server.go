@@ -66,6 +66,9 @@ type Sidecar struct {
 	redisErrLogged atomic.Int64 // when the last line was written, in ns since created
 	redisErrQuiet  atomic.Int64 // errors since then
 
+	// whySlots bounds the /debug/why requests served at once.
+	whySlots chan struct{}
+
 	respForwarded, respRejected, respFailedClosed        prometheus.Counter
 	srcRedis, srcDenyCache, srcFallback, srcFailedClosed prometheus.Counter
 }
@@ -84,7 +87,7 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	upstream, _ := upstreamURL(opts.Upstream) // checked by Validate
-	s := &Sidecar{opts: opts, log: log, lim: lim, created: time.Now()}
+	s := &Sidecar{opts: opts, log: log, lim: lim, created: time.Now(), whySlots: make(chan struct{}, whyMaxConcurrent)}
 	s.metrics = newMetrics(func() float64 {
 		if lim.Healthy() {
 			return 0
@@ -123,14 +126,15 @@ func (s *Sidecar) Revision() string {
 // Registry holds the sidecar's metrics.
 func (s *Sidecar) Registry() *prometheus.Registry { return s.metrics.reg }
 
-// AdminHandler serves /metrics, /healthz (the process is alive) and
-// /readyz (see Ready).
+// AdminHandler serves /metrics, /healthz (the process is alive),
+// /readyz (see Ready) and /debug/why (see why.go).
 func (s *Sidecar) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	mux.HandleFunc("GET /debug/why", s.serveWhy)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		switch {
 		case s.shuttingDown.Load():

@@ -1,0 +1,353 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+// The admin port's GET /debug/why answers "why was this client limited?":
+// for a client identity as the user knows it, the client key each policy of
+// this pod derives from it and the live window behind that key, read from
+// Redis without changing it (limiter.Peek).
+//
+// The key is derived by the request path's own code: the handler builds
+// the request such a client would send (the header, the query parameter,
+// a bearer token with the claim, the peer address) and asks reqInfo.key,
+// so the answer is this sidecar's truth and cannot drift from it.
+//
+// Parameters:
+//
+//	policy   the policy asked about (optional: else every policy that
+//	         applies to the request)
+//	source   Header, QueryParameter, JWTClaim, RemoteAddress or Global;
+//	         or one of the shorthands header=V, query=V, claim=V, ip=V,
+//	         global
+//	name     the header, query parameter or claim name (default: the
+//	         policy's)
+//	method, path  the request (default: the policy's first method, or
+//	         GET, and first path prefix, or /)
+//
+// The client value travels in the Slidegate-Client-Value request header
+// when it is not in a shorthand: through the API server's pod proxy, a
+// query string lands in the audit log, a header does not. Header, query
+// and claim values may be credentials: they are never logged nor
+// returned, only their hashed client key.
+
+// WhyValueHeader carries the client value of a /debug/why request.
+const WhyValueHeader = "Slidegate-Client-Value"
+
+// whyMaxConcurrent bounds the /debug/why requests served at once: each
+// costs Redis reads, and the admin port is reachable from the pod network.
+const whyMaxConcurrent = 4
+
+// WhyResponse is the answer of GET /debug/why.
+type WhyResponse struct {
+	Namespace string `json:"namespace"`
+	// Revision is the sidecar's config revision (see /metrics).
+	Revision string `json:"revision"`
+	// Source is the kind of client identity asked about.
+	Source string `json:"source"`
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// Policies are the policy asked about first (Target), then every
+	// other policy of this pod that applies to the same request.
+	Policies []WhyPolicy `json:"policies"`
+}
+
+// WhyPolicy is one policy's view of the client.
+type WhyPolicy struct {
+	Name   string `json:"name"`
+	Target bool   `json:"target,omitempty"`
+	// MatchesRequest is false when the target policy does not apply to
+	// the request's method and path.
+	MatchesRequest bool    `json:"matchesRequest"`
+	Mode           string  `json:"mode"`
+	Algorithm      string  `json:"algorithm"`
+	Limit          int64   `json:"limit"`
+	WindowSeconds  float64 `json:"windowSeconds"`
+	KeySource      string  `json:"keySource"`
+	KeyName        string  `json:"keyName,omitempty"`
+	// ClientKey is the client key the sidecar derives (header, query and
+	// claim values hashed), RedisKey the key holding its window.
+	ClientKey string `json:"clientKey,omitempty"`
+	RedisKey  string `json:"redisKey,omitempty"`
+	// Unknown says why no key could be derived from the identity given
+	// (the policy keys on something else).
+	Unknown string     `json:"unknown,omitempty"`
+	Window  *WhyWindow `json:"window,omitempty"`
+	// Error is why the window could not be read (Redis unreachable).
+	Error string `json:"error,omitempty"`
+}
+
+// WhyWindow is limiter.Window on the wire; durations in seconds.
+type WhyWindow struct {
+	// InWindow is the admits in the sliding window (SlidingLog) or the
+	// counter's weighted estimate (SlidingWindowCounter, with its
+	// fixed-window counts in Current and Previous).
+	InWindow  float64 `json:"inWindow"`
+	Current   *int64  `json:"current,omitempty"`
+	Previous  *int64  `json:"previous,omitempty"`
+	Allowed   bool    `json:"allowed"`
+	Remaining int64   `json:"remaining"`
+	// OldestAgeSeconds: the oldest admit in the window (SlidingLog only).
+	OldestAgeSeconds  *float64  `json:"oldestAgeSeconds,omitempty"`
+	RetryAfterSeconds float64   `json:"retryAfterSeconds"`
+	RetryAt           time.Time `json:"retryAt"`
+	ResetAfterSeconds float64   `json:"resetAfterSeconds"`
+	ServerTime        time.Time `json:"serverTime"`
+}
+
+// peeker is a Limiter that can read a window without changing it;
+// *limiter.Limiter is one.
+type peeker interface {
+	Peek(ctx context.Context, rule limiter.Rule, client string) (limiter.Window, error)
+}
+
+// whyQuery is a parsed /debug/why request.
+type whyQuery struct {
+	policy, source, name, value, method, path string
+}
+
+var whyShorthands = map[string]string{
+	"header": sidecarconfig.SourceHeader,
+	"query":  sidecarconfig.SourceQueryParameter,
+	"claim":  sidecarconfig.SourceJWTClaim,
+	"ip":     sidecarconfig.SourceRemoteAddress,
+	"global": sidecarconfig.SourceGlobal,
+}
+
+func parseWhy(r *http.Request) (whyQuery, error) {
+	q := r.URL.Query()
+	w := whyQuery{policy: q.Get("policy"), name: q.Get("name"), method: q.Get("method"), path: q.Get("path")}
+	n := 0
+	if s := q.Get("source"); s != "" {
+		n++
+		w.source, w.value = s, r.Header.Get(WhyValueHeader)
+	}
+	for short, src := range whyShorthands {
+		if q.Has(short) {
+			n++
+			w.source, w.value = src, q.Get(short)
+		}
+	}
+	if n != 1 {
+		return w, fmt.Errorf("give exactly one client identity: source=Header|QueryParameter|JWTClaim|RemoteAddress|Global (value in the %s header), or header=, query=, claim=, ip=, global", WhyValueHeader)
+	}
+	switch w.source {
+	case sidecarconfig.SourceGlobal:
+	case sidecarconfig.SourceHeader, sidecarconfig.SourceQueryParameter, sidecarconfig.SourceJWTClaim, sidecarconfig.SourceRemoteAddress:
+		if w.value == "" {
+			return w, fmt.Errorf("source %s needs a value", w.source)
+		}
+	default:
+		return w, fmt.Errorf("unknown source %q", w.source)
+	}
+	return w, nil
+}
+
+// whyRequest is the request a client with the identity of q would send to
+// the path and method of q, carrying nothing else.
+func whyRequest(q whyQuery) (*http.Request, error) {
+	u := &url.URL{Path: q.path}
+	r := &http.Request{Method: q.method, URL: u, Header: http.Header{}, RemoteAddr: "why"}
+	switch q.source {
+	case sidecarconfig.SourceHeader:
+		r.Header[http.CanonicalHeaderKey(q.name)] = []string{q.value}
+	case sidecarconfig.SourceQueryParameter:
+		u.RawQuery = url.QueryEscape(q.name) + "=" + url.QueryEscape(q.value)
+	case sidecarconfig.SourceJWTClaim:
+		payload, err := json.Marshal(map[string]string{q.name: q.value})
+		if err != nil {
+			return nil, err
+		}
+		enc := base64.RawURLEncoding
+		r.Header.Set("Authorization", "Bearer "+enc.EncodeToString([]byte(`{"alg":"none"}`))+"."+enc.EncodeToString(payload)+".")
+	case sidecarconfig.SourceRemoteAddress:
+		a, err := netip.ParseAddr(q.value)
+		if err != nil {
+			return nil, fmt.Errorf("ip: %w", err)
+		}
+		r.RemoteAddr = net.JoinHostPort(a.String(), "0")
+	}
+	return r, nil
+}
+
+// identifies reports whether q's identity is what policy p keys on, so
+// that the key p derives from the request built from q is this client's.
+func (q *whyQuery) identifies(p *policy) bool {
+	switch p.source {
+	case sidecarconfig.SourceGlobal:
+		return true
+	case sidecarconfig.SourceRemoteAddress:
+		return q.source == sidecarconfig.SourceRemoteAddress
+	case sidecarconfig.SourceHeader:
+		return q.source == p.source && http.CanonicalHeaderKey(q.name) == p.keyName
+	}
+	return q.source == p.source && q.name == p.keyName
+}
+
+func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
+	select {
+	case s.whySlots <- struct{}{}:
+		defer func() { <-s.whySlots }()
+	default:
+		http.Error(w, "too many /debug/why requests at once", http.StatusTooManyRequests)
+		return
+	}
+	st := s.state.Load()
+	if st == nil {
+		http.Error(w, "no rate limit configuration loaded yet", http.StatusServiceUnavailable)
+		return
+	}
+	pk, ok := s.lim.(peeker)
+	if !ok {
+		http.Error(w, "this sidecar's limiter cannot read windows", http.StatusNotImplemented)
+		return
+	}
+	q, err := parseWhy(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp, code, err := s.why(r.Context(), st, pk, q)
+	if err != nil {
+		http.Error(w, err.Error(), code)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(resp)
+}
+
+// why answers q from the state st, reading windows through pk.
+func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*WhyResponse, int, error) {
+	var target *policy
+	if q.policy != "" {
+		for _, p := range st.policies {
+			if p.name == q.policy {
+				target = p
+			}
+		}
+		if target == nil {
+			names := make([]string, 0, len(st.policies))
+			for _, p := range st.policies {
+				names = append(names, p.name)
+			}
+			return nil, http.StatusNotFound, fmt.Errorf("policy %q does not apply to this pod (policies here: %s)", q.policy, strings.Join(names, ", "))
+		}
+		if q.name == "" {
+			q.name = target.keyName
+		}
+		if q.method == "" && len(target.methods) > 0 {
+			q.method = target.methods[0]
+		}
+		if q.path == "" && len(target.prefixes) > 0 {
+			q.path = target.prefixes[0]
+		}
+	}
+	if q.name == "" && q.source != sidecarconfig.SourceGlobal && q.source != sidecarconfig.SourceRemoteAddress {
+		return nil, http.StatusBadRequest, fmt.Errorf("source %s needs a policy or a name", q.source)
+	}
+	if q.method == "" {
+		q.method = http.MethodGet
+	}
+	if q.path == "" {
+		q.path = "/"
+	}
+	req, err := whyRequest(q)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	ri := reqInfo{r: req, trusted: st.trusted}
+	resp := &WhyResponse{Namespace: st.namespace, Revision: st.revision, Source: q.source, Method: q.method, Path: q.path}
+	if target != nil {
+		resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, &q, &ri, target, true))
+	}
+	for _, p := range st.policies {
+		if p != target && p.matches(&ri) {
+			resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, &q, &ri, p, false))
+		}
+	}
+	return resp, http.StatusOK, nil
+}
+
+func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, q *whyQuery, ri *reqInfo, p *policy, target bool) WhyPolicy {
+	mode := "Enforce"
+	if p.dryRun {
+		mode = "DryRun"
+	}
+	alg := p.rule.Algorithm
+	if alg == "" {
+		alg = limiter.SlidingLog
+	}
+	out := WhyPolicy{
+		Name: p.name, Target: target, MatchesRequest: p.matches(ri), Mode: mode,
+		Algorithm: string(alg), Limit: p.rule.Limit, WindowSeconds: p.rule.Window.Seconds(),
+		KeySource: p.source, KeyName: p.keyName,
+	}
+	if !q.identifies(p) {
+		out.Unknown = "keys on " + describeSource(p.source, p.keyName) + ", not on the identity given"
+		return out
+	}
+	key, ok := ri.key(p)
+	if !ok {
+		out.Unknown = "the identity gives no value for " + describeSource(p.source, p.keyName)
+		return out
+	}
+	out.ClientKey = key
+	win, err := pk.Peek(ctx, p.rule, key)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	out.RedisKey = win.Key
+	out.Window = whyWindow(&win)
+	return out
+}
+
+func whyWindow(w *limiter.Window) *WhyWindow {
+	ww := &WhyWindow{
+		InWindow:          w.Estimate,
+		Allowed:           w.Allowed,
+		Remaining:         w.Remaining,
+		RetryAfterSeconds: w.RetryAfter.Seconds(),
+		RetryAt:           w.RetryAt(),
+		ResetAfterSeconds: w.ResetAfter.Seconds(),
+		ServerTime:        w.Now,
+	}
+	if w.Algorithm == limiter.SlidingWindowCounter {
+		ww.Current, ww.Previous = &w.Count, &w.Previous
+	}
+	if w.HasOldest {
+		age := w.OldestAge.Seconds()
+		ww.OldestAgeSeconds = &age
+	}
+	return ww
+}
+
+func describeSource(source, name string) string {
+	switch source {
+	case sidecarconfig.SourceHeader:
+		return "header " + name
+	case sidecarconfig.SourceQueryParameter:
+		return "query parameter " + name
+	case sidecarconfig.SourceJWTClaim:
+		return "claim " + name
+	case sidecarconfig.SourceRemoteAddress:
+		return "the client address"
+	}
+	return strings.ToLower(source)
+}
