@@ -103,9 +103,10 @@ test-node: ## Run test/node on a real single node (kubelet, containerd, kube-pro
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager and sidecar binaries into bin/.
+build: ## Build the manager and sidecar binaries and the kubectl plugin (kubectl-slidegate) into bin/.
 	go build -o bin/manager ./cmd/manager
 	go build -o bin/sidecar ./cmd/sidecar
+	go build -o bin/kubectl-slidegate ./cmd/kubectl-slidegate
 
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in ~/.kube/config.

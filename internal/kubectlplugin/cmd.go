@@ -1,0 +1,146 @@
+package kubectlplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+const usage = `kubectl slidegate: why is a client limited, from the Kubernetes API.
+
+Usage:
+  kubectl slidegate why -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json]
+
+why shows the client's live window under POLICY, read by a sidecar of the
+policy's pods without changing it: admits in the window, limit, remaining,
+the oldest admit's age, the exact retry time, and the other policies that
+apply to the same request. The value is the client's as the user knows it
+(an API key, a user id): the sidecar hashes it as it does for requests; it
+is sent in a request header, so it stays out of the API server's audit log.
+
+It needs get on pods/proxy, list on pods and get on ratelimitpolicies in the
+namespace: the ClusterRole slidegate-debugger grants them.
+
+Flags:
+`
+
+// Env is what the command runs with: its output, and in tests a wrapper of
+// the HTTP transport to the API server.
+type Env struct {
+	Stdout, Stderr io.Writer
+	WrapTransport  func(http.RoundTripper) http.RoundTripper
+}
+
+// Main runs `kubectl slidegate` with args (without the program name) and
+// returns the exit code.
+func (e Env) Main(ctx context.Context, args []string) int {
+	if err := e.run(ctx, args); err != nil {
+		fmt.Fprintln(e.Stderr, "error:", err)
+		if errors.Is(err, ErrUsage) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// whyArgs are the values of why's flags.
+type whyArgs struct {
+	o          WhyOptions
+	output     string
+	global     bool
+	values     [4]string // header, query, claim, ip
+	overrides  clientcmd.ConfigOverrides
+	kubeconfig string
+}
+
+// valueFlags name whyArgs.values and the source each stands for.
+var valueFlags = [4]struct{ flag, source, help string }{
+	{"header", sidecarconfig.SourceHeader, "the client's value of the policy's header"},
+	{"query", sidecarconfig.SourceQueryParameter, "the client's value of the policy's query parameter"},
+	{"claim", sidecarconfig.SourceJWTClaim, "the client's value of the policy's bearer-token claim"},
+	{"ip", sidecarconfig.SourceRemoteAddress, "the client's address"},
+}
+
+// flags are why's flags and kubectl's usual connection flags (-n,
+// --context, --kubeconfig, ...), bound the way kubectl binds them.
+func (e Env) flags(a *whyArgs) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("kubectl slidegate why", pflag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	fs.Usage = func() { fmt.Fprint(e.Stderr, usage); fs.PrintDefaults() }
+	for i, v := range valueFlags {
+		fs.StringVar(&a.values[i], v.flag, "", v.help)
+	}
+	fs.BoolVar(&a.global, "global", false, "the policy's one global key")
+	fs.StringVarP(&a.output, "output", "o", "", "output format: table (default) or json")
+	fs.StringVar(&a.o.Pod, "pod", "", "ask this pod's sidecar (default: the first ready pod the policy selects)")
+	fs.StringVar(&a.o.Method, "method", "", "the request's method (default: the policy's first, or GET)")
+	fs.StringVar(&a.o.Path, "path", "", "the request's path (default: the policy's first path prefix, or /)")
+	fs.StringVar(&a.kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "path to the kubeconfig file")
+	clientcmd.BindOverrideFlags(&a.overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
+	return fs
+}
+
+func (e Env) run(ctx context.Context, args []string) error {
+	var a whyArgs
+	fs := e.flags(&a)
+	if len(args) == 0 || args[0] != "why" {
+		fs.Usage()
+		return fmt.Errorf("%w: the only command is why", ErrUsage)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: give exactly one POLICY", ErrUsage)
+	}
+	o := a.o
+	o.Policy = fs.Arg(0)
+	n := 0
+	if a.global {
+		n++
+		o.Source = sidecarconfig.SourceGlobal
+	}
+	for i, v := range valueFlags {
+		if fs.Changed(v.flag) {
+			n++
+			o.Source, o.Value = v.source, a.values[i]
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: give exactly one of --header, --query, --claim, --ip, --global", ErrUsage)
+	}
+
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = a.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &a.overrides)
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return err
+	}
+	if e.WrapTransport != nil {
+		cfg.Wrap(e.WrapTransport)
+	}
+	if o.Namespace, _, err = cc.Namespace(); err != nil {
+		return err
+	}
+	c, err := NewClient(cfg)
+	if err != nil {
+		return err
+	}
+	res, err := c.Why(ctx, o)
+	if err != nil {
+		return err
+	}
+	return PrintWhy(e.Stdout, res, a.output)
+}

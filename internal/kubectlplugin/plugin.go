@@ -1,0 +1,341 @@
+// Package kubectlplugin is `kubectl slidegate`: on-call introspection of
+// slidegate through the Kubernetes API only. It finds a ready pod that a
+// policy selects and that carries the sidecar, and calls the sidecar's admin
+// port through the API server's pod proxy
+// (/api/v1/namespaces/NS/pods/POD:PORT/proxy/...), so a laptop needs
+// kubeconfig access (get on pods/proxy, see config/rbac/debugger_role.yaml),
+// never Redis credentials or network access to the pods.
+package kubectlplugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/sidecar"
+)
+
+// DebuggerRole is the ClusterRole of config/rbac/debugger_role.yaml, as
+// config/default names it: the name the refusal messages point at.
+const DebuggerRole = "slidegate-debugger"
+
+// Client reaches policies, pods and the sidecars' admin ports through the
+// API server.
+type Client struct {
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
+}
+
+// NewClient builds a Client on cfg.
+func NewClient(cfg *rest.Config) (*Client, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{kube: kube, dyn: dyn}, nil
+}
+
+// Target is one sidecar's admin port.
+type Target struct {
+	Namespace, Pod string
+	Port           int32
+}
+
+// refused turns the API server's 403 into a message naming the missing
+// permission and the role that grants it; other errors pass unchanged.
+func refused(err error, verb, resource, ns string) error {
+	if !apierrors.IsForbidden(err) {
+		return err
+	}
+	return &RefusedError{Verb: verb, Resource: resource, Namespace: ns, Err: err}
+}
+
+// RefusedError is the API server's 403 for a permission the plugin needs.
+// Its message is its own: the proxied 403's text names neither the verb
+// nor the subresource.
+type RefusedError struct {
+	Verb, Resource, Namespace string
+	Err                       error
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("not allowed (403 Forbidden): you lack %q on %q in namespace %q, which `kubectl slidegate` needs; "+
+		"ask for a RoleBinding in %[3]q to the ClusterRole %s", e.Verb, e.Resource, e.Namespace, DebuggerRole)
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// Policy reads the RateLimitPolicy ns/name.
+func (c *Client) Policy(ctx context.Context, ns, name string) (*v1alpha1.RateLimitPolicy, error) {
+	gvr := v1alpha1.GroupVersion.WithResource("ratelimitpolicies")
+	u, err := c.dyn.Resource(gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, refused(err, "get", "ratelimitpolicies.ratelimit.slidegate.dev", ns)
+	}
+	var p v1alpha1.RateLimitPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Targets lists the sidecars of the pods that policy p selects, in pod name
+// order; p must select pods (not address Envoy's rate limit service).
+func (c *Client) Targets(ctx context.Context, p *v1alpha1.RateLimitPolicy) ([]Target, error) {
+	if p.Spec.TargetSelector == nil {
+		return nil, fmt.Errorf("policy %s/%s is enforced by Envoy's rate limit service, not by sidecars", p.Namespace, p.Name)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.TargetSelector.AsMeta())
+	if err != nil {
+		return nil, fmt.Errorf("policy %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	pods, err := c.kube.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, refused(err, "list", "pods", p.Namespace)
+	}
+	return SidecarTargets(pods.Items), nil
+}
+
+// SidecarTargets are the admin ports of the pods that are ready, not
+// terminating, and carry the injected sidecar, in pod name order.
+func SidecarTargets(pods []corev1.Pod) []Target {
+	var out []Target
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil || !podReady(pod) {
+			continue
+		}
+		if port, ok := adminPort(pod); ok {
+			out = append(out, Target{Namespace: pod.Namespace, Pod: pod.Name, Port: port})
+		}
+	}
+	slices.SortFunc(out, func(a, b Target) int { return strings.Compare(a.Pod, b.Pod) })
+	return out
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// adminPort is the sidecar's admin port, by the name the injector gives it.
+func adminPort(pod *corev1.Pod) (int32, bool) {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if c.Name != inject.ContainerName {
+				continue
+			}
+			for _, p := range c.Ports {
+				if p.Name == inject.AdminPortName {
+					return p.ContainerPort, true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// Get calls GET path (with query) on the target's admin port through the
+// pod proxy; header, when not empty, is sent as request headers (they are
+// not in the API server's audit log, a query is).
+func (c *Client) Get(ctx context.Context, t Target, path string, query map[string]string, header http.Header) ([]byte, error) {
+	req := c.kube.CoreV1().RESTClient().Get().
+		Namespace(t.Namespace).Resource("pods").SubResource("proxy").
+		Name(t.Pod + ":" + strconv.Itoa(int(t.Port))).Suffix(path)
+	for k, v := range query {
+		req.Param(k, v)
+	}
+	for k, vs := range header {
+		req.SetHeader(k, vs...)
+	}
+	body, err := req.Do(ctx).Raw()
+	if err != nil {
+		if apierrors.IsForbidden(err) {
+			return nil, refused(err, "get", "pods/proxy", t.Namespace)
+		}
+		// A sidecar's own error (a 4xx/5xx with a text body) reaches here
+		// as a StatusError whose message carries the body.
+		return nil, fmt.Errorf("pod %s: %w", t.Pod, err)
+	}
+	return body, nil
+}
+
+// WhyOptions is one `kubectl slidegate why` question.
+type WhyOptions struct {
+	Namespace, Policy string
+	// Source is a sidecarconfig source (Header, QueryParameter, JWTClaim,
+	// RemoteAddress, Global) and Value the client's value for it.
+	Source, Value string
+	// Pod, when set, asks that pod's sidecar instead of the first ready one.
+	Pod          string
+	Method, Path string
+}
+
+// WhyResult is the answer and the sidecar that gave it.
+type WhyResult struct {
+	Pod string `json:"pod"`
+	sidecar.WhyResponse
+}
+
+// Why asks a sidecar of the policy's pods about a client's window.
+func (c *Client) Why(ctx context.Context, o WhyOptions) (*WhyResult, error) {
+	p, err := c.Policy(ctx, o.Namespace, o.Policy)
+	if err != nil {
+		return nil, err
+	}
+	targets, err := c.Targets(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if o.Pod != "" {
+		targets = slices.DeleteFunc(targets, func(t Target) bool { return t.Pod != o.Pod })
+	}
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("no ready pod with the slidegate sidecar is selected by policy %s/%s%s", p.Namespace, p.Name, podSuffix(o.Pod))
+	}
+	q := map[string]string{"policy": o.Policy, "source": o.Source}
+	if o.Method != "" {
+		q["method"] = o.Method
+	}
+	if o.Path != "" {
+		q["path"] = o.Path
+	}
+	h := http.Header{}
+	if o.Value != "" {
+		h.Set(sidecar.WhyValueHeader, o.Value)
+	}
+	body, err := c.Get(ctx, targets[0], "debug/why", q, h)
+	if err != nil {
+		return nil, err
+	}
+	res := &WhyResult{Pod: targets[0].Pod}
+	if err := json.Unmarshal(body, &res.WhyResponse); err != nil {
+		return nil, fmt.Errorf("pod %s: unexpected answer: %w", targets[0].Pod, err)
+	}
+	if len(res.Policies) == 0 || !res.Policies[0].Target {
+		return nil, fmt.Errorf("pod %s: the answer does not cover policy %s", targets[0].Pod, o.Policy)
+	}
+	return res, nil
+}
+
+func podSuffix(pod string) string {
+	if pod == "" {
+		return ""
+	}
+	return " named " + pod
+}
+
+// PrintWhy writes res as a table (format "") or JSON ("json").
+func PrintWhy(w io.Writer, res *WhyResult, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	case "", "table":
+	default:
+		return fmt.Errorf("unknown output format %q (table or json)", format)
+	}
+	var others []string
+	for _, p := range res.Policies[1:] {
+		others = append(others, p.Name)
+	}
+	rows := [][]string{{"POLICY", "KEY", "IN-WINDOW", "LIMIT", "REMAINING", "OLDEST-AGE", "RETRY-AFTER", "OTHER-MATCHING-POLICIES"}}
+	for i, p := range res.Policies {
+		row := []string{p.Name, orDash(p.ClientKey), "-", strconv.FormatInt(p.Limit, 10), "-", "-", "-", "-"}
+		if i == 0 && len(others) > 0 {
+			row[7] = strings.Join(others, ",")
+		}
+		if p.Unknown != "" {
+			row[1] = "(" + p.Unknown + ")"
+		}
+		if p.Error != "" {
+			row[2] = "error: " + p.Error
+		}
+		if win := p.Window; win != nil {
+			row[2] = strconv.FormatFloat(win.InWindow, 'f', -1, 64)
+			if win.Current != nil {
+				row[2] = strconv.FormatFloat(win.InWindow, 'f', 2, 64) + " (est.)"
+			}
+			row[4] = strconv.FormatInt(win.Remaining, 10)
+			if win.OldestAgeSeconds != nil {
+				row[5] = seconds(*win.OldestAgeSeconds)
+			}
+			if win.Allowed {
+				row[6] = "0 (allowed)"
+			} else {
+				row[6] = seconds(win.RetryAfterSeconds)
+			}
+		}
+		if p.Mode == "DryRun" {
+			row[0] += " (dry-run)"
+		}
+		rows = append(rows, row)
+	}
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nasked pod %s (config revision %s) for a %s request to %s\n", res.Pod, res.Revision, res.Method, res.Path)
+	return err
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// seconds prints a duration given in seconds to the millisecond.
+func seconds(s float64) string {
+	return strconv.FormatFloat(s, 'f', 3, 64) + "s"
+}
+
+// writeTable aligns rows in columns three spaces apart, like kubectl get.
+func writeTable(w io.Writer, rows [][]string) error {
+	widths := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], len(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		for i, c := range r {
+			b.WriteString(c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i]-len(c)+3))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// ErrUsage marks a command line that cannot be run.
+var ErrUsage = errors.New("usage")

@@ -1,0 +1,475 @@
+package kubectlplugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/sidecar"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// These tests run the plugin against a real API server (envtest) with RBAC,
+// whose pod proxy forwards to a real sidecar (sidecar.Serve, its admin port
+// listening on this machine's non-loopback address, which the pods' status
+// carries as their IP: the API server refuses to proxy to loopback), which
+// reads a real redis-server. Nothing on the way is replaced; what envtest
+// lacks is a kubelet, so pods exist only as objects whose status the test
+// writes.
+
+var (
+	env    *envtest.Environment
+	admin  client.Client
+	scheme = runtime.NewScheme()
+)
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	if _, err := testsupport.RedisServerPath(); err != nil {
+		testsupport.MissingInMain("redis-server", err)
+	}
+	var err error
+	if env, err = testsupport.NewEnvironment(); err != nil {
+		testsupport.MissingInMain("envtest control plane", testsupport.EnvtestUnavailable(err))
+	}
+	env.ErrorIfCRDPathMissing = true
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := installDebuggerRole(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "installing the debugger ClusterRole:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// installDebuggerRole creates the ClusterRole slidegate-debugger exactly as
+// config/default renders it.
+func installDebuggerRole(ctx context.Context) error {
+	root, err := testsupport.RepoRoot()
+	if err != nil {
+		return err
+	}
+	out, err := exec.Command("kubectl", "kustomize", filepath.Join(root, "config", "default")).Output()
+	if err != nil {
+		return fmt.Errorf("kubectl kustomize config/default: %w", err)
+	}
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal(doc, &role); err != nil || role.Kind != "ClusterRole" || role.Name != DebuggerRole {
+			continue
+		}
+		return admin.Create(ctx, &role)
+	}
+	return fmt.Errorf("config/default renders no ClusterRole %s", DebuggerRole)
+}
+
+// hostAddress is a global unicast address of this machine, where the API
+// server may proxy to.
+func hostAddress(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+				return n.IP.String()
+			}
+		}
+	}
+	testsupport.Missing(t, "a non-loopback IPv4 address (the API server proxies to pod IPs only)", err)
+	return ""
+}
+
+// recorder is the real limiter, remembering the last decision of the
+// request path, for comparing with the plugin's answer.
+type recorder struct {
+	*limiter.Limiter
+	mu           sync.Mutex
+	reqs         []limiter.Request
+	ds           []limiter.Decision
+	begun, ended time.Time
+}
+
+func (r *recorder) Decide(ctx context.Context, reqs []limiter.Request) []limiter.Decision {
+	begun := time.Now()
+	ds := r.Limiter.Decide(ctx, reqs)
+	r.mu.Lock()
+	r.reqs, r.ds, r.begun, r.ended = reqs, ds, begun, time.Now()
+	r.mu.Unlock()
+	return ds
+}
+
+// shop is a namespace with two policies and pods of which one runs a real
+// sidecar.
+type shop struct {
+	ns    string
+	front string // the sidecar's proxied port, for live traffic
+	rec   *recorder
+}
+
+func newShop(t *testing.T, ns string) *shop {
+	t.Helper()
+	ctx := context.Background()
+	r := testsupport.StartRedis(t)
+	host := hostAddress(t)
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	web := &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}}
+	policies := []v1alpha1.RateLimitPolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "per-api-key", Namespace: ns}, Spec: v1alpha1.RateLimitPolicySpec{
+			TargetSelector: web, Window: "1m", Limit: 3,
+			Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-Api-Key", OnMissing: v1alpha1.MissingKeyDeny},
+		}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "site-wide", Namespace: ns}, Spec: v1alpha1.RateLimitPolicySpec{
+			TargetSelector: web, Window: "1s", Limit: 1000, Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal},
+		}},
+	}
+	for i := range policies {
+		mustCreate(t, &policies[i])
+	}
+	// The sidecar, configured as the controller renders the policies.
+	rendered, err := render.Render(policies, render.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := sidecarconfig.Marshal(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	app := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "app\n") }), ReadHeaderTimeout: time.Second}
+	appLn := listen(t, "127.0.0.1:0")
+	go func() { _ = app.Serve(appLn) }()
+	t.Cleanup(func() { _ = app.Close() })
+
+	o := sidecar.DefaultOptions()
+	o.ConfigFile = write(sidecarconfig.FileName, data)
+	o.PodLabelsFile = write("labels", []byte("app=\"web\"\n"))
+	o.Upstream = "http://" + appLn.Addr().String()
+	o.ListenAddress, o.AdminAddress = "127.0.0.1:0", host+":0"
+	o.Redis.Addrs = []string{r.Addr}
+	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{r.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := limiter.New(rdb, limiter.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{Limiter: lim}
+	s, err := sidecar.New(o, rec, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, adminLn := listen(t, o.ListenAddress), listen(t, o.AdminAddress)
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(sctx, ln, adminLn) }()
+	t.Cleanup(func() { stop(); <-done; _ = lim.Close(); _ = rdb.Close() })
+	adminPort := int32(adminLn.Addr().(*net.TCPAddr).Port)
+
+	// Pods: the injector's own sidecar container; only web-1 is ready and
+	// reachable. web-0 is not ready, web-2 has no sidecar, db is not
+	// selected.
+	pod := func(name string, labels map[string]string, injected, ready bool) {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1",
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
+		}
+		if injected {
+			if err := inject.Inject(p, inject.Options{AdminPort: adminPort}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustCreate(t, p)
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		p.Status = corev1.PodStatus{
+			Phase: corev1.PodRunning, PodIP: host, PodIPs: []corev1.PodIP{{IP: host}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}},
+		}
+		if err := admin.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod("web-0", map[string]string{"app": "web"}, true, false)
+	pod("web-1", map[string]string{"app": "web"}, true, true)
+	pod("web-2", map[string]string{"app": "web"}, false, true)
+	pod("db-0", map[string]string{"app": "db"}, true, true)
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "sidecar ready", func() error {
+		if !s.Ready() {
+			return fmt.Errorf("not ready")
+		}
+		return nil
+	})
+	return &shop{ns: ns, front: "http://" + ln.Addr().String(), rec: rec}
+}
+
+func listen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func mustCreate(t *testing.T, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := admin.Create(context.Background(), o); err != nil {
+			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+		}
+	}
+}
+
+// kubeconfigFor provisions a user of the API server (a client certificate,
+// authorised by RBAC only) and writes its kubeconfig.
+func kubeconfigFor(t *testing.T, name string, groups ...string) string {
+	t.Helper()
+	u, err := env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func bind(t *testing.T, ns, group, kind, role string) {
+	t.Helper()
+	mustCreate(t, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: group + "-" + role, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: group}},
+	})
+}
+
+// run runs `kubectl slidegate` as the plugin binary would.
+func run(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = Env{Stdout: &out, Stderr: &errOut}.Main(context.Background(), args)
+	return code, out.String(), errOut.String()
+}
+
+func (s *shop) get(t *testing.T, key string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.front+"/", nil)
+	req.Header.Set("X-Api-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestWhyThroughThePodProxy: an on-call user bound to slidegate-debugger in
+// the namespace asks, through the API server, about a client that live
+// traffic has limited; the plugin picks the one ready pod with the sidecar
+// and prints the window that the sidecar's next decision confirms.
+func TestWhyThroughThePodProxy(t *testing.T) {
+	s := newShop(t, "shop")
+	bind(t, s.ns, "shop-oncall", "ClusterRole", DebuggerRole)
+	kc := kubeconfigFor(t, "alice", "shop-oncall")
+	const apiKey = "k-123-secret"
+	for range 3 {
+		if code := s.get(t, apiKey); code != http.StatusOK {
+			t.Fatalf("admit: %d", code)
+		}
+	}
+	if code := s.get(t, apiKey); code != http.StatusTooManyRequests {
+		t.Fatalf("4th: %d", code)
+	}
+
+	code, out, errOut := run("why", "--kubeconfig", kc, "-n", s.ns, "per-api-key", "--header", apiKey)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	t.Logf("kubectl slidegate why -n shop per-api-key --header %s\n%s", apiKey, out)
+	lines := strings.Split(out, "\n")
+	if f := strings.Fields(lines[0]); strings.Join(f, " ") != "POLICY KEY IN-WINDOW LIMIT REMAINING OLDEST-AGE RETRY-AFTER OTHER-MATCHING-POLICIES" {
+		t.Errorf("header %q", lines[0])
+	}
+	if f := strings.Fields(lines[1]); len(f) != 8 || f[0] != "per-api-key" || !strings.HasPrefix(f[1], "h:") ||
+		f[2] != "3" || f[3] != "3" || f[4] != "0" || f[7] != "site-wide" {
+		t.Errorf("target row %q", lines[1])
+	}
+	if !strings.Contains(out, "asked pod web-1 ") || strings.Contains(out, apiKey) {
+		t.Errorf("output:\n%s", out)
+	}
+
+	// JSON, then the sidecar's next decision: the same key, and the retry
+	// instant the plugin announced.
+	code, out, errOut = run("why", "--kubeconfig", kc, "-n", s.ns, "per-api-key", "--header", apiKey, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var res WhyResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if s.get(t, apiKey) != http.StatusTooManyRequests {
+		t.Fatal("not limited any more")
+	}
+	s.rec.mu.Lock()
+	reqs, ds, begun, ended := s.rec.reqs, s.rec.ds, s.rec.begun, s.rec.ended
+	s.rec.mu.Unlock()
+	target := res.Policies[0]
+	var found bool
+	for i, r := range reqs {
+		if r.Rule.ID != s.ns+"/per-api-key" {
+			continue
+		}
+		found = true
+		if target.ClientKey != r.Client {
+			t.Errorf("plugin key %q, request path key %q", target.ClientKey, r.Client)
+		}
+		w := target.Window
+		lo, hi := begun.Add(ds[i].RetryAfter), ended.Add(ds[i].RetryAfter)
+		if w == nil || w.Allowed || w.Remaining != 0 || ds[i].Remaining != 0 ||
+			w.RetryAt.Before(lo.Add(-time.Millisecond)) || w.RetryAt.After(hi.Add(time.Millisecond)) {
+			t.Errorf("plugin %+v; decision %+v within [%v, %v]", w, ds[i], lo, hi)
+		}
+	}
+	if !found || res.Pod != "web-1" || len(res.Policies) != 2 || res.Policies[1].ClientKey != "global" {
+		t.Errorf("answer %s", out)
+	}
+
+	// Another client's window is its own; an unknown policy is named.
+	if code, out, _ := run("why", "--kubeconfig", kc, "-n", s.ns, "per-api-key", "--header", "other", "-o", "json"); code != 0 || !strings.Contains(out, `"remaining": 3`) {
+		t.Errorf("other client: %d %s", code, out)
+	}
+	if code, _, errOut := run("why", "--kubeconfig", kc, "-n", s.ns, "nope", "--global"); code != 1 || !strings.Contains(errOut, `"nope" not found`) {
+		t.Errorf("unknown policy: %d %s", code, errOut)
+	}
+}
+
+// TestWhyRefusedWithoutPodsProxy: RBAC decides, for real. A user who may
+// read pods and policies but not get pods/proxy is refused by the API
+// server with a message naming the missing verb; the debugger role bound in
+// one namespace does not reach another.
+func TestWhyRefusedWithoutPodsProxy(t *testing.T) {
+	s := newShop(t, "shop2")
+	mustCreate(t, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: s.ns},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"ratelimitpolicies"}, Verbs: []string{"get", "list"}},
+		},
+	})
+	bind(t, s.ns, "readers", "Role", "reader")
+	code, out, errOut := run("why", "--kubeconfig", kubeconfigFor(t, "bob", "readers"), "-n", s.ns, "per-api-key", "--header", "x")
+	if code != 1 || !strings.Contains(errOut, `you lack "get" on "pods/proxy" in namespace "shop2"`) ||
+		!strings.Contains(errOut, DebuggerRole) || !strings.Contains(errOut, "403") {
+		t.Errorf("exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	t.Logf("refused: %s", errOut)
+
+	// The debugger role bound by a RoleBinding in another namespace gives
+	// nothing here.
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop2-other"}})
+	bind(t, "shop2-other", "other-oncall", "ClusterRole", DebuggerRole)
+	code, _, errOut = run("why", "--kubeconfig", kubeconfigFor(t, "carol", "other-oncall"), "-n", s.ns, "per-api-key", "--global")
+	if code != 1 || !strings.Contains(errOut, `you lack "get" on "ratelimitpolicies.ratelimit.slidegate.dev" in namespace "shop2"`) {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
+
+func TestSidecarTargets(t *testing.T) {
+	mk := func(name string, ready, sidecar, deleting bool) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
+		p.Spec.Containers = []corev1.Container{{Name: "app", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}
+		if sidecar {
+			if err := inject.Inject(&p, inject.Options{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		}
+		return p
+	}
+	got := SidecarTargets([]corev1.Pod{
+		mk("c", true, true, false), mk("a", true, true, false), mk("b", false, true, false),
+		mk("d", true, false, false), mk("e", true, true, true),
+	})
+	want := []Target{{"ns", "a", 15090}, {"ns", "c", 15090}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "the only command is why"},
+		{[]string{"why", "p"}, "exactly one of --header"},
+		{[]string{"why", "p", "--header", "a", "--ip", "1.2.3.4"}, "exactly one of --header"},
+		{[]string{"why", "--global"}, "exactly one POLICY"},
+	} {
+		if code, _, errOut := run(tc.args...); code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, %s", tc.args, code, errOut)
+		}
+	}
+}
