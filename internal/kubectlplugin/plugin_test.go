@@ -358,6 +358,7 @@ func TestWhyThroughThePodProxy(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
+	t.Logf("-o json:\n%s", out)
 	var res WhyResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
