@@ -131,6 +131,7 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.counters[idxFailedClosed].Inc()
 		default:
 			p.counters[idxRejected].Inc()
+			s.top.add(p.name, reqs[i].Client)
 		}
 	}
 

@@ -35,7 +35,7 @@ type Options struct {
 	// ListenAddress is the proxied port: the pod's Service reaches the
 	// sidecar here (the injector takes over the application's named port).
 	ListenAddress string
-	// AdminAddress serves /metrics, /healthz, /readyz and /debug/why.
+	// AdminAddress serves /metrics, /healthz, /readyz, /debug/why and /debug/top.
 	AdminAddress string
 	// Upstream is the application, on localhost.
 	Upstream string

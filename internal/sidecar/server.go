@@ -68,6 +68,8 @@ type Sidecar struct {
 
 	// whySlots bounds the /debug/why requests served at once.
 	whySlots chan struct{}
+	// top counts each policy's 429s by client key (/debug/top).
+	top *limitedTop
 
 	respForwarded, respRejected, respFailedClosed        prometheus.Counter
 	srcRedis, srcDenyCache, srcFallback, srcFailedClosed prometheus.Counter
@@ -87,7 +89,7 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	upstream, _ := upstreamURL(opts.Upstream) // checked by Validate
-	s := &Sidecar{opts: opts, log: log, lim: lim, created: time.Now(), whySlots: make(chan struct{}, whyMaxConcurrent)}
+	s := &Sidecar{opts: opts, log: log, lim: lim, created: time.Now(), whySlots: make(chan struct{}, whyMaxConcurrent), top: newLimitedTop()}
 	s.metrics = newMetrics(func() float64 {
 		if lim.Healthy() {
 			return 0
@@ -127,7 +129,7 @@ func (s *Sidecar) Revision() string {
 func (s *Sidecar) Registry() *prometheus.Registry { return s.metrics.reg }
 
 // AdminHandler serves /metrics, /healthz (the process is alive),
-// /readyz (see Ready) and /debug/why (see why.go).
+// /readyz (see Ready), /debug/why (see why.go) and /debug/top (top.go).
 func (s *Sidecar) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
@@ -135,6 +137,7 @@ func (s *Sidecar) AdminHandler() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /debug/why", s.serveWhy)
+	mux.HandleFunc("GET /debug/top", s.serveTop)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		switch {
 		case s.shuttingDown.Load():

@@ -1,0 +1,115 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/slidegate/slidegate/internal/topk"
+)
+
+// The admin port's GET /debug/top?policy=NAME answers "whom does this
+// policy limit most?" without a Prometheus label per client: each policy's
+// 429s are counted by client key (hashed for header, query and claim keys)
+// in a Space-Saving sketch of topCapacity keys (package topk: every count
+// within N/k of the truth). Recent, not lifelong: a sketch covers
+// topPeriod, and the answer merges the current and the previous one, so it
+// covers the last one to two periods.
+
+const (
+	topCapacity = 64
+	topPeriod   = 5 * time.Minute
+)
+
+// TopResponse is the answer of GET /debug/top.
+type TopResponse struct {
+	Namespace string `json:"namespace"`
+	Policy    string `json:"policy"`
+	// Since is when the counting of this answer began.
+	Since time.Time `json:"since"`
+	topk.Summary
+}
+
+// limitedTop counts 429s per policy and client key.
+type limitedTop struct {
+	mu       sync.Mutex
+	policies map[string]*topPeriods
+	now      func() time.Time
+}
+
+type topPeriods struct {
+	cur, prev *topk.Sketch
+	start     time.Time // of cur
+	prevStart time.Time
+}
+
+func newLimitedTop() *limitedTop {
+	return &limitedTop{policies: map[string]*topPeriods{}, now: time.Now}
+}
+
+// rotate starts a new period when the current one is over; t.mu is held.
+func (t *limitedTop) rotate(p *topPeriods, now time.Time) {
+	switch age := now.Sub(p.start); {
+	case age < topPeriod:
+		return
+	case age < 2*topPeriod:
+		p.prev, p.prevStart = p.cur, p.start
+	default:
+		p.prev = nil
+	}
+	p.cur, p.start = topk.New(topCapacity), now
+}
+
+// add counts one 429 of client under policy.
+func (t *limitedTop) add(policy, client string) {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.policies[policy]
+	if p == nil {
+		p = &topPeriods{cur: topk.New(topCapacity), start: now}
+		t.policies[policy] = p
+	}
+	t.rotate(p, now)
+	p.cur.Add(client, 1)
+}
+
+// summary is the policy's recent 429s by client key.
+func (t *limitedTop) summary(policy string) (topk.Summary, time.Time) {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.policies[policy]
+	if p == nil {
+		return topk.Merge(topCapacity), now
+	}
+	t.rotate(p, now)
+	if p.prev == nil {
+		return p.cur.Summary(), p.start
+	}
+	return topk.Merge(topCapacity, p.prev.Summary(), p.cur.Summary()), p.prevStart
+}
+
+func (s *Sidecar) serveTop(w http.ResponseWriter, r *http.Request) {
+	st := s.state.Load()
+	if st == nil {
+		http.Error(w, "no rate limit configuration loaded yet", http.StatusServiceUnavailable)
+		return
+	}
+	name := r.URL.Query().Get("policy")
+	found := false
+	for _, p := range st.policies {
+		found = found || p.name == name
+	}
+	if !found {
+		http.Error(w, "policy "+name+" does not apply to this pod", http.StatusNotFound)
+		return
+	}
+	sum, since := s.top.summary(name)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(TopResponse{Namespace: st.namespace, Policy: name, Since: since, Summary: sum})
+}
