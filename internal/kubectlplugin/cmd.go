@@ -17,6 +17,7 @@ const usage = `kubectl slidegate: why is a client limited, from the Kubernetes A
 
 Usage:
   kubectl slidegate why -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json]
+  kubectl slidegate top -n NAMESPACE POLICY [--limit N] [-o json]
 
 why shows the client's live window under POLICY, read by a sidecar of the
 policy's pods without changing it: admits in the window, limit, remaining,
@@ -24,6 +25,10 @@ the oldest admit's age, the exact retry time, and the other policies that
 apply to the same request. The value is the client's as the user knows it
 (an API key, a user id): the sidecar hashes it as it does for requests; it
 is sent in a request header, so it stays out of the API server's audit log.
+
+top lists the clients (hashed keys) that POLICY answered 429 most often in
+the last 5 to 10 minutes, merged over every ready sidecar of its pods; each
+count is an upper bound, AT-LEAST a lower one (a bounded sketch per sidecar).
 
 It needs get on pods/proxy, list on pods and get on ratelimitpolicies in the
 namespace: the ClusterRole slidegate-debugger grants them.
@@ -51,17 +56,18 @@ func (e Env) Main(ctx context.Context, args []string) int {
 	return 0
 }
 
-// whyArgs are the values of why's flags.
-type whyArgs struct {
+// cmdArgs are the values of the flags.
+type cmdArgs struct {
 	o          WhyOptions
 	output     string
+	limit      int
 	global     bool
 	values     [4]string // header, query, claim, ip
 	overrides  clientcmd.ConfigOverrides
 	kubeconfig string
 }
 
-// valueFlags name whyArgs.values and the source each stands for.
+// valueFlags name cmdArgs.values and the source each stands for.
 var valueFlags = [4]struct{ flag, source, help string }{
 	{"header", sidecarconfig.SourceHeader, "the client's value of the policy's header"},
 	{"query", sidecarconfig.SourceQueryParameter, "the client's value of the policy's query parameter"},
@@ -71,30 +77,35 @@ var valueFlags = [4]struct{ flag, source, help string }{
 
 // flags are why's flags and kubectl's usual connection flags (-n,
 // --context, --kubeconfig, ...), bound the way kubectl binds them.
-func (e Env) flags(a *whyArgs) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("kubectl slidegate why", pflag.ContinueOnError)
+func (e Env) flags(cmd string, a *cmdArgs) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("kubectl slidegate "+cmd, pflag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	fs.Usage = func() { fmt.Fprint(e.Stderr, usage); fs.PrintDefaults() }
-	for i, v := range valueFlags {
-		fs.StringVar(&a.values[i], v.flag, "", v.help)
-	}
-	fs.BoolVar(&a.global, "global", false, "the policy's one global key")
 	fs.StringVarP(&a.output, "output", "o", "", "output format: table (default) or json")
-	fs.StringVar(&a.o.Pod, "pod", "", "ask this pod's sidecar (default: the first ready pod the policy selects)")
-	fs.StringVar(&a.o.Method, "method", "", "the request's method (default: the policy's first, or GET)")
-	fs.StringVar(&a.o.Path, "path", "", "the request's path (default: the policy's first path prefix, or /)")
+	if cmd == "top" {
+		fs.IntVar(&a.limit, "limit", 10, "how many clients to list")
+	} else {
+		for i, v := range valueFlags {
+			fs.StringVar(&a.values[i], v.flag, "", "why: "+v.help)
+		}
+		fs.BoolVar(&a.global, "global", false, "why: the policy's one global key")
+		fs.StringVar(&a.o.Pod, "pod", "", "why: ask this pod's sidecar (default: the first ready pod the policy selects)")
+		fs.StringVar(&a.o.Method, "method", "", "why: the request's method (default: the policy's first, or GET)")
+		fs.StringVar(&a.o.Path, "path", "", "why: the request's path (default: the policy's first path prefix, or /)")
+	}
 	fs.StringVar(&a.kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "path to the kubeconfig file")
 	clientcmd.BindOverrideFlags(&a.overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
 	return fs
 }
 
 func (e Env) run(ctx context.Context, args []string) error {
-	var a whyArgs
-	fs := e.flags(&a)
-	if len(args) == 0 || args[0] != "why" {
-		fs.Usage()
-		return fmt.Errorf("%w: the only command is why", ErrUsage)
+	var a cmdArgs
+	if len(args) == 0 || (args[0] != "why" && args[0] != "top") {
+		e.flags("why", &a).Usage()
+		return fmt.Errorf("%w: the commands are why and top", ErrUsage)
 	}
+	cmd := args[0]
+	fs := e.flags(cmd, &a)
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -103,6 +114,20 @@ func (e Env) run(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: give exactly one POLICY", ErrUsage)
+	}
+	if cmd == "top" {
+		if a.limit < 1 {
+			return fmt.Errorf("%w: --limit must be at least 1", ErrUsage)
+		}
+		c, ns, err := e.connect(a)
+		if err != nil {
+			return err
+		}
+		res, err := c.Top(ctx, ns, fs.Arg(0), a.limit)
+		if err != nil {
+			return err
+		}
+		return PrintTop(e.Stdout, res, a.output)
 	}
 	o := a.o
 	o.Policy = fs.Arg(0)
@@ -120,27 +145,35 @@ func (e Env) run(ctx context.Context, args []string) error {
 	if n != 1 {
 		return fmt.Errorf("%w: give exactly one of --header, --query, --claim, --ip, --global", ErrUsage)
 	}
-
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = a.kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &a.overrides)
-	cfg, err := cc.ClientConfig()
+	c, ns, err := e.connect(a)
 	if err != nil {
 		return err
 	}
-	if e.WrapTransport != nil {
-		cfg.Wrap(e.WrapTransport)
-	}
-	if o.Namespace, _, err = cc.Namespace(); err != nil {
-		return err
-	}
-	c, err := NewClient(cfg)
-	if err != nil {
-		return err
-	}
+	o.Namespace = ns
 	res, err := c.Why(ctx, o)
 	if err != nil {
 		return err
 	}
 	return PrintWhy(e.Stdout, res, a.output)
+}
+
+// connect loads the kubeconfig as kubectl does (flags, $KUBECONFIG,
+// ~/.kube/config) and returns a client and the namespace to use.
+func (e Env) connect(a cmdArgs) (*Client, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = a.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &a.overrides)
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	if e.WrapTransport != nil {
+		cfg.Wrap(e.WrapTransport)
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := NewClient(cfg)
+	return c, ns, err
 }

@@ -139,9 +139,11 @@ func (r *recorder) Decide(ctx context.Context, reqs []limiter.Request) []limiter
 // shop is a namespace with two policies and pods of which one runs a real
 // sidecar.
 type shop struct {
-	ns    string
-	front string // the sidecar's proxied port, for live traffic
-	rec   *recorder
+	ns     string
+	fronts []string // the sidecars' proxied ports, for live traffic
+	recs   []*recorder
+	front  string // web-1's, the one why asks
+	rec    *recorder
 }
 
 func newShop(t *testing.T, ns string) *shop {
@@ -185,42 +187,55 @@ func newShop(t *testing.T, ns string) *shop {
 	go func() { _ = app.Serve(appLn) }()
 	t.Cleanup(func() { _ = app.Close() })
 
-	o := sidecar.DefaultOptions()
-	o.ConfigFile = write(sidecarconfig.FileName, data)
-	o.PodLabelsFile = write("labels", []byte("app=\"web\"\n"))
-	o.Upstream = "http://" + appLn.Addr().String()
-	o.ListenAddress, o.AdminAddress = "127.0.0.1:0", host+":0"
-	o.Redis.Addrs = []string{r.Addr}
-	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{r.Addr}})
-	if err != nil {
-		t.Fatal(err)
+	sh := &shop{ns: ns}
+	// Two sidecars (pods web-1 and web-3), one limiter each, one Redis.
+	startSidecar := func() int32 {
+		o := sidecar.DefaultOptions()
+		o.ConfigFile = write(sidecarconfig.FileName, data)
+		o.PodLabelsFile = write("labels", []byte("app=\"web\"\n"))
+		o.Upstream = "http://" + appLn.Addr().String()
+		o.ListenAddress, o.AdminAddress = "127.0.0.1:0", host+":0"
+		o.Redis.Addrs = []string{r.Addr}
+		rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{r.Addr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim, err := limiter.New(rdb, limiter.Options{Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &recorder{Limiter: lim}
+		s, err := sidecar.New(o, rec, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, adminLn := listen(t, o.ListenAddress), listen(t, o.AdminAddress)
+		sctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = s.Serve(sctx, ln, adminLn) }()
+		t.Cleanup(func() { stop(); <-done; _ = lim.Close(); _ = rdb.Close() })
+		testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "sidecar ready", func() error {
+			if !s.Ready() {
+				return fmt.Errorf("not ready")
+			}
+			return nil
+		})
+		sh.fronts = append(sh.fronts, "http://"+ln.Addr().String())
+		sh.recs = append(sh.recs, rec)
+		return int32(adminLn.Addr().(*net.TCPAddr).Port)
 	}
-	lim, err := limiter.New(rdb, limiter.Options{Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{Limiter: lim}
-	s, err := sidecar.New(o, rec, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, adminLn := listen(t, o.ListenAddress), listen(t, o.AdminAddress)
-	sctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(sctx, ln, adminLn) }()
-	t.Cleanup(func() { stop(); <-done; _ = lim.Close(); _ = rdb.Close() })
-	adminPort := int32(adminLn.Addr().(*net.TCPAddr).Port)
+	ports := []int32{startSidecar(), startSidecar()}
 
-	// Pods: the injector's own sidecar container; only web-1 is ready and
-	// reachable. web-0 is not ready, web-2 has no sidecar, db is not
-	// selected.
-	pod := func(name string, labels map[string]string, injected, ready bool) {
+	// Pods: the injector's own sidecar container; web-1 and web-3 are
+	// ready and reachable. web-0 is not ready, web-2 has no sidecar, db is
+	// not selected.
+	pod := func(name string, labels map[string]string, adminPort int32, ready bool) {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
 		}
-		if injected {
+		if adminPort != 0 {
 			if err := inject.Inject(p, inject.Options{AdminPort: adminPort}); err != nil {
 				t.Fatal(err)
 			}
@@ -238,17 +253,13 @@ func newShop(t *testing.T, ns string) *shop {
 			t.Fatal(err)
 		}
 	}
-	pod("web-0", map[string]string{"app": "web"}, true, false)
-	pod("web-1", map[string]string{"app": "web"}, true, true)
-	pod("web-2", map[string]string{"app": "web"}, false, true)
-	pod("db-0", map[string]string{"app": "db"}, true, true)
-	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "sidecar ready", func() error {
-		if !s.Ready() {
-			return fmt.Errorf("not ready")
-		}
-		return nil
-	})
-	return &shop{ns: ns, front: "http://" + ln.Addr().String(), rec: rec}
+	pod("web-0", map[string]string{"app": "web"}, ports[1], false)
+	pod("web-1", map[string]string{"app": "web"}, ports[0], true)
+	pod("web-2", map[string]string{"app": "web"}, 0, true)
+	pod("web-3", map[string]string{"app": "web"}, ports[1], true)
+	pod("db-0", map[string]string{"app": "db"}, ports[0], true)
+	sh.front, sh.rec = sh.fronts[0], sh.recs[0]
+	return sh
 }
 
 func listen(t *testing.T, addr string) net.Listener {
@@ -304,9 +315,11 @@ func run(args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
-func (s *shop) get(t *testing.T, key string) int {
+func (s *shop) get(t *testing.T, key string) int { return s.getVia(t, s.front, key) }
+
+func (s *shop) getVia(t *testing.T, front, key string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, s.front+"/", nil)
+	req, _ := http.NewRequest(http.MethodGet, front+"/", nil)
 	req.Header.Set("X-Api-Key", key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -430,6 +443,50 @@ func TestWhyRefusedWithoutPodsProxy(t *testing.T) {
 	}
 }
 
+// TestTopAcrossPods: 429s counted by two sidecars, merged by the plugin
+// through the pod proxy: the heavy client's total over both pods, exact
+// while the sketches hold every key.
+func TestTopAcrossPods(t *testing.T) {
+	s := newShop(t, "shop3")
+	bind(t, s.ns, "shop3-oncall", "ClusterRole", DebuggerRole)
+	kc := kubeconfigFor(t, "erin", "shop3-oncall")
+	// per-api-key admits 3 a minute per key, over both pods.
+	sent := map[string][2]int{"heavy": {6, 5}, "medium": {2, 3}, "light": {4, 0}}
+	for key, n := range sent {
+		for i, front := range s.fronts {
+			for range n[i] {
+				s.getVia(t, front, key)
+			}
+		}
+	}
+	code, out, errOut := run("top", "--kubeconfig", kc, "-n", s.ns, "per-api-key")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	t.Logf("kubectl slidegate top -n %s per-api-key\n%s", s.ns, out)
+	code, out, errOut = run("top", "--kubeconfig", kc, "-n", s.ns, "per-api-key", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var res TopResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// 11-3 = 8 for heavy, 5-3 = 2 for medium, 4-3 = 1 for light.
+	want := []uint64{8, 2, 1}
+	if len(res.Items) != 3 || fmt.Sprint(res.Pods) != "[web-1 web-3]" || res.Total != 11 || res.Min != 0 {
+		t.Fatalf("answer %s", out)
+	}
+	for i, it := range res.Items {
+		if it.Count != want[i] || it.Err != 0 || !strings.HasPrefix(it.Key, "h:") {
+			t.Errorf("item %d: %+v, want count %d", i, it, want[i])
+		}
+	}
+	if strings.Contains(out, "heavy") {
+		t.Errorf("raw key in the answer: %s", out)
+	}
+}
+
 func TestSidecarTargets(t *testing.T) {
 	mk := func(name string, ready, sidecar, deleting bool) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
@@ -464,7 +521,8 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "the only command is why"},
+		{nil, "the commands are why and top"},
+		{[]string{"top", "p", "--limit", "0"}, "--limit must be at least 1"},
 		{[]string{"why", "p"}, "exactly one of --header"},
 		{[]string{"why", "p", "--header", "a", "--ip", "1.2.3.4"}, "exactly one of --header"},
 		{[]string{"why", "--global"}, "exactly one POLICY"},
