@@ -115,6 +115,9 @@ func (e Env) run(ctx context.Context, args []string) error {
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: give exactly one POLICY", ErrUsage)
 	}
+	if a.output != "" && a.output != "table" && a.output != "json" {
+		return fmt.Errorf("%w: unknown output format %q (table or json)", ErrUsage, a.output)
+	}
 	if cmd == "top" {
 		if a.limit < 1 {
 			return fmt.Errorf("%w: --limit must be at least 1", ErrUsage)

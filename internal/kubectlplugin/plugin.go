@@ -251,14 +251,8 @@ func podSuffix(pod string) string {
 
 // PrintWhy writes res as a table (format "") or JSON ("json").
 func PrintWhy(w io.Writer, res *WhyResult, format string) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
-	case "", "table":
-	default:
-		return fmt.Errorf("unknown output format %q (table or json)", format)
+	if done, err := printJSON(w, res, format); done {
+		return err
 	}
 	var others []string
 	for _, p := range res.Policies[1:] {
@@ -301,6 +295,19 @@ func PrintWhy(w io.Writer, res *WhyResult, format string) error {
 	}
 	_, err := fmt.Fprintf(w, "\nasked pod %s (config revision %s) for a %s request to %s\n", res.Pod, res.Revision, res.Method, res.Path)
 	return err
+}
+
+// printJSON writes v when format is json; done is false for a table.
+func printJSON(w io.Writer, v any, format string) (done bool, err error) {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return true, enc.Encode(v)
+	case "", "table":
+		return false, nil
+	}
+	return true, fmt.Errorf("unknown output format %q (table or json)", format)
 }
 
 func orDash(s string) string {

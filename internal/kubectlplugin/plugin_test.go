@@ -526,6 +526,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"why", "p"}, "exactly one of --header"},
 		{[]string{"why", "p", "--header", "a", "--ip", "1.2.3.4"}, "exactly one of --header"},
 		{[]string{"why", "--global"}, "exactly one POLICY"},
+		{[]string{"top", "p", "-o", "yaml"}, "unknown output format"},
 	} {
 		if code, _, errOut := run(tc.args...); code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, %s", tc.args, code, errOut)

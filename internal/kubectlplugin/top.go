@@ -74,14 +74,8 @@ func (c *Client) Top(ctx context.Context, ns, policy string, k int) (*TopResult,
 
 // PrintTop writes res as a table (format "") or JSON ("json").
 func PrintTop(w io.Writer, res *TopResult, format string) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
-	case "", "table":
-	default:
-		return fmt.Errorf("unknown output format %q (table or json)", format)
+	if done, err := printJSON(w, res, format); done {
+		return err
 	}
 	rows := [][]string{{"RANK", "KEY", "429s", "AT-LEAST"}}
 	for i, it := range res.Items {
