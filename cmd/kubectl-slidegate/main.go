@@ -12,7 +12,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	code := kubectlplugin.Env{Stdout: os.Stdout, Stderr: os.Stderr}.Main(ctx, os.Args[1:])
+	code := kubectlplugin.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}.Main(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

@@ -1,11 +1,13 @@
 package kubectlplugin
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +27,7 @@ the oldest admit's age, the exact retry time, and the other policies that
 apply to the same request. The value is the client's as the user knows it
 (an API key, a user id): the sidecar hashes it as it does for requests; it
 is sent in a request header, so it stays out of the API server's audit log.
+A value of - is read from stdin, so that it stays out of the shell history.
 
 top lists the clients (hashed keys) that POLICY answered 429 most often in
 the last 5 to 10 minutes, merged over every ready sidecar of its pods; each
@@ -36,9 +39,10 @@ namespace: the ClusterRole slidegate-debugger grants them.
 Flags:
 `
 
-// Env is what the command runs with: its output, and in tests a wrapper of
-// the HTTP transport to the API server.
+// Env is what the command runs with: its input and output, and in tests a
+// wrapper of the HTTP transport to the API server.
 type Env struct {
+	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	WrapTransport  func(http.RoundTripper) http.RoundTripper
 }
@@ -148,6 +152,15 @@ func (e Env) run(ctx context.Context, args []string) error {
 	if n != 1 {
 		return fmt.Errorf("%w: give exactly one of --header, --query, --claim, --ip, --global", ErrUsage)
 	}
+	if o.Value == "-" {
+		// A credential typed on the command line stays in the shell's
+		// history; from stdin it does not.
+		v, err := readValue(e.Stdin)
+		if err != nil {
+			return err
+		}
+		o.Value = v
+	}
 	c, ns, err := e.connect(a)
 	if err != nil {
 		return err
@@ -179,4 +192,20 @@ func (e Env) connect(a cmdArgs) (*Client, string, error) {
 	}
 	c, err := NewClient(cfg)
 	return c, ns, err
+}
+
+// readValue reads the client value from the first line of r.
+func readValue(r io.Reader) (string, error) {
+	if r == nil {
+		return "", fmt.Errorf("%w: no stdin to read the value from", ErrUsage)
+	}
+	line, err := bufio.NewReader(io.LimitReader(r, 64<<10)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("reading the value from stdin: %w", err)
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", fmt.Errorf("%w: the value read from stdin is empty", ErrUsage)
+	}
+	return line, nil
 }

@@ -309,9 +309,12 @@ func bind(t *testing.T, ns, group, kind, role string) {
 }
 
 // run runs `kubectl slidegate` as the plugin binary would.
-func run(args ...string) (code int, stdout, stderr string) {
+func run(args ...string) (code int, stdout, stderr string) { return runIn("", args...) }
+
+// runIn is run with stdin.
+func runIn(stdin string, args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
-	code = Env{Stdout: &out, Stderr: &errOut}.Main(context.Background(), args)
+	code = Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut}.Main(context.Background(), args)
 	return code, out.String(), errOut.String()
 }
 
@@ -401,6 +404,15 @@ func TestWhyThroughThePodProxy(t *testing.T) {
 	}
 	if !found || res.Pod != "web-1" || len(res.Policies) != 2 || res.Policies[1].ClientKey != "global" {
 		t.Errorf("answer %s", out)
+	}
+
+	// The value from stdin (out of the shell history) is the same client.
+	code, out2, errOut := runIn(apiKey+"\n", "why", "--kubeconfig", kc, "-n", s.ns, "per-api-key", "--header", "-", "-o", "json")
+	if code != 0 || !strings.Contains(out2, `"clientKey": "`+target.ClientKey+`"`) {
+		t.Errorf("--header - : %d %s %s", code, out2, errOut)
+	}
+	if code, _, errOut := runIn("", "why", "--kubeconfig", kc, "-n", s.ns, "per-api-key", "--header", "-"); code != 2 || !strings.Contains(errOut, "empty") {
+		t.Errorf("empty stdin: %d %s", code, errOut)
 	}
 
 	// Another client's window is its own; an unknown policy is named.
