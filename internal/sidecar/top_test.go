@@ -75,3 +75,20 @@ func TestTopPeriods(t *testing.T) {
 		t.Errorf("two periods later: %+v", s)
 	}
 }
+
+// BenchmarkTopAdd is the cost a 429 pays for being counted, with every
+// core rejecting at once (one lock per sidecar).
+func BenchmarkTopAdd(b *testing.B) {
+	top := newLimitedTop()
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = hashKey(keyPrefixHeader, fmt.Sprint(i))
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			top.add("p", keys[i%len(keys)])
+			i += 7
+		}
+	})
+}
