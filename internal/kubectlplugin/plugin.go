@@ -177,11 +177,26 @@ func (c *Client) Get(ctx context.Context, t Target, path string, query map[strin
 		if apierrors.IsForbidden(err) {
 			return nil, refused(err, "get", "pods/proxy", t.Namespace)
 		}
-		// A sidecar's own error (a 4xx/5xx with a text body) reaches here
-		// as a StatusError whose message carries the body.
-		return nil, fmt.Errorf("pod %s: %w", t.Pod, err)
+		return nil, fmt.Errorf("pod %s: %w", t.Pod, sidecarError(err))
 	}
 	return body, nil
+}
+
+// sidecarError brings out a sidecar's own answer (a 4xx/5xx with a text
+// body, e.g. "policy ... does not apply to this pod"), which client-go
+// keeps only among the causes of a generic "the server could not find the
+// requested resource".
+func sidecarError(err error) error {
+	var se *apierrors.StatusError
+	if !errors.As(err, &se) || se.ErrStatus.Details == nil {
+		return err
+	}
+	for _, c := range se.ErrStatus.Details.Causes {
+		if c.Type == metav1.CauseTypeUnexpectedServerResponse && c.Message != "" && c.Message != "unknown" {
+			return fmt.Errorf("%d: %s", se.ErrStatus.Code, c.Message)
+		}
+	}
+	return err
 }
 
 // WhyOptions is one `kubectl slidegate why` question.

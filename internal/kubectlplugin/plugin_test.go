@@ -415,6 +415,17 @@ func TestWhyThroughThePodProxy(t *testing.T) {
 		t.Errorf("empty stdin: %d %s", code, errOut)
 	}
 
+	// A sidecar's own refusal reaches the user in its words: here a
+	// policy the API server has but that sidecar has not loaded.
+	mustCreate(t, &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "brand-new", Namespace: s.ns}, Spec: v1alpha1.RateLimitPolicySpec{
+		TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
+		Window:         "1m", Limit: 1, Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal},
+	}})
+	if code, _, errOut := run("why", "--kubeconfig", kc, "-n", s.ns, "brand-new", "--global"); code != 1 ||
+		!strings.Contains(errOut, `pod web-1: 404: policy "brand-new" does not apply to this pod (policies here: per-api-key, site-wide)`) {
+		t.Errorf("policy not loaded: %d %s", code, errOut)
+	}
+
 	// Another client's window is its own; an unknown policy is named.
 	if code, out, _ := run("why", "--kubeconfig", kc, "-n", s.ns, "per-api-key", "--header", "other", "-o", "json"); code != 0 || !strings.Contains(out, `"remaining": 3`) {
 		t.Errorf("other client: %d %s", code, out)
