@@ -229,3 +229,23 @@ func TestWhyRefusesBadQueries(t *testing.T) {
 		t.Errorf("memLimiter: %d %s", code, body)
 	}
 }
+
+// TestWhyWithRedisDown: the window cannot be read; the answer says so per
+// policy, with the key still derived.
+func TestWhyWithRedisDown(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	lim := redisLimiter(t, r, 1, 200*time.Millisecond)
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, &recordingLimiter{Limiter: lim}, testConfig(nil, testPolicy("per-user", 2, withKey("Header", "X-User", "Deny"))))
+	code, body := askWhy(t, newTestServer(t, h.s.AdminHandler()).URL, url.Values{"policy": {"per-user"}, "header": {"alice"}}, "")
+	var resp WhyResponse
+	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	if p := resp.Policies[0]; p.Error == "" || p.Window != nil || p.ClientKey != hashKey(keyPrefixHeader, "alice") {
+		t.Errorf("%s", body)
+	}
+}
