@@ -38,8 +38,8 @@ import (
 
 // These tests run the plugin against a real API server (envtest) with RBAC,
 // whose pod proxy forwards to a real sidecar (sidecar.Serve, its admin port
-// listening on this machine's non-loopback address, which the pods' status
-// carries as their IP: the API server refuses to proxy to loopback), which
+// listening on the pod IP 192.0.2.77, which the test puts on the loopback
+// interface: the API server proxies only to global unicast addresses), which
 // reads a real redis-server. Nothing on the way is replaced; what envtest
 // lacks is a kubelet, so pods exist only as objects whose status the test
 // writes.
@@ -58,7 +58,11 @@ func runMain(m *testing.M) int {
 	if _, err := testsupport.RedisServerPath(); err != nil {
 		testsupport.MissingInMain("redis-server", err)
 	}
-	var err error
+	undo, err := onLoopback()
+	if err != nil {
+		testsupport.MissingInMain(podIP+" on the loopback interface", err)
+	}
+	defer undo()
 	if env, err = testsupport.NewEnvironment(); err != nil {
 		testsupport.MissingInMain("envtest control plane", testsupport.EnvtestUnavailable(err))
 	}
@@ -101,20 +105,27 @@ func installDebuggerRole(ctx context.Context) error {
 	return fmt.Errorf("config/default renders no ClusterRole %s", DebuggerRole)
 }
 
-// hostAddress is a global unicast address of this machine, where the API
-// server may proxy to.
-func hostAddress(t *testing.T) string {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err == nil {
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
-				return n.IP.String()
-			}
-		}
+// podIP is the IP the test's pods report and their sidecars' admin ports
+// listen on. The API server proxies only to global unicast addresses, and
+// the test's traffic must not leave loopback, so the test puts this address
+// of TEST-NET-1 (RFC 5737: documentation only, never routed) on the
+// loopback interface for its run (onLoopback).
+const podIP = "192.0.2.77"
+
+// onLoopback adds podIP to the loopback interface unless it is there, and
+// returns how to undo what it did. It needs root (CAP_NET_ADMIN).
+func onLoopback() (undo func(), err error) {
+	out, err := exec.Command("ip", "-4", "addr", "show", "dev", "lo").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip addr show dev lo: %w", err)
 	}
-	testsupport.Missing(t, "a non-loopback IPv4 address (the API server proxies to pod IPs only)", err)
-	return ""
+	if bytes.Contains(out, []byte(" "+podIP+"/")) {
+		return func() {}, nil
+	}
+	if out, err := exec.Command("ip", "addr", "add", podIP+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("ip addr add %s/32 dev lo (needs root): %w: %s", podIP, err, out)
+	}
+	return func() { _ = exec.Command("ip", "addr", "del", podIP+"/32", "dev", "lo").Run() }, nil
 }
 
 // recorder is the real limiter, remembering the last decision of the
@@ -150,7 +161,6 @@ func newShop(t *testing.T, ns string) *shop {
 	t.Helper()
 	ctx := context.Background()
 	r := testsupport.StartRedis(t)
-	host := hostAddress(t)
 	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	web := &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}}
 	policies := []v1alpha1.RateLimitPolicy{
@@ -194,7 +204,7 @@ func newShop(t *testing.T, ns string) *shop {
 		o.ConfigFile = write(sidecarconfig.FileName, data)
 		o.PodLabelsFile = write("labels", []byte("app=\"web\"\n"))
 		o.Upstream = "http://" + appLn.Addr().String()
-		o.ListenAddress, o.AdminAddress = "127.0.0.1:0", host+":0"
+		o.ListenAddress, o.AdminAddress = "127.0.0.1:0", podIP+":0"
 		o.Redis.Addrs = []string{r.Addr}
 		rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{r.Addr}})
 		if err != nil {
@@ -246,7 +256,7 @@ func newShop(t *testing.T, ns string) *shop {
 			status = corev1.ConditionTrue
 		}
 		p.Status = corev1.PodStatus{
-			Phase: corev1.PodRunning, PodIP: host, PodIPs: []corev1.PodIP{{IP: host}},
+			Phase: corev1.PodRunning, PodIP: podIP, PodIPs: []corev1.PodIP{{IP: podIP}},
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}},
 		}
 		if err := admin.Status().Update(ctx, p); err != nil {
