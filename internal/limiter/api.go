@@ -64,6 +64,23 @@ type Request struct {
 	// DryRun requests are counted and decided, but their denial does not
 	// stop the HTTP request (nor undo the admits of the other rules).
 	DryRun bool
+	// Hits is what the request costs in Rule: it is admitted only if all
+	// of them fit, and then counts Hits times in every window. 0 means 1
+	// (an HTTP request); above MaxHits the request is invalid (denied,
+	// ErrInvalidRule), since each hit is one sorted-set member.
+	Hits int64
+}
+
+// MaxHits bounds Request.Hits: a SlidingLog admit of Hits writes Hits
+// sorted-set members in one script call.
+const MaxHits = 1000
+
+// hits is r.Hits with its default.
+func (r *Request) hits() int64 {
+	if r.Hits == 0 {
+		return 1
+	}
+	return r.Hits
 }
 
 // Decision is the answer for one Request.

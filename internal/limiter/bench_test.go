@@ -51,7 +51,7 @@ func BenchmarkTextbook(b *testing.B) {
 				key := Key(defaultPrefix, "bench/textbook", strconv.Itoa(i%10000))
 				member := "m" + strconv.Itoa(i)
 				if err := rdb.Eval(context.Background(), decideScript, []string{key},
-					member, 1000, 1, int64(1)<<40, time.Second.Microseconds(), 0).Err(); err != nil {
+					member, 1000, 1, int64(1)<<40, time.Second.Microseconds(), 0, 1).Err(); err != nil {
 					b.Fatal(err)
 				}
 			})

@@ -105,6 +105,7 @@ type fbReq struct {
 	rule   *Rule
 	client string
 	dryRun bool
+	hits   int64 // 0 counts as 1
 	share  int64
 	seed   fbSeed
 	out    *Decision
@@ -121,21 +122,22 @@ func (f *fallback) decide(reqs []fbReq, commit bool) bool {
 	pass := true
 	for i := range reqs {
 		r := &reqs[i]
+		r.hits = max(r.hits, 1)
 		e := f.entry(r, now)
 		if r.seed.learned > e.seed.learned && e.key.client != "" && !f.blind {
 			e.seed = r.seed
 		}
 		entries[i] = e
-		ok, _ := e.check(now)
+		ok, _ := e.check(now, r.hits)
 		if !ok && !r.dryRun {
 			pass = false
 		}
 	}
 	for i := range reqs {
 		r, e := &reqs[i], entries[i]
-		ok, retry := e.check(now)
+		ok, retry := e.check(now, r.hits)
 		if ok && pass && commit {
-			e.admit(now)
+			e.admit(now, r.hits)
 			if e.heapIdx >= 0 {
 				heap.Fix(&f.byExpiry, e.heapIdx)
 			}
@@ -264,12 +266,12 @@ func (e *fbEntry) estimate(now int64) float64 {
 	return float64(e.prev)*float64(e.window-elapsed)/float64(e.window) + float64(e.cur)
 }
 
-// check says whether one more admit fits, and otherwise in how many ns.
-func (e *fbEntry) check(now int64) (bool, int64) {
+// check says whether h more admits fit, and otherwise in how many ns.
+func (e *fbEntry) check(now, h int64) (bool, int64) {
 	if now < e.seed.denyUntil {
 		return false, e.seed.denyUntil - now
 	}
-	if e.share <= 0 {
+	if e.share < h {
 		return false, e.window
 	}
 	seeded := int64(0)
@@ -277,34 +279,34 @@ func (e *fbEntry) check(now int64) (bool, int64) {
 		seeded = e.seed.n
 	}
 	if e.counter {
-		if seeded > 0 && e.estimate(now)+float64(seeded)+1 > float64(e.share) {
+		if seeded > 0 && e.estimate(now)+float64(seeded)+float64(h) > float64(e.share) {
 			// Redis's admits first: wait until they have left.
 			return false, e.seed.until - now
 		}
 		est := e.estimate(now)
-		if est+1 <= float64(e.share) {
+		if est+float64(h) <= float64(e.share) {
 			return true, 0
 		}
 		elapsed := now - e.idx*e.window
-		room := float64(e.share - 1 - e.cur)
+		room := float64(e.share - h - e.cur)
 		if e.prev > 0 && room >= 0 {
 			need := float64(e.window) * (1 - room/float64(e.prev))
 			return false, max(1, int64(math.Ceil(need))-elapsed)
 		}
 		var need float64
-		if float64(e.cur) > float64(e.share-1) {
-			need = float64(e.window) * (1 - float64(e.share-1)/float64(e.cur))
+		if float64(e.cur) > float64(e.share-h) {
+			need = float64(e.window) * (1 - float64(e.share-h)/float64(e.cur))
 		}
 		return false, max(1, e.window-elapsed+int64(math.Ceil(need)))
 	}
 	e.trim(now)
 	used := int64(len(e.log)-e.head) + seeded
-	if used < e.share {
+	if used+h <= e.share {
 		return true, 0
 	}
-	// The (used-share+1)-th departure, in time order, of the local admits
+	// The (used+h-share)-th departure, in time order, of the local admits
 	// (each at its time + window) and the seeded ones (all at seed.until).
-	k := used - e.share + 1
+	k := used + h - e.share
 	for _, t := range e.log[e.head:] {
 		if seeded > 0 && e.seed.until <= t+e.window {
 			if k <= seeded {
@@ -321,12 +323,14 @@ func (e *fbEntry) check(now int64) (bool, int64) {
 	return false, e.seed.until - now
 }
 
-func (e *fbEntry) admit(now int64) {
+func (e *fbEntry) admit(now, h int64) {
 	if e.counter {
 		e.roll(now)
-		e.cur++
+		e.cur += h
 	} else {
-		e.log = append(e.log, now)
+		for range h {
+			e.log = append(e.log, now)
+		}
 	}
 	e.lastAdmit = now
 }

@@ -24,7 +24,8 @@ var (
 	// ErrClosed: Decide was called after Close.
 	ErrClosed = errors.New("limiter: closed")
 	// ErrInvalidRule: the rule cannot be enforced (window outside
-	// [1ms, 1 year], unknown algorithm); such a request is always denied.
+	// [1ms, 1 year], unknown algorithm) or the request's Hits is outside
+	// [0, MaxHits]; such a request is always denied.
 	ErrInvalidRule = errors.New("limiter: invalid rule")
 
 	errNoReply = errors.New("limiter: no reply from redis")
@@ -207,7 +208,7 @@ type op struct {
 	done     chan struct{}
 	// Inline room for a one-key decision, so the hot path allocates
 	// neither its arguments nor its reply.
-	argsBuf  [10]any
+	argsBuf  [11]any
 	replyBuf [2 + replyPerKey]int64
 }
 
@@ -279,6 +280,14 @@ func (l *Limiter) keyOf(r *Request) string {
 	return Key(l.opts.Prefix, r.Rule.ID, r.Client)
 }
 
+// validRequest checks r's rule and hits.
+func validRequest(r *Request) error {
+	if r.Hits < 0 || r.Hits > MaxHits {
+		return fmt.Errorf("%w: %q hits %d outside [0, %d]", ErrInvalidRule, r.Rule.ID, r.Hits, MaxHits)
+	}
+	return validRule(&r.Rule)
+}
+
 func validRule(r *Rule) error {
 	if r.Window < minWindow || r.Window > maxWindow {
 		return fmt.Errorf("%w: %q window %v outside [%v, %v]", ErrInvalidRule, r.ID, r.Window, minWindow, maxWindow)
@@ -322,7 +331,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 		keys = make([]string, 0, len(reqs))
 	}
 	for i := range reqs {
-		if err := validRule(&reqs[i].Rule); err != nil {
+		if err := validRequest(&reqs[i]); err != nil {
 			valid = false
 			out[i] = Decision{Limit: reqs[i].Rule.Limit, RetryAfter: failedClosedRetry, Source: SourceFailedClosed, Err: err}
 			keys = append(keys, "")
@@ -410,7 +419,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 			if r.Rule.Replicas > 0 {
 				n = int64(r.Rule.Replicas)
 			}
-			fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, share: ceilDiv(r.Rule.Limit, n), out: &out[i]}
+			fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, hits: r.hits(), share: ceilDiv(r.Rule.Limit, n), out: &out[i]}
 			if l.view != nil && keys[i] != "" {
 				if e, ok := l.view.get(keys[i], &r.Rule); ok {
 					fr.seed = l.fb.seedOf(e, n)
@@ -566,7 +575,7 @@ func (l *Limiter) groups(reqs []Request, keys []string, allValid bool) []group {
 	if l.grouping == groupAll || len(reqs) == 1 {
 		g := group{idx: make([]int, 0, len(reqs)), keys: make([]string, 0, len(reqs))}
 		for i := range reqs {
-			if allValid || validRule(&reqs[i].Rule) == nil {
+			if allValid || validRequest(&reqs[i]) == nil {
 				g.idx = append(g.idx, i)
 				g.keys = append(g.keys, keys[i])
 			}
@@ -578,7 +587,7 @@ func (l *Limiter) groups(reqs []Request, keys []string, allValid bool) []group {
 	}
 	var gs []group
 	for i := range reqs {
-		if !allValid && validRule(&reqs[i].Rule) != nil {
+		if !allValid && validRequest(&reqs[i]) != nil {
 			continue
 		}
 		k := keys[i]
@@ -609,13 +618,14 @@ var (
 	argDecide  = any(decideLua.sha)
 	argUndo    = any(undoLua.sha)
 	argFlags   = [4]any{"0", "1", "2", "3"}
+	argOneHit  = any("1")
 )
 
 // invalidAreDry: the invalid rules of reqs are all dry-run, so the request
 // may still pass.
 func (l *Limiter) invalidAreDry(reqs []Request) bool {
 	for i := range reqs {
-		if !reqs[i].DryRun && validRule(&reqs[i].Rule) != nil {
+		if !reqs[i].DryRun && validRequest(&reqs[i]) != nil {
 			return false
 		}
 	}
@@ -628,7 +638,7 @@ func (l *Limiter) decideOp(reqs []Request, g *group, member string, commit bool,
 	n := len(g.idx)
 	o := &op{nkeys: n, start: start, deadline: deadline, done: make(chan struct{}, 1)}
 	args := o.argsBuf[:0]
-	if size := 3 + n + 3 + 3*n; size > len(o.argsBuf) {
+	if size := 3 + n + 3 + 4*n; size > len(o.argsBuf) {
 		args = make([]any, 0, size)
 	}
 	args = append(args, argEvalSha, argDecide, n)
@@ -651,6 +661,11 @@ func (l *Limiter) decideOp(reqs []Request, g *group, member string, commit bool,
 		}
 		win := (r.Rule.Window + time.Microsecond - 1) / time.Microsecond
 		args = append(args, r.Rule.Limit, int64(win), argFlags[f])
+		if h := r.hits(); h == 1 {
+			args = append(args, argOneHit)
+		} else {
+			args = append(args, h)
+		}
 	}
 	o.args = args
 	return o
@@ -789,7 +804,9 @@ func (l *Limiter) fillRedis(ctx context.Context, reqs []Request, g *group, start
 		if committed && v[0] == 1 {
 			admitted = true
 		}
-		if l.view != nil {
+		// A denial of several hits says nothing about one hit: it is not
+		// cached, or the deny cache would refuse what Redis admits.
+		if l.view != nil && (reqs[i].hits() == 1 || out[i].Allowed) {
 			l.view.put(g.keys[k], &reqs[i].Rule, start, &out[i])
 		}
 	}
@@ -818,17 +835,19 @@ func (l *Limiter) undo(reqs []Request, committed []*group, out []Decision, deadl
 			} else {
 				fields = append(fields, "")
 			}
-			out[i].Remaining = min(out[i].Remaining+1, max(out[i].Limit, 0))
+			h := reqs[i].hits()
+			fields = append(fields, strconv.FormatInt(h, 10))
+			out[i].Remaining = min(out[i].Remaining+h, max(out[i].Limit, 0))
 		}
 		if member == "" {
 			member = g.op.args[3+g.op.nkeys].(string)
 		}
-		args[2] = len(fields)
+		args[2] = len(fields) / 2
 		args = append(args, member)
 		args = append(args, fields...)
 		// An undo gets a full timeout of its own: it must not be dropped
 		// because the decision that needs it is about to give up.
-		o := &op{args: args, nkeys: len(fields), deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
+		o := &op{args: args, nkeys: len(fields) / 2, deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
 		ops = append(ops, o)
 		l.stats.undos.Add(1)
 		select {

@@ -118,7 +118,7 @@ func TestPeekNeverWrites(t *testing.T) {
 					flags = "1"
 				}
 				err := rdb.Eval(ctx, decideScript, []string{key}, "naive", "1000", "0",
-					rule.Limit, rule.Window.Microseconds(), flags).Err()
+					rule.Limit, rule.Window.Microseconds(), flags, 1).Err()
 				if err != nil {
 					t.Fatal(err)
 				}

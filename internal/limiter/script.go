@@ -33,8 +33,12 @@ const (
 //	ARGV[2]           expiry margin in ms
 //	ARGV[3]           "1" to admit, "0" to only decide (the request is
 //	                  already known to fail elsewhere)
-//	ARGV[3i+1..3i+3]  limit, window in µs, flags of rule i
+//	ARGV[4i..4i+3]    limit, window in µs, flags, hits of rule i
 //
+// hits is what the request costs (1 for an HTTP request; Envoy's
+// hits_addend for the RLS server): the key admits it only if count+hits
+// fits the limit, and a SlidingLog admit adds hits members (member, then
+// member.2 .. member.hits), so every window counts each hit.
 // Phase one trims and counts every key; phase two admits into every allowed
 // key only if no non-dry-run key denied (all or nothing), and sets PEXPIRE
 // (ms, window+margin) on each key on every call.
@@ -56,34 +60,34 @@ local margin = tonumber(ARGV[2])
 
 -- check trims and counts one key: allowed, estimate/count, counter field,
 -- current and previous fixed-window counts.
-local function check(key, l, w, ctr)
+local function check(key, l, w, ctr, h)
   if ctr then
     local x = math.floor(now / w)
     local v = redis.call('HMGET', key, x, x - 1)
     local c, p = tonumber(v[1]) or 0, tonumber(v[2]) or 0
     local e = p * (w - (now - x * w)) / w + c
-    return e + 1 <= l, e, x, c, p
+    return e + h <= l, e, x, c, p
   end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
   local c = redis.call('ZCARD', key)
-  return c < l, c, 0, c, 0
+  return c + h <= l, c, 0, c, 0
 end
 
 -- finish admits into one key when commit, sets its expiry and appends
 -- its five reply values to out.
-local function finish(out, key, l, w, ctr, ok, commit, e, x, c, p)
+local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
   local rem, retry, reset, field = 0, 0, 0, 0
   local exists = commit
   if ctr then
     local elapsed = now - x * w
     if commit then
-      if redis.call('HINCRBY', key, x, 1) == 1 and redis.call('HLEN', key) > 2 then
+      if redis.call('HINCRBY', key, x, h) == h and redis.call('HLEN', key) > 2 then
         for _, k in ipairs(redis.call('HKEYS', key)) do
           local kn = tonumber(k)
           if kn ~= x and kn ~= x - 1 then redis.call('HDEL', key, k) end
         end
       end
-      c, e, field = c + 1, e + 1, x
+      c, e, field = c + h, e + h, x
     end
     rem = math.floor(l - e)
     if commit or c > 0 then
@@ -93,21 +97,29 @@ local function finish(out, key, l, w, ctr, ok, commit, e, x, c, p)
     end
     exists = exists or c > 0 or p > 0
     if not ok then
-      if l <= 0 then
+      if l < h then
         retry = w
-      elseif p > 0 and l - 1 - c >= 0 then
-        retry = math.ceil(w * (1 - (l - 1 - c) / p) - elapsed)
+      elseif p > 0 and l - h - c >= 0 then
+        retry = math.ceil(w * (1 - (l - h - c) / p) - elapsed)
       else
         local need = 0
-        if c > l - 1 then need = w * (1 - (l - 1) / c) end
+        if c > l - h then need = w * (1 - (l - h) / c) end
         retry = math.ceil(w - elapsed + need)
       end
       if retry < 1 then retry = 1 end
     end
   else
     if commit then
-      redis.call('ZADD', key, now, member)
-      c = c + 1
+      if h == 1 then
+        redis.call('ZADD', key, now, member)
+      else
+        local zargs = {now, member}
+        for j = 2, h do
+          zargs[2 * j - 1], zargs[2 * j] = now, member .. '.' .. j
+        end
+        redis.call('ZADD', key, unpack(zargs))
+      end
+      c = c + h
       reset = w
     elseif c > 0 then
       local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
@@ -116,7 +128,8 @@ local function finish(out, key, l, w, ctr, ok, commit, e, x, c, p)
     exists = exists or c > 0
     if not ok then
       local r = {}
-      if l > 0 then r = redis.call('ZRANGE', key, c - l, c - l, 'WITHSCORES') end
+      -- The admit whose leaving makes room for h more: rank c+h-l-1.
+      if l >= h then r = redis.call('ZRANGE', key, c + h - l - 1, c + h - l - 1, 'WITHSCORES') end
       if r[2] then retry = tonumber(r[2]) + w - now else retry = w end
     end
     rem = l - c
@@ -135,25 +148,25 @@ local pass = ARGV[3] == '1'
 local n = #KEYS
 if n == 1 then
   -- The common case, without the per-key tables.
-  local key, l, w, f = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local key, l, w, f, h = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
   local ctr = f % 2 == 1
-  local ok, e, x, c, p = check(key, l, w, ctr)
+  local ok, e, x, c, p = check(key, l, w, ctr, h)
   pass = pass and (ok or f >= 2)
   local out = {now, pass and 1 or 0}
-  finish(out, key, l, w, ctr, ok, pass and ok, e, x, c, p)
+  finish(out, key, l, w, ctr, h, ok, pass and ok, e, x, c, p)
   return out
 end
-local lim, win, ctr, oks, es, xs, cs, ps = {}, {}, {}, {}, {}, {}, {}, {}
+local lim, win, ctr, hs, oks, es, xs, cs, ps = {}, {}, {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
-  local b = 3 * i + 1
-  local l, w, f = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
-  lim[i], win[i], ctr[i] = l, w, f % 2 == 1
-  oks[i], es[i], xs[i], cs[i], ps[i] = check(KEYS[i], l, w, ctr[i])
+  local b = 4 * i
+  local l, w, f, h = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  lim[i], win[i], ctr[i], hs[i] = l, w, f % 2 == 1, h
+  oks[i], es[i], xs[i], cs[i], ps[i] = check(KEYS[i], l, w, ctr[i], h)
   if not oks[i] and f < 2 then pass = false end
 end
 local out = {now, pass and 1 or 0}
 for i = 1, n do
-  finish(out, KEYS[i], lim[i], win[i], ctr[i], oks[i], pass and oks[i], es[i], xs[i], cs[i], ps[i])
+  finish(out, KEYS[i], lim[i], win[i], ctr[i], hs[i], oks[i], pass and oks[i], es[i], xs[i], cs[i], ps[i])
 end
 return out
 `
@@ -163,15 +176,18 @@ return out
 //
 //	KEYS[i]     the key of an admitted rule
 //	ARGV[1]     the member that was added
-//	ARGV[1+i]   "" for a SlidingLog key, else the counter field incremented
+//	ARGV[2i]    "" for a SlidingLog key, else the counter field incremented
+//	ARGV[2i+1]  the hits that were added
 const undoScript = `
 for i = 1, #KEYS do
-  local f = ARGV[1 + i]
+  local f, h = ARGV[2 * i], tonumber(ARGV[2 * i + 1])
   if f == '' then
-    redis.call('ZREM', KEYS[i], ARGV[1])
+    local ms = {ARGV[1]}
+    for j = 2, h do ms[j] = ARGV[1] .. '.' .. j end
+    redis.call('ZREM', KEYS[i], unpack(ms))
   else
     local v = tonumber(redis.call('HGET', KEYS[i], f))
-    if v and v > 0 then redis.call('HINCRBY', KEYS[i], f, -1) end
+    if v and v > 0 then redis.call('HINCRBY', KEYS[i], f, -math.min(v, h)) end
   end
 end
 return 1

@@ -224,7 +224,7 @@ func measureTextbook(ctx context.Context, srv *testsupport.Redis, alg limiter.Al
 	lat, elapsed := drive(callers, d, func(rng *rand.Rand) bool {
 		member := "tb" + strconv.FormatInt(seq.Add(1), 36)
 		key := limiter.Key("slidegate:", "bench/textbook", strconv.Itoa(rng.IntN(clients)))
-		err := rdb.Eval(ctx, src, []string{key}, member, 1000, 1, benchLimit, benchWindow.Microseconds(), flags).Err()
+		err := rdb.Eval(ctx, src, []string{key}, member, 1000, 1, benchLimit, benchWindow.Microseconds(), flags, 1).Err()
 		if err != nil {
 			firstErr.CompareAndSwap(nil, &err)
 		}
@@ -256,7 +256,7 @@ func measureCeiling(srv *testsupport.Redis, bin string, alg limiter.Algorithm, c
 		// Two random numbers make the member unique enough, like the
 		// limiter's process id and sequence.
 		"EVALSHA", sha, "1", key, "m__rand_int____rand_int__", "1000", "1",
-		strconv.Itoa(benchLimit), strconv.FormatInt(benchWindow.Microseconds(), 10), flags}
+		strconv.Itoa(benchLimit), strconv.FormatInt(benchWindow.Microseconds(), 10), flags, "1"}
 	outb, err := exec.Command(bin, args...).Output()
 	if err != nil {
 		return point{}, fmt.Errorf("redis-benchmark: %w", err)
