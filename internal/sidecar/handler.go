@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/ratelimitheader"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -201,7 +202,7 @@ func (s *Sidecar) forward(w http.ResponseWriter, r *http.Request) {
 // reject answers 429 for the policy p that denied the request.
 func (s *Sidecar) reject(w http.ResponseWriter, st *state, p *policy, d limiter.Decision) {
 	s.respRejected.Inc()
-	retry := retryAfterSeconds(d.RetryAfter)
+	retry := ratelimitheader.RetryAfterSeconds(d.RetryAfter)
 	h := w.Header()
 	setTextHeaders(h)
 	h.Set(headerRetryAfter, retry)
@@ -238,7 +239,7 @@ func (s *Sidecar) rejectMissingKey(w http.ResponseWriter, st *state, p *policy) 
 // decide.
 func (s *Sidecar) failClosed(w http.ResponseWriter, st *state, p *policy, d limiter.Decision) {
 	s.respFailedClosed.Inc()
-	retry := retryAfterSeconds(d.RetryAfter)
+	retry := ratelimitheader.RetryAfterSeconds(d.RetryAfter)
 	h := w.Header()
 	setTextHeaders(h)
 	h.Set(headerRetryAfter, retry)

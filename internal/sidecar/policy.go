@@ -7,13 +7,13 @@ import (
 	"net/http"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/ratelimitheader"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -93,13 +93,12 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 			source:    p.Key.Source,
 			keyName:   p.Key.Name,
 			onMissing: p.Key.OnMissing,
-			nameItem:  sfString(p.Name),
+			nameItem:  ratelimitheader.String(p.Name),
 		}
 		if cp.source == sidecarconfig.SourceHeader {
 			cp.keyName = http.CanonicalHeaderKey(cp.keyName)
 		}
-		cp.policyItem = cp.nameItem + ";q=" + strconv.FormatInt(p.Limit, 10) +
-			";w=" + strconv.FormatInt(ceilSeconds(cp.rule.Window), 10)
+		cp.policyItem = ratelimitheader.PolicyItem(cp.nameItem, p.Limit, cp.rule.Window)
 		st.policies = append(st.policies, cp)
 	}
 	return st, nil
@@ -149,37 +148,6 @@ func cleanRequestPath(p string) string {
 		c += "/"
 	}
 	return c
-}
-
-// ceilSeconds rounds a duration up to whole seconds (0 stays 0).
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-// sfString serialises s as an RFC 9651 (Structured Field Values) String:
-// quoted, with '"' and '\' escaped; bytes outside printable ASCII (which a
-// Kubernetes name never has) are replaced by '?'.
-func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }
 
 func (st *state) String() string {

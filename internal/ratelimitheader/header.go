@@ -1,0 +1,79 @@
+// Package ratelimitheader formats the rate limit header fields that the
+// sidecar sets on its responses and the RLS server hands to Envoy, so a
+// client sees the same fields whichever of the two enforced its limit.
+//
+// Header fields of draft-ietf-httpapi-ratelimit-headers (drafts 08 to 11):
+//
+//	RateLimit-Policy: "per-user";q=100;w=60
+//	RateLimit: "per-user";r=42;t=17
+//
+// Both are RFC 9651 Lists of Items: the item is the policy name as a String,
+// q the quota (the limit), w the window in seconds, r the remaining quota and
+// t the seconds until more quota is available. Windows under a second are
+// rounded up to w=1 (the field has whole seconds only).
+package ratelimitheader
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header names.
+const (
+	Policy     = "RateLimit-Policy"
+	RateLimit  = "RateLimit"
+	RetryAfter = "Retry-After"
+)
+
+// PolicyItem is one RateLimit-Policy item: `<nameItem>;q=<limit>;w=<seconds>`,
+// nameItem being the policy name as made by String.
+func PolicyItem(nameItem string, limit int64, window time.Duration) string {
+	return nameItem + ";q=" + strconv.FormatInt(limit, 10) + ";w=" + strconv.FormatInt(CeilSeconds(window), 10)
+}
+
+// AppendItem appends one RateLimit item: `<nameItem>;r=<remaining>;t=<seconds>`.
+func AppendItem(buf []byte, nameItem string, remaining int64, reset time.Duration) []byte {
+	buf = append(buf, nameItem...)
+	buf = append(buf, ";r="...)
+	buf = strconv.AppendInt(buf, max(remaining, 0), 10)
+	buf = append(buf, ";t="...)
+	return strconv.AppendInt(buf, CeilSeconds(reset), 10)
+}
+
+// RetryAfterSeconds is a Retry-After value: the limiter's exact wait rounded
+// up to whole seconds, at least 1.
+func RetryAfterSeconds(d time.Duration) string {
+	return strconv.FormatInt(max(CeilSeconds(d), 1), 10)
+}
+
+// CeilSeconds rounds a duration up to whole seconds (0 stays 0).
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// String serialises s as an RFC 9651 (Structured Field Values) String:
+// quoted, with '"' and '\' escaped; bytes outside printable ASCII (which a
+// Kubernetes name never has) are replaced by '?'.
+func String(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
