@@ -1,0 +1,93 @@
+package rls
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Values of the decision label of slidegate_rls_requests_total, as in
+// slidegate_sidecar_requests_total: what one policy did to one request.
+const (
+	DecisionAllowed        = "allowed"
+	DecisionRejected       = "rejected"
+	DecisionDryRunRejected = "dry_run_rejected"
+	DecisionFailedClosed   = "failed_closed"
+	DecisionNotCounted     = "not_counted"
+)
+
+// Values of the code label of slidegate_rls_responses_total.
+const (
+	responseOK        = "ok"
+	responseOverLimit = "over_limit"
+	responseInvalid   = "invalid_argument"
+	responseNoConfig  = "no_config"
+)
+
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests        *prometheus.CounterVec
+	decisionSeconds prometheus.Histogram
+	limiterSources  *prometheus.CounterVec
+	redisErrors     prometheus.Counter
+	responses       *prometheus.CounterVec
+	reloads         *prometheus.CounterVec
+	lastReloadOK    prometheus.Gauge
+	policies        prometheus.Gauge
+	peers           prometheus.Gauge
+}
+
+// newMetrics registers the RLS server's metrics: the sidecar's names under
+// the subsystem "rls" where they mean the same.
+func newMetrics(fallbackActive func() float64) *metrics {
+	const ns, sub = "slidegate", "rls"
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "requests_total",
+		Help: "Decisions of each policy on the RLS requests it matched, by policy id and decision.",
+	}, []string{"policy", "decision"})
+	m.decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: ns, Subsystem: sub, Name: "decision_duration_seconds",
+		Help:    "Time the limiter took to decide all the policies of one RLS request.",
+		Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	})
+	m.limiterSources = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "limiter_decisions_total",
+		Help: "Limiter decisions by the path that produced them: redis, deny-cache, fallback (fail-open, local) or failed-closed.",
+	}, []string{"source"})
+	m.redisErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
+		Help: "Decisions that hit a Redis error (timeout, connection) and went to the fallback or failed closed.",
+	})
+	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "responses_total",
+		Help: "RLS answers by code: ok, over_limit, invalid_argument, no_config (UNAVAILABLE before any config loaded).",
+	}, []string{"code"})
+	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "fallback_active",
+		Help: "1 while the limiter's circuit to Redis is open: fail-open policies decide locally, fail-closed ones answer OVER_LIMIT.",
+	}, fallbackActive)
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "config_reloads_total",
+		Help: "Loads of a changed config file, by result (success, failure); a failure keeps the last good config.",
+	}, []string{"result"})
+	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "config_last_reload_successful",
+		Help: "1 if the last attempt to load a changed config succeeded, 0 if it failed (the last good config stays in force).",
+	})
+	m.policies = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "policies_active",
+		Help: "Policies of the config in force.",
+	})
+	m.peers = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "peers",
+		Help: "RLS replicas counted through Redis (the fail-open share's divisor).",
+	})
+	m.reg.MustRegister(m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
+		fallback, m.reloads, m.lastReloadOK, m.policies, m.peers,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is the server's Prometheus registry, for the metrics endpoint.
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }

@@ -1,0 +1,150 @@
+package rls
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/slidegate/slidegate/internal/rlsconfig"
+)
+
+// maxConfigFileBytes bounds the config file read (a ConfigMap holds at
+// most 1 MiB).
+const maxConfigFileBytes = 4 << 20
+
+// loader remembers what was loaded, so an unchanged file is not parsed
+// again and a bad one is reported once.
+type loader struct {
+	mu          sync.Mutex
+	data        []byte
+	loaded      bool
+	lastFailure string
+}
+
+// Reload reads the config file now and, if it changed and is valid, puts it
+// in force. An invalid or unreadable file keeps the config in force (the
+// last good one) and is returned as the error.
+//
+// A missing file means no policies: the ConfigMap volume is optional, and
+// the kubelet fills it before the container starts when the ConfigMap
+// exists, so a missing file at start means the controller has rendered no
+// RLS policy (or deleted the ConfigMap with the last one). The server is
+// then ready and answers OK without limits, as it will for any descriptor
+// no policy matches.
+func (s *Server) Reload() error {
+	l := &s.loader
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	data, err := readBounded(s.opts.ConfigFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		data, err = []byte{}, nil
+	}
+	if err == nil && l.loaded && bytes.Equal(data, l.data) {
+		return nil
+	}
+	cfg := &rlsconfig.Config{Version: rlsconfig.Version}
+	if err == nil && len(data) > 0 {
+		cfg, err = rlsconfig.Parse(data)
+	}
+	if err != nil {
+		s.metrics.reloads.WithLabelValues("failure").Inc()
+		s.metrics.lastReloadOK.Set(0)
+		if msg := err.Error(); msg != l.lastFailure {
+			l.lastFailure = msg
+			s.log.Error("config not loaded; the last good config stays in force", "file", s.opts.ConfigFile, "error", err)
+		}
+		return err
+	}
+	s.state.Store(newIndex(cfg))
+	l.data, l.loaded, l.lastFailure = data, true, ""
+	s.metrics.reloads.WithLabelValues("success").Inc()
+	s.metrics.lastReloadOK.Set(1)
+	s.metrics.policies.Set(float64(len(cfg.Policies)))
+	s.log.Info("config loaded", "file", s.opts.ConfigFile, "policies", len(cfg.Policies))
+	return nil
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxConfigFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxConfigFileBytes)
+	}
+	return data, nil
+}
+
+// WatchConfig reloads on every event in the config file's directory (the
+// kubelet swaps a ConfigMap volume's ..data link) and every ResyncInterval
+// in any case, until ctx ends.
+func (s *Server) WatchConfig(ctx context.Context) {
+	var events <-chan fsnotify.Event
+	if w, err := fsnotify.NewWatcher(); err == nil {
+		defer func() { _ = w.Close() }()
+		if err := w.Add(filepath.Dir(s.opts.ConfigFile)); err == nil {
+			events = w.Events
+		} else {
+			s.log.Info("not watching the config directory; polling only", "error", err)
+		}
+	}
+	t := time.NewTicker(s.opts.ResyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+		case <-t.C:
+		}
+		_ = s.Reload() // logged and counted by Reload
+	}
+}
+
+// peerKey is the presence key under which the RLS replicas count
+// themselves. Every replica serves every policy, so one key counts them
+// all; a sidecar's rule ids are "<namespace>/<name>", never "rls".
+const peerKey = "rls"
+
+// AnnounceLoop tells Redis every PeerInterval that this replica serves, and
+// learns how many do: each fail-open policy's local share while Redis is
+// away is ceil(limit/count). While Redis cannot answer, the last count
+// stays.
+func (s *Server) AnnounceLoop(ctx context.Context) {
+	t := time.NewTicker(s.opts.PeerInterval)
+	defer t.Stop()
+	for {
+		actx, cancel := context.WithTimeout(ctx, s.opts.PeerInterval)
+		counts, err := s.lim.Announce(actx, []string{peerKey}, 3*s.opts.PeerInterval)
+		cancel()
+		if n, ok := counts[peerKey]; ok {
+			s.peers.Store(int64(n))
+			s.metrics.peers.Set(float64(n))
+		} else if err != nil && ctx.Err() == nil {
+			s.log.Debug("announcing to Redis failed; the last peer count stays", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,324 @@
+// Package rls serves Envoy's rate limit service (RLS v3,
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) from the
+// exact limiter: the descriptors of one request are matched against the
+// policies of its domain (rlsconfig), and every matched (policy, client)
+// pair is decided in one limiter.Decide call, all or nothing.
+package rls
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/ratelimitheader"
+)
+
+// Bounds of one request. Envoy's descriptors are built from a route's rate
+// limit actions: a few descriptors of a few entries each. Values are hashed
+// into client keys, so their size only costs hashing; the bound is above
+// Envoy's default header size limit (60 KiB), so no value a gateway
+// forwards is refused.
+const (
+	MaxDescriptors = 64
+	MaxEntries     = 32
+	MaxKeyBytes    = 256
+	MaxValueBytes  = 64 << 10
+	MaxDomainBytes = 256
+	// MaxHits bounds hits_addend (request or descriptor) and the hits that
+	// one (policy, client) pair sums over the descriptors of a request:
+	// each hit is one sorted-set member written by the decision.
+	MaxHits = limiter.MaxHits
+)
+
+// Server implements RateLimitServiceServer. Its config is swapped
+// atomically by Reload; a request sees one config throughout.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	lim     *limiter.Limiter
+	state   atomic.Pointer[index]
+	peers   atomic.Int64 // RLS replicas counted through Redis; 0: unknown
+	metrics *metrics
+	log     *slog.Logger
+	opts    Options
+	loader  loader
+}
+
+// New returns a server deciding with lim. It serves nothing until the
+// first Reload succeeds (see Ready).
+func New(lim *limiter.Limiter, opts Options) *Server {
+	opts = opts.withDefaults()
+	s := &Server{lim: lim, opts: opts, log: opts.Logger}
+	s.metrics = newMetrics(func() float64 {
+		if lim.Healthy() {
+			return 0
+		}
+		return 1
+	})
+	return s
+}
+
+// Ready reports whether a config is loaded.
+func (s *Server) Ready() bool { return s.state.Load() != nil }
+
+// descriptor is one request descriptor, checked, with the (policy, client)
+// pairs it matched (indexes into the decided requests).
+type descriptor struct {
+	pairs []int
+}
+
+// ShouldRateLimit decides one request of Envoy's rate limit filter.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := validate(req); err != nil {
+		s.metrics.responses.WithLabelValues(responseInvalid).Inc()
+		return nil, err
+	}
+	ix := s.state.Load()
+	if ix == nil {
+		s.metrics.responses.WithLabelValues(responseNoConfig).Inc()
+		return nil, status.Error(codes.Unavailable, "slidegate rls: no config loaded yet")
+	}
+	reqs, pols, descs, err := s.gather(ix, req)
+	if err != nil {
+		s.metrics.responses.WithLabelValues(responseInvalid).Inc()
+		return nil, err
+	}
+	var ds []limiter.Decision
+	if len(reqs) > 0 {
+		start := time.Now()
+		ds = s.lim.Decide(ctx, reqs)
+		s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
+	}
+	resp := s.answer(reqs, pols, descs, ds)
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		s.metrics.responses.WithLabelValues(responseOverLimit).Inc()
+	} else {
+		s.metrics.responses.WithLabelValues(responseOK).Inc()
+	}
+	return resp, nil
+}
+
+// validate checks the request's shape and bounds.
+func validate(req *rlsv3.RateLimitRequest) error {
+	switch {
+	case req.GetDomain() == "":
+		return status.Error(codes.InvalidArgument, "domain is required")
+	case len(req.GetDomain()) > MaxDomainBytes:
+		return status.Errorf(codes.InvalidArgument, "domain longer than %d bytes", MaxDomainBytes)
+	case len(req.GetDescriptors()) == 0:
+		return status.Error(codes.InvalidArgument, "at least one descriptor is required")
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "%d descriptors, at most %d", len(req.GetDescriptors()), MaxDescriptors)
+	case req.GetHitsAddend() > MaxHits:
+		return status.Errorf(codes.InvalidArgument, "hits_addend %d above %d", req.GetHitsAddend(), MaxHits)
+	}
+	for i, d := range req.GetDescriptors() {
+		if err := validateDescriptor(d); err != nil {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+		}
+	}
+	return nil
+}
+
+func validateDescriptor(d *ratelimitv3.RateLimitDescriptor) error {
+	es := d.GetEntries()
+	switch {
+	case len(es) == 0:
+		return fmt.Errorf("no entries")
+	case len(es) > MaxEntries:
+		return fmt.Errorf("%d entries, at most %d", len(es), MaxEntries)
+	case d.GetIsNegativeHits():
+		// Sliding-log admits are requests that happened; giving budget
+		// back by hand would make the window's count a fiction.
+		return fmt.Errorf("is_negative_hits is not supported")
+	case d.GetHitsAddend() != nil && d.GetHitsAddend().GetValue() > MaxHits:
+		return fmt.Errorf("hits_addend %d above %d", d.GetHitsAddend().GetValue(), MaxHits)
+	}
+	for j, e := range es {
+		if e.GetKey() == "" || len(e.GetKey()) > MaxKeyBytes {
+			return fmt.Errorf("entry %d: key must have 1 to %d bytes", j, MaxKeyBytes)
+		}
+		if len(e.GetValue()) > MaxValueBytes {
+			return fmt.Errorf("entry %d (%q): value longer than %d bytes", j, e.GetKey(), MaxValueBytes)
+		}
+	}
+	return nil
+}
+
+// hitsOf is what descriptor d costs: its own hits_addend when set, else
+// the request's; 0 (unset, or Envoy's filter-state override of 0) is 1,
+// since the limiter only decides requests that count.
+func hitsOf(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64 {
+	h := int64(req.GetHitsAddend())
+	if v := d.GetHitsAddend(); v != nil {
+		h = int64(v.GetValue()) //nolint:gosec // validated ≤ MaxHits
+	}
+	return max(h, 1)
+}
+
+// gather matches every descriptor and builds the limiter requests: one per
+// distinct (policy, client) pair, whose hits sum over the descriptors that
+// matched it (the same key twice in one Decide would be checked twice
+// against the same count).
+func (s *Server) gather(ix *index, req *rlsv3.RateLimitRequest) ([]limiter.Request, []*policy, []descriptor, error) {
+	descs := make([]descriptor, len(req.GetDescriptors()))
+	shapes := ix.domains[req.GetDomain()]
+	if shapes == nil {
+		return nil, nil, descs, nil // unknown domain: nothing limits it
+	}
+	replicas := int(s.peers.Load())
+	var reqs []limiter.Request
+	var pols []*policy
+	var keys, values []string
+	var ms []matched
+	for i, d := range req.GetDescriptors() {
+		keys, values = keys[:0], values[:0]
+		for _, e := range d.GetEntries() {
+			keys, values = append(keys, e.GetKey()), append(values, e.GetValue())
+		}
+		ms = ix.match(shapes, keys, values, ms[:0])
+		h := hitsOf(req, d)
+	pairs:
+		for _, m := range ms {
+			for k := range reqs {
+				if pols[k] == m.p && reqs[k].Client == m.client {
+					reqs[k].Hits += h
+					if reqs[k].Hits > MaxHits {
+						return nil, nil, nil, status.Errorf(codes.InvalidArgument,
+							"the descriptors matching policy %s/%s add up to more than %d hits", m.p.namespace, m.p.name, MaxHits)
+					}
+					descs[i].pairs = append(descs[i].pairs, k)
+					continue pairs
+				}
+			}
+			rule := m.p.rule
+			rule.Replicas = replicas
+			reqs = append(reqs, limiter.Request{Rule: rule, Client: m.client, DryRun: m.p.dryRun, Hits: h})
+			pols = append(pols, m.p)
+			descs[i].pairs = append(descs[i].pairs, len(reqs)-1)
+		}
+	}
+	return reqs, pols, descs, nil
+}
+
+// answer builds the response from the decisions: a descriptor is
+// OVER_LIMIT when an enforced policy it matched denied; its current_limit
+// is that policy's, or else the enforced policy with the least remaining.
+// A descriptor that matched no enforced policy is OK without a limit.
+func (s *Server) answer(reqs []limiter.Request, pols []*policy, descs []descriptor, ds []limiter.Decision) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
+	}
+	deny := -1
+	for k := range reqs {
+		if !reqs[k].DryRun && !ds[k].Allowed {
+			deny = k
+			break
+		}
+	}
+	s.count(reqs, pols, ds, deny >= 0)
+	for i, d := range descs {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		pick := -1
+		for _, k := range d.pairs {
+			if reqs[k].DryRun {
+				continue
+			}
+			switch {
+			case !ds[k].Allowed:
+				if pick < 0 || ds[pick].Allowed {
+					pick = k
+				}
+			case pick < 0 || (ds[pick].Allowed && ds[k].Remaining < ds[pick].Remaining):
+				pick = k
+			}
+		}
+		if pick < 0 {
+			continue
+		}
+		dec := &ds[pick]
+		st.CurrentLimit = pols[pick].limit
+		st.LimitRemaining = uint32(min(max(dec.Remaining, 0), 1<<32-1)) //nolint:gosec // clamped
+		wait := dec.ResetAfter
+		if !dec.Allowed {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			wait = dec.RetryAfter
+		}
+		st.DurationUntilReset = durationpb.New(wait)
+	}
+	resp.ResponseHeadersToAdd = headers(reqs, pols, ds, deny)
+	return resp
+}
+
+// headers are the sidecar's header fields (ratelimitheader): on a denial,
+// Retry-After and the denying policy; otherwise every enforced policy with
+// its remaining quota.
+func headers(reqs []limiter.Request, pols []*policy, ds []limiter.Decision, deny int) []*corev3.HeaderValue {
+	if deny >= 0 {
+		d := &ds[deny]
+		return []*corev3.HeaderValue{
+			{Key: ratelimitheader.RetryAfter, Value: ratelimitheader.RetryAfterSeconds(d.RetryAfter)},
+			{Key: ratelimitheader.Policy, Value: pols[deny].policyItem},
+			{Key: ratelimitheader.RateLimit, Value: string(ratelimitheader.AppendItem(nil, pols[deny].nameItem, 0, d.RetryAfter))},
+		}
+	}
+	var items, policies []byte
+	for k := range reqs {
+		if reqs[k].DryRun {
+			continue
+		}
+		if len(items) > 0 {
+			items, policies = append(items, ", "...), append(policies, ", "...)
+		}
+		items = ratelimitheader.AppendItem(items, pols[k].nameItem, ds[k].Remaining, ds[k].ResetAfter)
+		policies = append(policies, pols[k].policyItem...)
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	return []*corev3.HeaderValue{
+		{Key: ratelimitheader.Policy, Value: string(policies)},
+		{Key: ratelimitheader.RateLimit, Value: string(items)},
+	}
+}
+
+// count records each pair's decision and the limiter's sources.
+func (s *Server) count(reqs []limiter.Request, pols []*policy, ds []limiter.Decision, denied bool) {
+	for k := range reqs {
+		d := &ds[k]
+		s.metrics.limiterSources.WithLabelValues(string(d.Source)).Inc()
+		if d.Err != nil {
+			s.metrics.redisErrors.Inc()
+		}
+		var decision string
+		switch {
+		case d.Source == limiter.SourceFailedClosed && !d.Allowed:
+			decision = DecisionFailedClosed
+		case !d.Allowed && reqs[k].DryRun:
+			decision = DecisionDryRunRejected
+		case !d.Allowed:
+			decision = DecisionRejected
+		case denied && !reqs[k].DryRun:
+			decision = DecisionNotCounted
+		default:
+			decision = DecisionAllowed
+		}
+		s.metrics.requests.WithLabelValues(pols[k].id, decision).Inc()
+	}
+}
+
+func wrapUint32(v uint32) *wrapperspb.UInt32Value { return wrapperspb.UInt32(v) }

@@ -1,0 +1,86 @@
+package rlsconfig
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestParseValid: the golden document parses and Marshal writes it back
+// byte for byte (the controller's output is canonical).
+func TestParseValid(t *testing.T) {
+	data, err := os.ReadFile("testdata/valid.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Policies) != 2 || c.Policies[1].Descriptor[0].Value != "api" {
+		t.Fatalf("parsed %+v", c)
+	}
+	out, err := Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out, data) {
+		t.Fatalf("Marshal does not round-trip:\n%s", out)
+	}
+}
+
+// New cases go at the end of the table: a mutation of the golden policy
+// and the error text it must produce.
+func TestParseInvalid(t *testing.T) {
+	valid := func() Policy {
+		return Policy{
+			Namespace: "ns", Name: "p", ID: "rls/ns/p", Domain: "d",
+			Descriptor:   []Entry{{Key: "remote_address"}},
+			WindowMillis: 1000, Limit: 10, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce",
+		}
+	}
+	cases := []struct {
+		name   string
+		mutate func(c *Config)
+		want   string
+	}{
+		{"version", func(c *Config) { c.Version = "v2" }, `version "v2" is not "v1"`},
+		{"unsorted", func(c *Config) {
+			p := valid()
+			p.Name, p.ID = "a", "rls/ns/a"
+			c.Policies = append(c.Policies, p)
+		}, "not sorted by id"},
+		{"duplicate", func(c *Config) { c.Policies = append(c.Policies, valid()) }, "appears twice"},
+		{"id", func(c *Config) { c.Policies[0].ID = "ns/p" }, `id is not "rls/ns/p"`},
+		{"no domain", func(c *Config) { c.Policies[0].Domain = "" }, "domain must have 1 to 256 bytes"},
+		{"no descriptor", func(c *Config) { c.Policies[0].Descriptor = nil }, "descriptor has 0 entries"},
+		{"too many entries", func(c *Config) {
+			c.Policies[0].Descriptor = make([]Entry, MaxEntries+1)
+			for i := range c.Policies[0].Descriptor {
+				c.Policies[0].Descriptor[i].Key = "k"
+			}
+		}, "descriptor has 17 entries"},
+		{"empty key", func(c *Config) { c.Policies[0].Descriptor[0].Key = "" }, "descriptor[0].key must have"},
+		{"long value", func(c *Config) { c.Policies[0].Descriptor[0].Value = strings.Repeat("v", 257) }, "descriptor[0].value longer than 256"},
+		{"window", func(c *Config) { c.Policies[0].WindowMillis = 0 }, "windowMillis 0 outside"},
+		{"limit", func(c *Config) { c.Policies[0].Limit = -1 }, "limit -1 outside"},
+		{"algorithm", func(c *Config) { c.Policies[0].Algorithm = "FixedWindow" }, `algorithm "FixedWindow"`},
+		{"failMode", func(c *Config) { c.Policies[0].FailMode = "" }, `failMode ""`},
+		{"mode", func(c *Config) { c.Policies[0].Mode = "Shadow" }, `mode "Shadow"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Config{Version: Version, Policies: []Policy{valid()}}
+			tc.mutate(c)
+			if _, err := Marshal(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+	for _, bad := range []string{`{"version":"v1","policies":[],"extra":1}`, `{"version":"v1","policies":[]} {}`, `[`} {
+		if _, err := Parse([]byte(bad)); err == nil {
+			t.Errorf("Parse(%s) succeeded", bad)
+		}
+	}
+}
