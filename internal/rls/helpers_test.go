@@ -22,9 +22,10 @@ import (
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
-// The 3-master cluster is started once for the package, in the background.
+// The 3-master cluster is started once for the package, by the first test
+// that needs it (not in TestMain: fuzz workers run TestMain too).
 var (
-	clusterOnce sync.WaitGroup
+	clusterOnce sync.Once
 	cluster     *testsupport.Cluster
 	clusterErr  error
 )
@@ -37,13 +38,7 @@ func TestMain(m *testing.M) {
 		testsupport.MissingInMain("redis-cli", err)
 	}
 	redis.SetLogger(quietLogger{})
-	clusterOnce.Add(1)
-	go func() {
-		defer clusterOnce.Done()
-		cluster, clusterErr = testsupport.NewCluster(3)
-	}()
 	code := m.Run()
-	clusterOnce.Wait()
 	if cluster != nil {
 		cluster.Close()
 	}
@@ -56,7 +51,7 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func sharedCluster(t *testing.T) *testsupport.Cluster {
 	t.Helper()
-	clusterOnce.Wait()
+	clusterOnce.Do(func() { cluster, clusterErr = testsupport.NewCluster(3) })
 	if clusterErr != nil {
 		t.Fatalf("starting the redis cluster: %v", clusterErr)
 	}
@@ -117,7 +112,7 @@ func startReplica(t *testing.T, rc limiter.RedisConfig, configFile string, lo li
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lim.Close() })
-	s := New(lim, Options{ConfigFile: configFile})
+	s := New(lim, Options{ConfigFile: configFile, PeerInterval: 50 * time.Millisecond})
 	if err := s.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -183,4 +178,28 @@ func headerMap(resp *rlsv3.RateLimitResponse) map[string]string {
 func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// testMetric reads one series of a counter from the server's registry.
+func testMetric(t *testing.T, s *Server, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
