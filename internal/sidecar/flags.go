@@ -34,13 +34,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "rendered sidecar config file (its directory is watched)")
 	fs.StringVar(&o.PodLabelsFile, "pod-labels-file", o.PodLabelsFile, "downward-API file with the pod's labels (empty: no labels)")
 	fs.DurationVar(&o.ConfigResyncInterval, "config-resync-interval", o.ConfigResyncInterval, "re-read the config and labels files this often even without a file event")
-	fs.StringVar(&o.Redis.Mode, "redis-mode", o.Redis.Mode, "Redis deployment: standalone, cluster or sentinel")
-	fs.Var((*listValue)(&o.Redis.Addrs), "redis-addrs", "comma-separated host:port list: the server, cluster seeds or sentinels")
-	fs.StringVar(&o.Redis.MasterName, "redis-master-name", o.Redis.MasterName, "sentinel master set name (sentinel mode)")
-	fs.BoolVar(&o.Redis.TLS, "redis-tls", o.Redis.TLS, "connect to Redis over TLS")
-	fs.StringVar(&o.Redis.TLSCAFile, "redis-tls-ca-file", o.Redis.TLSCAFile, "PEM CA bundle to verify Redis with (default: system roots)")
-	fs.StringVar(&o.Redis.TLSDir, "redis-tls-dir", o.Redis.TLSDir, "directory with ca.crt, and tls.crt with tls.key for a client certificate (a mounted Secret; read for every new connection)")
-	fs.StringVar(&o.Redis.TLSServerName, "redis-tls-server-name", o.Redis.TLSServerName, "server name to verify in the Redis certificate")
+	o.Redis.RegisterFlags(fs)
 	fs.IntVar(&o.FallbackReplicas, "fallback-replicas", o.FallbackReplicas, "replicas sharing a limit: a fail-open policy enforces limit/replicas locally while Redis is unavailable")
 	fs.StringVar(&o.KeyPrefix, "key-prefix", o.KeyPrefix, "prefix of the limiter's Redis keys (empty: the limiter's default)")
 	fs.DurationVar(&o.DecisionTimeout, "decision-timeout", o.DecisionTimeout, "how long a decision waits for Redis before the policy's fail mode decides (a hung Redis costs a request this much until the breaker opens)")
@@ -53,6 +47,18 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 }
 
+// RegisterFlags defines the --redis-* flags on fs, with r's values as the
+// defaults; shared by every binary that reaches the shared Redis.
+func (r *RedisOptions) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&r.Mode, "redis-mode", r.Mode, "Redis deployment: standalone, cluster or sentinel")
+	fs.Var((*listValue)(&r.Addrs), "redis-addrs", "comma-separated host:port list: the server, cluster seeds or sentinels")
+	fs.StringVar(&r.MasterName, "redis-master-name", r.MasterName, "sentinel master set name (sentinel mode)")
+	fs.BoolVar(&r.TLS, "redis-tls", r.TLS, "connect to Redis over TLS")
+	fs.StringVar(&r.TLSCAFile, "redis-tls-ca-file", r.TLSCAFile, "PEM CA bundle to verify Redis with (default: system roots)")
+	fs.StringVar(&r.TLSDir, "redis-tls-dir", r.TLSDir, "directory with ca.crt, and tls.crt with tls.key for a client certificate (a mounted Secret; read for every new connection)")
+	fs.StringVar(&r.TLSServerName, "redis-tls-server-name", r.TLSServerName, "server name to verify in the Redis certificate")
+}
+
 // EnvName is the environment variable of a flag.
 func EnvName(flagName string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
@@ -63,6 +69,16 @@ func EnvName(flagName string) string {
 // beats the default. Call it after fs.Parse. It also reads the Redis
 // credentials into o.
 func (o *Options) ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	if err := ApplyFlagEnv(fs, lookup); err != nil {
+		return err
+	}
+	o.Redis.ApplyEnvCredentials(lookup)
+	return nil
+}
+
+// ApplyFlagEnv sets every flag of fs not given on the command line from
+// its environment variable (EnvName), if that is set.
+func ApplyFlagEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
@@ -76,14 +92,16 @@ func (o *Options) ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool))
 			}
 		}
 	})
-	if err != nil {
-		return err
-	}
-	o.Redis.Username, _ = lookup(EnvRedisUsername)
-	o.Redis.Password, _ = lookup(EnvRedisPassword)
-	o.Redis.SentinelUsername, _ = lookup(EnvRedisSentinelUsername)
-	o.Redis.SentinelPassword, _ = lookup(EnvRedisSentinelPassword)
-	return nil
+	return err
+}
+
+// ApplyEnvCredentials reads the Redis credentials from the environment
+// (they have no flags, so they never show in a process listing).
+func (r *RedisOptions) ApplyEnvCredentials(lookup func(string) (string, bool)) {
+	r.Username, _ = lookup(EnvRedisUsername)
+	r.Password, _ = lookup(EnvRedisPassword)
+	r.SentinelUsername, _ = lookup(EnvRedisSentinelUsername)
+	r.SentinelPassword, _ = lookup(EnvRedisSentinelPassword)
 }
 
 // listValue is a comma-separated list flag.

@@ -145,6 +145,34 @@ func (r RedisOptions) String() string {
 		r.Mode, r.Addrs, r.MasterName, r.TLS, r.Username != "", r.Password != "", r.SentinelPassword != "")
 }
 
+// Validate checks the --redis-* flags.
+func (r *RedisOptions) Validate() []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch r.Mode {
+	case RedisStandalone, RedisCluster:
+	case RedisSentinel:
+		if r.MasterName == "" {
+			add("--redis-master-name is required in sentinel mode")
+		}
+	default:
+		add("--redis-mode %q is not standalone, cluster or sentinel", r.Mode)
+	}
+	if len(r.Addrs) == 0 {
+		add("--redis-addrs is required")
+	}
+	if r.Mode == RedisStandalone && len(r.Addrs) > 1 {
+		add("--redis-addrs: standalone mode takes one address, got %d", len(r.Addrs))
+	}
+	if (r.TLSCAFile != "" || r.TLSServerName != "" || r.TLSDir != "") && !r.TLS {
+		add("--redis-tls-ca-file, --redis-tls-dir and --redis-tls-server-name need --redis-tls")
+	}
+	if r.TLSCAFile != "" && r.TLSDir != "" {
+		add("--redis-tls-ca-file and --redis-tls-dir exclude each other")
+	}
+	return errs
+}
+
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
 	return Options{
@@ -198,27 +226,7 @@ func (o *Options) Validate() error {
 	if o.ConfigResyncInterval <= 0 {
 		add("--config-resync-interval must be positive")
 	}
-	switch o.Redis.Mode {
-	case RedisStandalone, RedisCluster:
-	case RedisSentinel:
-		if o.Redis.MasterName == "" {
-			add("--redis-master-name is required in sentinel mode")
-		}
-	default:
-		add("--redis-mode %q is not standalone, cluster or sentinel", o.Redis.Mode)
-	}
-	if len(o.Redis.Addrs) == 0 {
-		add("--redis-addrs is required")
-	}
-	if o.Redis.Mode == RedisStandalone && len(o.Redis.Addrs) > 1 {
-		add("--redis-addrs: standalone mode takes one address, got %d", len(o.Redis.Addrs))
-	}
-	if (o.Redis.TLSCAFile != "" || o.Redis.TLSServerName != "" || o.Redis.TLSDir != "") && !o.Redis.TLS {
-		add("--redis-tls-ca-file, --redis-tls-dir and --redis-tls-server-name need --redis-tls")
-	}
-	if o.Redis.TLSCAFile != "" && o.Redis.TLSDir != "" {
-		add("--redis-tls-ca-file and --redis-tls-dir exclude each other")
-	}
+	errs = append(errs, o.Redis.Validate()...)
 	if o.FallbackReplicas < 1 {
 		add("--fallback-replicas must be at least 1")
 	}

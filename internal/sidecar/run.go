@@ -10,19 +10,22 @@ import (
 )
 
 // redisConfig is the limiter's description of the shared Redis.
-func (o *Options) redisConfig() limiter.RedisConfig {
+func (o *Options) redisConfig() limiter.RedisConfig { return o.Redis.Config() }
+
+// Config is the limiter's description of the Redis these flags name.
+func (r *RedisOptions) Config() limiter.RedisConfig {
 	return limiter.RedisConfig{
-		Mode:             limiter.RedisMode(o.Redis.Mode),
-		Addrs:            o.Redis.Addrs,
-		MasterName:       o.Redis.MasterName,
-		Username:         o.Redis.Username,
-		Password:         o.Redis.Password,
-		SentinelUsername: o.Redis.SentinelUsername,
-		SentinelPassword: o.Redis.SentinelPassword,
-		TLS:              o.Redis.TLS,
-		CAFile:           o.Redis.TLSCAFile,
-		ServerName:       o.Redis.TLSServerName,
-		TLSDir:           o.Redis.TLSDir,
+		Mode:             limiter.RedisMode(r.Mode),
+		Addrs:            r.Addrs,
+		MasterName:       r.MasterName,
+		Username:         r.Username,
+		Password:         r.Password,
+		SentinelUsername: r.SentinelUsername,
+		SentinelPassword: r.SentinelPassword,
+		TLS:              r.TLS,
+		CAFile:           r.TLSCAFile,
+		ServerName:       r.TLSServerName,
+		TLSDir:           r.TLSDir,
 	}
 }
 
