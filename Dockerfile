@@ -1,5 +1,6 @@
-# One image, two binaries: /manager (controller and webhook) and /sidecar
-# (the enforcement proxy the webhook injects). Not built on the development
+# One image, three binaries: /manager (controller and webhook), /sidecar
+# (the enforcement proxy the webhook injects) and /rls (Envoy's rate limit
+# service, the opt-in config/components/rls). Not built on the development
 # machines (no container engine there); reviewed by reading.
 
 FROM golang:1.26 AS builder
@@ -20,11 +21,13 @@ COPY internal/ internal/
 # out of the binaries.
 ENV CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH}
 RUN go build -trimpath -ldflags="-s -w" -o /out/manager ./cmd/manager && \
-    go build -trimpath -ldflags="-s -w" -o /out/sidecar ./cmd/sidecar
+    go build -trimpath -ldflags="-s -w" -o /out/sidecar ./cmd/sidecar && \
+    go build -trimpath -ldflags="-s -w" -o /out/rls ./cmd/rls
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /
 COPY --from=builder /out/manager /manager
 COPY --from=builder /out/sidecar /sidecar
+COPY --from=builder /out/rls /rls
 USER 65532:65532
 ENTRYPOINT ["/manager"]

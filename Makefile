@@ -61,6 +61,7 @@ verify: generate manifests docs ## Regenerate code, manifests and API docs; fail
 	kubectl kustomize config/cert-manager >/dev/null
 	kubectl kustomize config/monitoring >/dev/null
 	kubectl kustomize config/samples >/dev/null
+	kubectl kustomize config/rls >/dev/null
 	@# make deploy's image must reach the manager and the sidecar it injects.
 	@test "$$(hack/render-install.sh registry.test:5000/sg/slidegate | grep -c 'registry.test:5000/sg/slidegate:latest')" = 2 || \
 		{ echo "verify: hack/render-install.sh does not set both images"; exit 1; }
@@ -103,9 +104,10 @@ test-node: ## Run test/node on a real single node (kubelet, containerd, kube-pro
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager and sidecar binaries and the kubectl plugin (kubectl-slidegate) into bin/.
+build: ## Build the manager, sidecar and rls binaries and the kubectl plugin (kubectl-slidegate) into bin/.
 	go build -o bin/manager ./cmd/manager
 	go build -o bin/sidecar ./cmd/sidecar
+	go build -o bin/rls ./cmd/rls
 	go build -o bin/kubectl-slidegate ./cmd/kubectl-slidegate
 
 .PHONY: run

@@ -1,0 +1,119 @@
+// Command rls is slidegate's Envoy rate limit service (RLS v3): gateways
+// (Istio, Contour, Envoy Gateway) ask it whether a request may pass, and it
+// decides with the same exact limiter and shared Redis as the sidecars. It
+// only wires flags (each also settable as SLIDEGATE_<UPPER_SNAKE>; Redis
+// credentials come from REDIS_USERNAME and REDIS_PASSWORD) to package
+// internal/rls.
+//
+//	rls [flags]                 serve
+//	rls check -target host:port -domain d -descriptor k=v[,k=v] ...
+//	                            send one request, print the answer
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/rls"
+	"github.com/slidegate/slidegate/internal/sidecar"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		os.Exit(check(os.Args[2:]))
+	}
+	os.Exit(serve(os.Args[1:]))
+}
+
+func serve(args []string) int {
+	o := rls.RunOptions{
+		ListenAddress: ":8081", AdminAddress: ":8082",
+		Server:          rls.Options{ConfigFile: "/etc/slidegate/rls/config.json", ResyncInterval: 10 * time.Second},
+		Limiter:         limiter.Options{Timeout: time.Second},
+		ShutdownDelay:   5 * time.Second,
+		ShutdownTimeout: 20 * time.Second,
+	}
+	redisOpts := sidecar.RedisOptions{Mode: sidecar.RedisStandalone, Addrs: []string{"redis:6379"}}
+	logLevel := "info"
+	fs := flag.NewFlagSet("rls", flag.ExitOnError)
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "gRPC address (RLS v3 and grpc.health.v1)")
+	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress, "HTTP address serving /metrics, /healthz and /readyz")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "PEM certificate for the gRPC listener (with --tls-key-file; empty: plaintext)")
+	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM key for the gRPC listener")
+	fs.StringVar(&o.Server.ConfigFile, "config-file", o.Server.ConfigFile, "rendered RLS config (its directory is watched; missing: no policies)")
+	fs.DurationVar(&o.Server.ResyncInterval, "config-resync-interval", o.Server.ResyncInterval, "re-read the config this often even without a file event")
+	redisOpts.RegisterFlags(fs)
+	fs.StringVar(&o.Limiter.Prefix, "key-prefix", "", "prefix of the limiter's Redis keys (empty: the limiter's default, as the sidecars)")
+	fs.DurationVar(&o.Limiter.Timeout, "decision-timeout", o.Limiter.Timeout, "how long a decision waits for Redis before the policy's fail mode decides")
+	fs.DurationVar(&o.Limiter.MaxWait, "decision-batch-wait", 0, "let a free Redis connection wait this long to pipeline more decisions together")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, keep serving this long with readiness failing")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long GracefulStop may drain calls in flight")
+	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
+	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rls: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if err := sidecar.ApplyFlagEnv(fs, os.LookupEnv); err != nil {
+		fmt.Fprintf(os.Stderr, "rls: %v\n", err)
+		return 2
+	}
+	redisOpts.ApplyEnvCredentials(os.LookupEnv)
+	if errs := redisOpts.Validate(); len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Fprintf(os.Stderr, "rls: %v\n", err)
+		}
+		return 2
+	}
+	o.Redis = redisOpts.Config()
+	log := sidecar.NewLogger(&sidecar.Options{LogLevel: logLevel})
+	limiter.RouteClientLogs(log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := rls.Run(ctx, o, log); err != nil {
+		log.Error("rls stopped", "error", err)
+		return 1
+	}
+	return 0
+}
+
+// descriptorsFlag collects repeated -descriptor flags.
+type descriptorsFlag []string
+
+func (d *descriptorsFlag) String() string     { return strings.Join(*d, " ") }
+func (d *descriptorsFlag) Set(s string) error { *d = append(*d, s); return nil }
+
+func check(args []string) int {
+	var o rls.CheckOptions
+	var hits uint
+	timeout := 5 * time.Second
+	fs := flag.NewFlagSet("rls check", flag.ExitOnError)
+	fs.StringVar(&o.Target, "target", "127.0.0.1:8081", "RLS server host:port")
+	fs.BoolVar(&o.TLS, "tls", false, "dial with TLS")
+	fs.StringVar(&o.CAFile, "tls-ca-file", "", "PEM CA to verify the server with (default: system roots)")
+	fs.StringVar(&o.Domain, "domain", "", "rate limit domain (the gateway's)")
+	fs.Var((*descriptorsFlag)(&o.Descriptors), "descriptor", "one descriptor as key=value[,key=value]; repeat for several")
+	fs.UintVar(&hits, "hits", 0, "hits_addend (0: 1)")
+	fs.DurationVar(&timeout, "timeout", timeout, "call timeout")
+	_ = fs.Parse(args)
+	o.Hits = uint32(min(hits, 1<<32-1)) //nolint:gosec // clamped
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	resp, err := rls.Check(ctx, o, os.Stdout)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rls check: %v\n", err)
+		return 1
+	}
+	if resp.GetOverallCode().String() != "OK" {
+		return 3 // over limit: scripts can tell it from an error
+	}
+	return 0
+}

@@ -1,0 +1,176 @@
+package rls
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+)
+
+// RunOptions are the process settings of cmd/rls beyond the Server's.
+type RunOptions struct {
+	Server Options
+	Redis  limiter.RedisConfig
+	// Limiter options (Prefix, Timeout, MaxWait); Replicas is set from the
+	// replicas' own count.
+	Limiter limiter.Options
+	// ListenAddress serves gRPC (RLS and grpc.health.v1); AdminAddress
+	// serves /metrics, /healthz and /readyz over HTTP.
+	ListenAddress, AdminAddress string
+	// TLSCertFile and TLSKeyFile, when both set, serve gRPC over TLS; the
+	// files are read again for every handshake, so a renewed Secret takes
+	// effect without a restart.
+	TLSCertFile, TLSKeyFile string
+	// ShutdownDelay keeps serving with readiness failing after the signal,
+	// so endpoints drop the pod before connections close; ShutdownTimeout
+	// bounds the drain of calls in flight (GracefulStop), then Stop.
+	ShutdownDelay, ShutdownTimeout time.Duration
+}
+
+// Run is the whole RLS process: limiter, config watch, peer count, gRPC and
+// admin listeners, until ctx ends; then it drains and closes everything.
+// Redis need not be up: the limiter connects lazily and each policy's fail
+// mode decides meanwhile.
+func Run(ctx context.Context, o RunOptions, log *slog.Logger) error {
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		return errors.New("--tls-cert-file and --tls-key-file go together")
+	}
+	rdb, err := limiter.NewRedisClient(o.Redis)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rdb.Close() }()
+	var s *Server
+	lo := o.Limiter
+	lo.Replicas = func() int { return int(s.peers.Load()) }
+	lim, err := limiter.New(rdb, lo)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lim.Close() }()
+	o.Server.Logger = log
+	s = New(lim, o.Server)
+	if err := s.Reload(); err != nil {
+		log.Error("initial config not loaded; not ready until a valid one is", "error", err)
+	}
+
+	var lc net.ListenConfig
+	grpcLn, err := lc.Listen(ctx, "tcp", o.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", o.ListenAddress, err)
+	}
+	adminLn, err := lc.Listen(ctx, "tcp", o.AdminAddress)
+	if err != nil {
+		_ = grpcLn.Close()
+		return fmt.Errorf("listen %s: %w", o.AdminAddress, err)
+	}
+	var gopts []grpc.ServerOption
+	if o.TLSCertFile != "" {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(&tls.Config{
+			MinVersion: tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				c, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile)
+				return &c, err
+			},
+		})))
+	}
+	log.Info("starting", "listen", o.ListenAddress, "admin", o.AdminAddress, "tls", o.TLSCertFile != "",
+		"configFile", o.Server.ConfigFile, "decisionTimeout", o.Limiter.Timeout)
+	return s.Serve(ctx, grpcLn, adminLn, o.ShutdownDelay, o.ShutdownTimeout, gopts...)
+}
+
+// Serve serves RLS and grpc.health.v1 on grpcLn and the admin endpoints on
+// adminLn, watches the config and counts the replicas, until ctx ends.
+func (s *Server) Serve(ctx context.Context, grpcLn, adminLn net.Listener, shutdownDelay, shutdownTimeout time.Duration, gopts ...grpc.ServerOption) error {
+	gopts = append(gopts,
+		grpc.MaxRecvMsgSize(4<<20),
+		// Gateways keep one connection open; the server lets it idle.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	gs := grpc.NewServer(gopts...)
+	rlsv3.RegisterRateLimitServiceServer(gs, s)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+
+	var stopping atomic.Bool
+	ready := func() bool { return s.Ready() && !stopping.Load() }
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready: no config loaded, or shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	bg, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.WatchConfig(bg)
+	go s.AnnounceLoop(bg)
+	// The health service follows readiness (no config loaded: NOT_SERVING).
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if ready() {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			hs.SetServingStatus("", st)
+			hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+			select {
+			case <-bg.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	errc := make(chan error, 2)
+	go func() { errc <- gs.Serve(grpcLn) }()
+	go func() {
+		if err := admin.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	stopping.Store(true)
+	hs.Shutdown() // NOT_SERVING for every service
+	if err == nil && shutdownDelay > 0 {
+		time.Sleep(shutdownDelay) // endpoints drop the pod meanwhile
+	}
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(shutdownTimeout):
+		s.log.Info("graceful stop timed out; closing the remaining calls", "timeout", shutdownTimeout)
+		gs.Stop()
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+	defer scancel()
+	_ = admin.Shutdown(sctx)
+	return err
+}

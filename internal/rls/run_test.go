@@ -1,0 +1,94 @@
+package rls
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// TestServeAndCheck runs the process path: Serve with its health service
+// and admin endpoints, the quick check client against it, and a graceful
+// stop when the context ends.
+func TestServeAndCheck(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	cfg := writeConfig(t, pol("per-ip", 1, time.Minute, entry("remote_address")))
+	rdb, err := limiter.NewRedisClient(standaloneConfig(r.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rdb.Close() }()
+	lim, err := limiter.New(rdb, limiter.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lim.Close() }()
+	s := New(lim, Options{ConfigFile: cfg})
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	grpcLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	adminLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, grpcLn, adminLn, 0, 5*time.Second) }()
+
+	var out bytes.Buffer
+	o := CheckOptions{Target: grpcLn.Addr().String(), Domain: "edge", Descriptors: []string{"remote_address=10.0.0.1"}}
+	resp, err := Check(ctx, o, &out)
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || !strings.Contains(out.String(), `"requestsPerUnit": 1`) {
+		t.Fatalf("check: %v %v\n%s", err, resp, out.String())
+	}
+	if resp, err = Check(ctx, o, io.Discard); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("second check: %v %v", err, resp)
+	}
+
+	conn, err := grpc.NewClient(grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	testsupport.Eventually(t, 5*time.Second, 20*time.Millisecond, "health SERVING", func() error {
+		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: rlsv3.RateLimitService_ServiceDesc.ServiceName})
+		if err != nil {
+			return err
+		}
+		if h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return io.EOF
+		}
+		return nil
+	})
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		res, err := http.Get("http://" + adminLn.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode != http.StatusOK || (path == "/metrics" && !strings.Contains(string(body), "slidegate_rls_requests_total")) {
+			t.Fatalf("%s: %d %s", path, res.StatusCode, body)
+		}
+	}
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after the context ended")
+	}
+}
