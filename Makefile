@@ -148,13 +148,14 @@ demo: build ## Run the whole flow on this machine: control plane, Redis, manager
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/demo -manager bin/manager -sidecar bin/sidecar
 
 .PHONY: bench
-bench: ## Run the limiter, sidecar and operator benchmarks side by side and write docs/benchmarks.md.
+bench: ## Run the limiter, sidecar, operator and RLS benchmarks side by side and write docs/benchmarks.md.
 	hack/redis.sh
 	mkdir -p docs/bench
 	go run ./test/bench/limiter -out docs/bench/limiter.md
 	go run ./test/bench/sidecar -out docs/bench/sidecar.md
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./test/bench/operator -out docs/bench/operator.md
-	go run ./test/bench/report -limiter docs/bench/limiter.md -sidecar docs/bench/sidecar.md -operator docs/bench/operator.md -out docs/benchmarks.md
+	go run ./test/bench/rls -out docs/bench/rls.md
+	go run ./test/bench/report -limiter docs/bench/limiter.md -sidecar docs/bench/sidecar.md -operator docs/bench/operator.md -rls docs/bench/rls.md -out docs/benchmarks.md
 
 ##@ Tools
 

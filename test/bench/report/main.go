@@ -1,10 +1,10 @@
 // Command report assembles docs/benchmarks.md from the sections that the
-// limiter, sidecar and operator benchmark programs wrote in the same
+// limiter, sidecar, operator and RLS benchmark programs wrote in the same
 // `make bench` run, adds the machine description and the commands to
 // reproduce, and plots the limiter's decisions/s against concurrency beside
 // the textbook approach and the redis-benchmark ceiling.
 //
-//	go run ./test/bench/report -limiter docs/bench/limiter.md -sidecar docs/bench/sidecar.md -operator docs/bench/operator.md -out docs/benchmarks.md
+//	go run ./test/bench/report -limiter docs/bench/limiter.md -sidecar docs/bench/sidecar.md -operator docs/bench/operator.md -rls docs/bench/rls.md -out docs/benchmarks.md
 package main
 
 import (
@@ -31,6 +31,7 @@ func main() {
 	limiterMD := flag.String("limiter", "docs/bench/limiter.md", "limiter section (its CSV is next to it)")
 	sidecarMD := flag.String("sidecar", "docs/bench/sidecar.md", "sidecar section")
 	operatorMD := flag.String("operator", "docs/bench/operator.md", "operator section")
+	rlsMD := flag.String("rls", "docs/bench/rls.md", "RLS server section")
 	out := flag.String("out", "docs/benchmarks.md", "report to write")
 	flag.Parse()
 
@@ -60,9 +61,10 @@ func main() {
 	b.WriteString("go run ./test/bench/limiter -out docs/bench/limiter.md\n")
 	b.WriteString("go run ./test/bench/sidecar -out docs/bench/sidecar.md\n")
 	b.WriteString("KUBEBUILDER_ASSETS=\"$(hack/envtest.sh)\" go run ./test/bench/operator -out docs/bench/operator.md\n")
+	b.WriteString("go run ./test/bench/rls -out docs/bench/rls.md\n")
 	b.WriteString("go run ./test/bench/report\n")
 	b.WriteString("go test -run XXX -bench . ./internal/limiter   # the hot-path micro-benchmarks\n```\n\n")
-	for _, sec := range []string{*limiterMD, *sidecarMD, *operatorMD} {
+	for _, sec := range []string{*limiterMD, *sidecarMD, *operatorMD, *rlsMD} {
 		raw, err := os.ReadFile(sec)
 		if err != nil {
 			log.Fatalf("%v (run the benchmark programs first)", err)
