@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -173,11 +172,6 @@ func headerMap(resp *rlsv3.RateLimitResponse) map[string]string {
 		m[h.GetKey()] = h.GetValue()
 	}
 	return m
-}
-
-func jsonString(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }
 
 // testMetric reads one series of a counter from the server's registry.

@@ -66,37 +66,41 @@ type row struct {
 	lim, rls point
 }
 
-func main() {
+func main() { os.Exit(mainCode()) }
+
+func mainCode() int {
 	out := flag.String("out", "", "Markdown section to write (required)")
 	dur := flag.Duration("duration", 3*time.Second, "measuring time per point")
 	callersFlag := flag.String("callers", "1,16,64,256", "concurrent callers to measure")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err == nil {
-			_ = pprof.StartCPUProfile(f)
-			defer pprof.StopCPUProfile()
-		}
-	}
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "rls bench: -out is required")
-		os.Exit(2)
+		return 2
 	}
 	var callers []int
 	for _, s := range strings.Split(*callersFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
 			fmt.Fprintf(os.Stderr, "rls bench: bad -callers %q\n", *callersFlag)
-			os.Exit(2)
+			return 2
 		}
 		callers = append(callers, n)
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "rls bench: %v\n", err)
+			return 1
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*out, *dur, callers); err != nil {
 		fmt.Fprintf(os.Stderr, "rls bench: %v\n", err)
-		pprof.StopCPUProfile()
-		os.Exit(1) //nolint:gocritic // the profile is stopped by hand
+		return 1
 	}
+	return 0
 }
 
 type quiet struct{}
@@ -279,7 +283,9 @@ func summarize(lat []time.Duration, elapsed time.Duration) point {
 	return point{dps: float64(len(lat)) / elapsed.Seconds(), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}
 }
 
-func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 2, 64) }
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 2, 64)
+}
 
 // loadAvg is the 1-minute load average, to show how busy the machine was.
 func loadAvg() string {
