@@ -6,8 +6,6 @@
 package rlsconfig
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -88,14 +86,9 @@ func PolicyID(namespace, name string) string { return IDPrefix + namespace + "/"
 // Parse reads and validates a document; unknown fields are errors, so a
 // controller newer than the server is noticed instead of half-understood.
 func Parse(data []byte) (*Config, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var c Config
-	if err := dec.Decode(&c); err != nil {
+	if err := sidecarconfig.DecodeStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("rls config: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("rls config: trailing data after the document")
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -109,11 +102,7 @@ func Marshal(c *Config) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
+	return sidecarconfig.MarshalCanonical(c)
 }
 
 // Validate checks everything the server relies on; it is the last line of

@@ -122,14 +122,9 @@ type Match struct {
 // Parse reads and validates a document. Unknown fields are errors: a typo in
 // a hand-edited ConfigMap must not silently drop a limit.
 func Parse(data []byte) (*Config, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var c Config
-	if err := dec.Decode(&c); err != nil {
+	if err := DecodeStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("sidecar config: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("sidecar config: trailing data after the document")
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -142,7 +137,28 @@ func Marshal(c *Config) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	b, err := json.MarshalIndent(c, "", "  ")
+	return MarshalCanonical(c)
+}
+
+// DecodeStrict decodes one JSON document into v; unknown fields and data
+// after the document are errors. Shared with rlsconfig, whose document is
+// read the same way.
+func DecodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the document")
+	}
+	return nil
+}
+
+// MarshalCanonical is the canonical form of a rendered document: indented
+// JSON with a final newline, the same bytes for the same value.
+func MarshalCanonical(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return nil, err
 	}
