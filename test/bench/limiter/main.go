@@ -22,7 +22,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/testsupport"
+	"github.com/slidegate/slidegate/test/bench/internal/closedloop"
 )
 
 const (
@@ -136,46 +136,14 @@ func flush(srv *testsupport.Redis) error {
 	return err
 }
 
-// drive runs f from `callers` goroutines for d and returns the latencies of
-// the calls that counted.
+// drive runs f from `callers` goroutines for d (closedloop.Drive).
 func drive(callers int, d time.Duration, f func(rng *rand.Rand) bool) ([]time.Duration, time.Duration) {
-	var mu sync.Mutex
-	var all []time.Duration
-	var wg sync.WaitGroup
-	start := time.Now()
-	stop := start.Add(d)
-	for g := range callers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), uint64(start.UnixNano())))
-			lat := make([]time.Duration, 0, 1<<14)
-			for {
-				t0 := time.Now()
-				if !t0.Before(stop) {
-					break
-				}
-				if f(rng) {
-					lat = append(lat, time.Since(t0))
-				}
-			}
-			mu.Lock()
-			all = append(all, lat...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return all, time.Since(start)
+	return closedloop.Drive(callers, d, func(_ int, rng *rand.Rand) bool { return f(rng) })
 }
 
 func summarize(lat []time.Duration, elapsed time.Duration) point {
-	if len(lat) == 0 {
-		return point{}
-	}
-	slices.Sort(lat)
-	return point{
-		dps: float64(len(lat)) / elapsed.Seconds(),
-		p50: lat[len(lat)/2],
-		p99: lat[len(lat)*99/100],
-	}
+	p := closedloop.Summarize(lat, elapsed)
+	return point{dps: p.DPS, p50: p.P50, p99: p.P99}
 }
 
 func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Algorithm, callers int, d time.Duration) (point, error) {

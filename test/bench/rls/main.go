@@ -29,7 +29,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +44,7 @@ import (
 	"github.com/slidegate/slidegate/internal/rls"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
+	"github.com/slidegate/slidegate/test/bench/internal/closedloop"
 )
 
 const (
@@ -56,14 +56,9 @@ const (
 	goal    = 0.5
 )
 
-type point struct {
-	dps      float64
-	p50, p99 time.Duration
-}
-
 type row struct {
 	callers  int
-	lim, rls point
+	lim, rls closedloop.Point
 }
 
 func main() { os.Exit(mainCode()) }
@@ -148,7 +143,7 @@ func run(out string, dur time.Duration, callers []int) error {
 		if r.rls, err = measureRLS(ctx, cs, c, dur); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "callers=%-3d limiter %8.0f/s  rls %8.0f/s  (%.2f)\n", c, r.lim.dps, r.rls.dps, r.rls.dps/r.lim.dps)
+		fmt.Fprintf(os.Stderr, "callers=%-3d limiter %8.0f/s  rls %8.0f/s  (%.2f)\n", c, r.lim.DPS, r.rls.DPS, r.rls.DPS/r.lim.DPS)
 		rows = append(rows, r)
 	}
 	return write(out, rows, dur, time.Since(started), loadBefore, loadAvg())
@@ -206,25 +201,25 @@ func startServer(ctx context.Context, redisAddr string) (string, func(), error) 
 	}, nil
 }
 
-func measureLimiter(ctx context.Context, rdb redis.UniversalClient, callers int, d time.Duration) (point, error) {
+func measureLimiter(ctx context.Context, rdb redis.UniversalClient, callers int, d time.Duration) (closedloop.Point, error) {
 	l, err := limiter.New(rdb, limiter.Options{})
 	if err != nil {
-		return point{}, err
+		return closedloop.Point{}, err
 	}
 	defer func() { _ = l.Close() }()
 	rule := limiter.Rule{ID: "bench/in-process", Limit: limit, Window: window}
 	l.Decide(ctx, []limiter.Request{{Rule: rule, Client: "warmup"}})
-	lat, elapsed := drive(callers, d, func(_ int, rng *rand.Rand) bool {
+	lat, elapsed := closedloop.Drive(callers, d, func(_ int, rng *rand.Rand) bool {
 		dec := l.Decide(ctx, []limiter.Request{{Rule: rule, Client: strconv.Itoa(rng.IntN(clients))}})
 		return dec[0].Source == limiter.SourceRedis
 	})
-	return summarize(lat, elapsed), nil
+	return closedloop.Summarize(lat, elapsed), nil
 }
 
-func measureRLS(ctx context.Context, cs []rlsv3.RateLimitServiceClient, callers int, d time.Duration) (point, error) {
+func measureRLS(ctx context.Context, cs []rlsv3.RateLimitServiceClient, callers int, d time.Duration) (closedloop.Point, error) {
 	var firstErr error
 	var mu sync.Mutex
-	lat, elapsed := drive(callers, d, func(g int, rng *rand.Rand) bool {
+	lat, elapsed := closedloop.Drive(callers, d, func(g int, rng *rand.Rand) bool {
 		req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0." + strconv.Itoa(rng.IntN(clients))}},
 		}}}
@@ -240,47 +235,9 @@ func measureRLS(ctx context.Context, cs []rlsv3.RateLimitServiceClient, callers 
 		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OK
 	})
 	if firstErr != nil {
-		return point{}, firstErr
+		return closedloop.Point{}, firstErr
 	}
-	return summarize(lat, elapsed), nil
-}
-
-// drive runs f from `callers` goroutines for d (closed loop) and returns
-// the latencies of the calls that counted.
-func drive(callers int, d time.Duration, f func(g int, rng *rand.Rand) bool) ([]time.Duration, time.Duration) {
-	var mu sync.Mutex
-	var all []time.Duration
-	var wg sync.WaitGroup
-	start := time.Now()
-	stop := start.Add(d)
-	for g := range callers {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), uint64(start.UnixNano())))
-			lat := make([]time.Duration, 0, 1<<14)
-			for {
-				t0 := time.Now()
-				if !t0.Before(stop) {
-					break
-				}
-				if f(g, rng) {
-					lat = append(lat, time.Since(t0))
-				}
-			}
-			mu.Lock()
-			all = append(all, lat...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return all, time.Since(start)
-}
-
-func summarize(lat []time.Duration, elapsed time.Duration) point {
-	if len(lat) == 0 {
-		return point{}
-	}
-	slices.Sort(lat)
-	return point{dps: float64(len(lat)) / elapsed.Seconds(), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}
+	return closedloop.Summarize(lat, elapsed), nil
 }
 
 func ms(d time.Duration) string {
@@ -309,11 +266,11 @@ func write(out string, rows []row, dur, took time.Duration, loadBefore, loadAfte
 	verdict := "not measured"
 	for _, r := range rows {
 		ratio := 0.0
-		if r.lim.dps > 0 {
-			ratio = r.rls.dps / r.lim.dps
+		if r.lim.DPS > 0 {
+			ratio = r.rls.DPS / r.lim.DPS
 		}
 		fmt.Fprintf(&b, "| %d | %.0f | %s | %s | %.0f | %s | %s | %.2f |\n",
-			r.callers, r.lim.dps, ms(r.lim.p50), ms(r.lim.p99), r.rls.dps, ms(r.rls.p50), ms(r.rls.p99), ratio)
+			r.callers, r.lim.DPS, ms(r.lim.P50), ms(r.lim.P99), r.rls.DPS, ms(r.rls.P50), ms(r.rls.P99), ratio)
 		if r.callers == goalAt {
 			verdict = "**not met**"
 			if ratio >= goal {
