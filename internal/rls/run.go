@@ -81,17 +81,24 @@ func Run(ctx context.Context, o RunOptions, log *slog.Logger) error {
 	}
 	var gopts []grpc.ServerOption
 	if o.TLSCertFile != "" {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(&tls.Config{
-			MinVersion: tls.VersionTLS12,
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-				c, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSKeyFile)
-				return &c, err
-			},
-		})))
+		gopts = append(gopts, TLSCreds(o.TLSCertFile, o.TLSKeyFile))
 	}
 	log.Info("starting", "listen", o.ListenAddress, "admin", o.AdminAddress, "tls", o.TLSCertFile != "",
 		"configFile", o.Server.ConfigFile, "decisionTimeout", o.Limiter.Timeout)
 	return s.Serve(ctx, grpcLn, adminLn, o.ShutdownDelay, o.ShutdownTimeout, gopts...)
+}
+
+// TLSCreds serves gRPC over TLS with the key pair in certFile and keyFile,
+// read again for every handshake so that a renewed Secret applies without
+// a restart (a gateway's connections are long-lived; handshakes are rare).
+func TLSCreds(certFile, keyFile string) grpc.ServerOption {
+	return grpc.Creds(credentials.NewTLS(&tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			c, err := tls.LoadX509KeyPair(certFile, keyFile)
+			return &c, err
+		},
+	}))
 }
 
 // Serve serves RLS and grpc.health.v1 on grpcLn and the admin endpoints on

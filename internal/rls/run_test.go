@@ -92,3 +92,44 @@ func TestServeAndCheck(t *testing.T) {
 		t.Fatal("Serve did not return after the context ended")
 	}
 }
+
+// TestTLSListener: with TLSCreds the gRPC listener speaks TLS, verified by
+// the quick check against the CA; a plaintext client is refused.
+func TestTLSListener(t *testing.T) {
+	t.Parallel()
+	pki := testsupport.NewPKI(t)
+	r := testsupport.StartRedis(t)
+	cfg := writeConfig(t, pol("per-ip", 5, time.Minute, entry("remote_address")))
+	rdb, err := limiter.NewRedisClient(standaloneConfig(r.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rdb.Close() }()
+	lim, err := limiter.New(rdb, limiter.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lim.Close() }()
+	s := New(lim, Options{ConfigFile: cfg})
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	grpcLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	adminLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = s.Serve(ctx, grpcLn, adminLn, 0, time.Second, TLSCreds(pki.ServerCert, pki.ServerKey)) }()
+
+	o := CheckOptions{Target: grpcLn.Addr().String(), TLS: true, CAFile: pki.CA, Domain: "edge", Descriptors: []string{"remote_address=10.0.0.1"}}
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ccancel()
+	if resp, err := Check(cctx, o, io.Discard); err != nil || resp.GetStatuses()[0].GetLimitRemaining() != 4 {
+		t.Fatalf("over TLS: %v %v", err, resp)
+	}
+	o.TLS = false
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer pcancel()
+	if _, err := Check(pctx, o, io.Discard); err == nil {
+		t.Fatal("a plaintext call to the TLS listener succeeded")
+	}
+}
