@@ -1,0 +1,81 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// TestReload: a changed file is picked up by the watch; a bad one keeps the
+// last good config in force (and says why); a deleted one means no policies.
+func TestReload(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	path := writeConfig(t, pol("p", 5, time.Minute, entry("generic_key", "a")))
+	rep := startReplica(t, standaloneConfig(r.Addr), path, limiter.Options{Timeout: 5 * time.Second})
+	rep.srv.opts.ResyncInterval = 50 * time.Millisecond // the fsnotify event is faster; the resync is the backstop
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go rep.srv.WatchConfig(ctx)
+
+	limitOf := func(key string) uint32 {
+		resp := ask(t, rep.client, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("generic_key", key)}})
+		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	write := func(data []byte) {
+		t.Helper()
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil { // atomic, like the kubelet's swap
+			t.Fatal(err)
+		}
+	}
+	if got := limitOf("a"); got != 5 {
+		t.Fatalf("initial limit %d", got)
+	}
+
+	data, err := rlsconfig.Marshal(&rlsconfig.Config{Version: rlsconfig.Version, Policies: []rlsconfig.Policy{pol("p", 7, time.Minute, entry("generic_key", "b"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(data)
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "new config in force", func() error {
+		if got := limitOf("b"); got != 7 {
+			return fmt.Errorf("limit of b %d", got)
+		}
+		return nil
+	})
+
+	write([]byte(`{"version":"v1","policies":[{"id":"broken"}]}`))
+	if err := rep.srv.Reload(); err == nil {
+		t.Fatal("a bad config loaded")
+	}
+	if got := limitOf("b"); got != 7 || !rep.srv.Ready() {
+		t.Fatalf("after a bad config: limit %d, ready %v (the last good config must stay)", got, rep.srv.Ready())
+	}
+	if got := testMetric(t, rep.srv, "slidegate_rls_config_reloads_total", map[string]string{"result": "failure"}); got == 0 {
+		t.Fatal("the failure is not counted")
+	}
+
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "no policies once the file is gone", func() error {
+		if got := limitOf("b"); got != 0 {
+			return fmt.Errorf("limit of b %d", got)
+		}
+		return nil
+	})
+}
