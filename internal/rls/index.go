@@ -35,12 +35,15 @@ type policy struct {
 // map lookup and a value check per policy of its exact shape, never by a
 // scan over all policies.
 type index struct {
-	domains  map[string]map[string][]*policy
-	policies int
+	domains map[string]map[string][]*policy
+	// cfg and revision are the document in force (rlsconfig.Revision of its
+	// bytes), which the admin port reports at rlsconfig.LoadedPath.
+	cfg      *rlsconfig.Config
+	revision string
 }
 
 func newIndex(c *rlsconfig.Config) *index {
-	ix := &index{domains: map[string]map[string][]*policy{}, policies: len(c.Policies)}
+	ix := &index{domains: map[string]map[string][]*policy{}, cfg: c}
 	for i := range c.Policies {
 		p := &c.Policies[i]
 		keys := make([]string, len(p.Descriptor))

@@ -64,7 +64,9 @@ func (s *Server) Reload() error {
 		}
 		return err
 	}
-	s.state.Store(newIndex(cfg))
+	ix := newIndex(cfg)
+	ix.revision = rlsconfig.Revision(data)
+	s.state.Store(ix)
 	l.data, l.loaded, l.lastFailure = data, true, ""
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.metrics.lastReloadOK.Set(1)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
 // RunOptions are the process settings of cmd/rls beyond the Server's.
@@ -102,7 +103,8 @@ func TLSCreds(certFile, keyFile string) grpc.ServerOption {
 }
 
 // Serve serves RLS and grpc.health.v1 on grpcLn and the admin endpoints on
-// adminLn, watches the config and counts the replicas, until ctx ends.
+// adminLn (/metrics, /healthz, /readyz, and rlsconfig.LoadedPath for the
+// controller), watches the config and counts the replicas, until ctx ends.
 func (s *Server) Serve(ctx context.Context, grpcLn, adminLn net.Listener, shutdownDelay, shutdownTimeout time.Duration, gopts ...grpc.ServerOption) error {
 	gopts = append(gopts,
 		grpc.MaxRecvMsgSize(4<<20),
@@ -118,6 +120,7 @@ func (s *Server) Serve(ctx context.Context, grpcLn, adminLn net.Listener, shutdo
 	ready := func() bool { return s.Ready() && !stopping.Load() }
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle(rlsconfig.LoadedPath, rlsconfig.LoadedHandler(s.Loaded))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready() {

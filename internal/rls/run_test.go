@@ -3,9 +3,11 @@ package rls
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -72,6 +75,19 @@ func TestServeAndCheck(t *testing.T) {
 		}
 		return nil
 	})
+	// What the controller reads to report the policy Enforced.
+	res, err := http.Get("http://" + adminLn.Addr().String() + rlsconfig.LoadedPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var loaded rlsconfig.Loaded
+	err = json.NewDecoder(res.Body).Decode(&loaded)
+	_ = res.Body.Close()
+	data, _ := os.ReadFile(cfg)
+	parsed, _ := rlsconfig.Parse(data)
+	if err != nil || loaded.Revision != rlsconfig.Revision(data) || loaded.Policies["rls/t/per-ip"] != rlsconfig.PolicyRevisions(parsed)["rls/t/per-ip"] {
+		t.Fatalf("%s: %+v, %v", rlsconfig.LoadedPath, loaded, err)
+	}
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		res, err := http.Get("http://" + adminLn.Addr().String() + path)
 		if err != nil {

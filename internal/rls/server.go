@@ -22,6 +22,7 @@ import (
 
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/ratelimitheader"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
 // Bounds of one request. Envoy's descriptors are built from a route's rate
@@ -71,6 +72,17 @@ func New(lim *limiter.Limiter, opts Options) *Server {
 
 // Ready reports whether a config is loaded.
 func (s *Server) Ready() bool { return s.state.Load() != nil }
+
+// Loaded is the document in force and its revision (nil before the first
+// load), for rlsconfig.LoadedHandler: the controller reports a policy
+// Enforced once every ready server loaded it.
+func (s *Server) Loaded() (*rlsconfig.Config, string) {
+	ix := s.state.Load()
+	if ix == nil {
+		return nil, ""
+	}
+	return ix.cfg, ix.revision
+}
 
 // descriptor is one request descriptor, checked, with the (policy, client)
 // pairs it matched (indexes into the decided requests).
