@@ -20,10 +20,11 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -35,7 +36,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/rls"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
+	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
 var rlsReconciler *RateLimitServiceReconciler
@@ -74,25 +78,47 @@ func newRLSPolicy(ns, name string) *v1alpha1.RateLimitPolicy {
 	}
 }
 
-// rlsServer is an RLS server's admin endpoint as the server serves it
-// (rlsconfig.LoadedHandler) over a document that the test loads by hand, as
-// the kubelet's refresh of the mounted ConfigMap would.
+// rlsServer is a real RLS server (internal/rls, on a real redis-server)
+// whose admin port answers the controller; its config file is written by
+// load, as the kubelet refreshes a mounted ConfigMap.
 type rlsServer struct {
-	*httptest.Server
-	mu       sync.Mutex
-	cfg      *rlsconfig.Config
-	revision string
+	srv   *rls.Server
+	file  string
+	admin net.Listener
 }
 
 func startRLSServer(t *testing.T) *rlsServer {
 	t.Helper()
-	s := &rlsServer{}
-	s.Server = httptest.NewServer(rlsconfig.LoadedHandler(func() (*rlsconfig.Config, string) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.cfg, s.revision
-	}))
-	t.Cleanup(s.Close)
+	redis := testsupport.StartRedis(t)
+	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{redis.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim, err := limiter.New(rdb, limiter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	s := &rlsServer{file: filepath.Join(t.TempDir(), rlsconfig.FileName)}
+	// The watch's resync is long: the test loads by hand (load).
+	s.srv = rls.New(lim, rls.Options{ConfigFile: s.file, ResyncInterval: time.Hour})
+	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.admin, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Serve(ctx, grpcLn, s.admin, 0, time.Second) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("RLS server: %v", err)
+		}
+	})
 	return s
 }
 
@@ -103,13 +129,12 @@ func (s *rlsServer) load(t *testing.T) {
 	if err := k.Get(context.Background(), types.NamespacedName{Namespace: redisSecret.Namespace, Name: rlsconfig.ConfigMapName}, &cm); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := rlsconfig.Parse([]byte(cm.Data[rlsconfig.FileName]))
-	if err != nil {
+	if err := os.WriteFile(s.file, []byte(cm.Data[rlsconfig.FileName]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cfg, s.revision = cfg, cm.Annotations[v1alpha1.RevisionAnnotation]
+	if err := s.srv.Reload(); err != nil {
+		t.Fatalf("the RLS server refused the ConfigMap: %v", err)
+	}
 }
 
 // publishRLSEndpoints makes the servers the ready endpoints of the RLS
@@ -128,7 +153,7 @@ func publishRLSEndpoints(t *testing.T, servers ...*rlsServer) {
 	port := 0
 	es.Endpoints = nil
 	for _, s := range servers {
-		_, p, err := net.SplitHostPort(s.Listener.Addr().String())
+		_, p, err := net.SplitHostPort(s.admin.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
