@@ -261,6 +261,8 @@ type DescriptorEntry struct {
 // limits, through slidegate's rate limit service (Envoy's RLS v3 API,
 // config/components/rls): the gateway's rate limit filter sends, per
 // request, a domain and descriptors built by its rate limit actions.
+// docs/rls.md maps Envoy's actions to descriptor entries and shows how
+// Istio, Contour and Envoy Gateway are pointed at the service.
 type RateLimitServiceTarget struct {
 	// domain is the domain the gateway's rate limit filter sends, e.g.
 	// "edge".
@@ -297,7 +299,9 @@ type RateLimitPolicySpec struct {
 	// rateLimitService makes the policy limit the requests that Envoy
 	// gateways ask slidegate's rate limit service about, instead of the
 	// traffic of pods. Exactly one of targetSelector and rateLimitService is
-	// set; key and match do not apply.
+	// set; key and match do not apply. docs/rls.md maps Envoy's rate limit
+	// actions to descriptor entries and shows how Istio, Contour and Envoy
+	// Gateway are pointed at the service.
 	// +optional
 	RateLimitService *RateLimitServiceTarget `json:"rateLimitService,omitempty"`
 
