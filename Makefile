@@ -84,10 +84,10 @@ test-alerts: ## Check the alert rules and run their unit tests with promtool; li
 	PROMTOOL="$$(hack/tools.sh promtool)" go test -count=1 -v ./test/monitoring 2>&1 | hack/test-summary.sh
 
 .PHONY: test-stress
-test-stress: test-deps ## Run the limiter, sidecar, e2e and node tests while stress-ng keeps every core busy (4 workers per core).
+test-stress: test-deps ## Run the limiter, sidecar, RLS, e2e and node tests while stress-ng keeps every core busy (4 workers per core).
 	@command -v stress-ng >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stress-ng; }
 	@stress-ng --cpu $$((4 * $$(nproc))) --timeout 1800s >/dev/null 2>&1 & pid=$$!; trap 'kill $$pid 2>/dev/null' EXIT; \
-		KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 ./internal/limiter ./internal/sidecar ./test/e2e 2>&1 | hack/test-summary.sh && \
+		KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 ./internal/limiter ./internal/sidecar ./internal/rls ./test/e2e 2>&1 | hack/test-summary.sh && \
 		hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh
 
 .PHONY: test-exact-busy
