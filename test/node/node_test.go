@@ -74,6 +74,7 @@ func TestNode(t *testing.T) {
 		{"RollingUpdatesLoseNothing", testRollingUpdates},
 		{"BarePodWarned", testBarePod},
 		{"ManagerNeverForbidden", testManagerNeverForbidden},
+		{"RateLimitService", testRateLimitService},
 		{"LastPolicyDeletedMeansNoLimit", testLastPolicyDeleted},
 		{"Uninstall", testUninstall},
 	}
