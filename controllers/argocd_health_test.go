@@ -15,6 +15,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
 // TestArgoCDHealth runs the shipped Argo CD health check
@@ -34,6 +35,19 @@ func TestArgoCDHealth(t *testing.T) {
 		return p
 	}
 	ok := statusInput{revision: "abc", matched: 3, enforced: 3}
+	// Policies for the rate limit service, with servers that loaded
+	// revision "abc" or an older one.
+	rls := func(in rlsStatusInput) *v1alpha1.RateLimitPolicy {
+		p := newRLSPolicy("shop", "login")
+		p.Generation = 1
+		in.namespace, in.service = "slidegate-system", DefaultRLSServiceName
+		p.Status = rlsDesiredStatus(p, in)
+		return p
+	}
+	id := rlsconfig.PolicyID("shop", "login")
+	loaded := func(rev string) serverState {
+		return serverState{addr: "10.0.0.1:8082", policies: map[string]string{id: rev}}
+	}
 	specChanged := reconciled(ok)
 	specChanged.Generation = 2
 	for _, tc := range []struct {
@@ -52,6 +66,10 @@ func TestArgoCDHealth(t *testing.T) {
 		{"a Service bypasses the sidecar", reconciled(statusInput{revision: "abc", matched: 2, enforced: 2, bypass: "Service web targets port 8080"}), "Degraded", status.CurrentStatus},
 		{"some pods without the sidecar", reconciled(statusInput{revision: "abc", matched: 3, enforced: 1}), "Degraded", status.CurrentStatus},
 		{"enforced", reconciled(ok), "Healthy", status.CurrentStatus},
+		{"rate limit service: enforced", rls(rlsStatusInput{revision: "abc", servers: []serverState{loaded("abc"), loaded("abc")}}), "Healthy", status.CurrentStatus},
+		{"rate limit service: a server still loading", rls(rlsStatusInput{revision: "abc", servers: []serverState{loaded("abc"), loaded("old")}}), "Progressing", status.CurrentStatus},
+		{"rate limit service: no server", rls(rlsStatusInput{revision: "abc"}), "Degraded", status.CurrentStatus},
+		{"rate limit service: no room", rls(rlsStatusInput{notAccepted: &render.ConfigTooLargeError{Namespace: "shop", Name: "login", PolicyBytes: 400, TotalBytes: 1_000_100, MaxBytes: 1_000_000, RateLimitService: true}}), "Degraded", status.FailedStatus},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tc.p)
