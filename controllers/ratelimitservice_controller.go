@@ -374,14 +374,6 @@ func rlsDesiredStatus(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) v1alpha1.R
 	return st
 }
 
-// listOf names at most three items and counts the rest.
-func listOf(items []string) string {
-	if len(items) > 3 {
-		return fmt.Sprintf("%s and %d more", strings.Join(items[:3], ", "), len(items)-3)
-	}
-	return strings.Join(items, ", ")
-}
-
 // SetupWithManager registers the controller and its cache of the objects
 // of Namespace it reads: the ConfigMap (by name) and the EndpointSlices of
 // the RLS Service (by label), so RBAC can stay scoped to them.

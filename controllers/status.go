@@ -191,10 +191,7 @@ func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMeta
 	}
 	list := func(n []string) string {
 		slices.Sort(n)
-		if len(n) > 3 {
-			return fmt.Sprintf("%s and %d more", strings.Join(n[:3], ", "), len(n)-3)
-		}
-		return strings.Join(n, ", ")
+		return listOf(n)
 	}
 	var why []string
 	if n := names[nsNotOptedIn]; len(n) > 0 {
@@ -215,6 +212,14 @@ func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMeta
 		why = append(why, fmt.Sprintf("the webhook admitted pods %s without the sidecar (the warning at their creation says why, e.g. no container port named %q)", list(n), targetPort(p)))
 	}
 	return strings.Join(why, "; ")
+}
+
+// listOf names at most three items and counts the rest.
+func listOf(items []string) string {
+	if len(items) > 3 {
+		return fmt.Sprintf("%s and %d more", strings.Join(items[:3], ", "), len(items)-3)
+	}
+	return strings.Join(items, ", ")
 }
 
 // emitTransitions emits one event for the conditions whose status or reason

@@ -29,22 +29,8 @@ func TestServeAndCheck(t *testing.T) {
 	t.Parallel()
 	r := testsupport.StartRedis(t)
 	cfg := writeConfig(t, pol("per-ip", 1, time.Minute, entry("remote_address")))
-	rdb, err := limiter.NewRedisClient(standaloneConfig(r.Addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = rdb.Close() }()
-	lim, err := limiter.New(rdb, limiter.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lim.Close() }()
-	s := New(lim, Options{ConfigFile: cfg})
-	if err := s.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	grpcLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	adminLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	s := loadedServer(t, r.Addr, cfg)
+	grpcLn, adminLn := listenLoopback(t), listenLoopback(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ctx, grpcLn, adminLn, 0, 5*time.Second) }()
@@ -117,22 +103,8 @@ func TestTLSListener(t *testing.T) {
 	pki := testsupport.NewPKI(t)
 	r := testsupport.StartRedis(t)
 	cfg := writeConfig(t, pol("per-ip", 5, time.Minute, entry("remote_address")))
-	rdb, err := limiter.NewRedisClient(standaloneConfig(r.Addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = rdb.Close() }()
-	lim, err := limiter.New(rdb, limiter.Options{Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lim.Close() }()
-	s := New(lim, Options{ConfigFile: cfg})
-	if err := s.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	grpcLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	adminLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	s := loadedServer(t, r.Addr, cfg)
+	grpcLn, adminLn := listenLoopback(t), listenLoopback(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = s.Serve(ctx, grpcLn, adminLn, 0, time.Second, TLSCreds(pki.ServerCert, pki.ServerKey)) }()
@@ -149,4 +121,34 @@ func TestTLSListener(t *testing.T) {
 	if _, err := Check(pctx, o, io.Discard); err == nil {
 		t.Fatal("a plaintext call to the TLS listener succeeded")
 	}
+}
+
+// loadedServer is a Server on its own Redis client and limiter, with the
+// config file loaded.
+func loadedServer(t *testing.T, redisAddr, configFile string) *Server {
+	t.Helper()
+	rdb, err := limiter.NewRedisClient(standaloneConfig(redisAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	lim, err := limiter.New(rdb, limiter.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	s := New(lim, Options{ConfigFile: configFile})
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }

@@ -37,24 +37,7 @@ import (
 
 // The install with the rate limit service (config/rls: config/default and
 // config/components/rls), the image changed as in installKustomization.
-const rlsKustomization = `resources:
-  - ../rls
-images:
-  - name: ghcr.io/slidegate/slidegate
-    newName: slidegate.test/slidegate
-    newTag: node
-replacements:
-  - source:
-      kind: Deployment
-      name: slidegate-controller-manager
-      fieldPath: spec.template.spec.containers.[name=manager].image
-    targets:
-      - select:
-          kind: Deployment
-          name: slidegate-controller-manager
-        fieldPaths:
-          - spec.template.spec.containers.[name=manager].env.[name=SLIDEGATE_SIDECAR_IMAGE].value
-`
+var rlsKustomization = strings.Replace(installKustomization, "  - ../default\n", "  - ../rls\n", 1)
 
 const rlsPolicyManifest = `apiVersion: ratelimit.slidegate.dev/v1alpha1
 kind: RateLimitPolicy
