@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -326,16 +325,6 @@ func TestRun(t *testing.T) {
 	assertRedisDecides(t, front, admin, func() (string, error) {
 		return r.Do("ZCARD", limiter.Key("run:", testNamespace+"/p", keyGlobal))
 	})
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
 }
 
 // TestLongKeyValuesGetTheirOwnBudget: client values that differ only after a

@@ -3,40 +3,88 @@ package sidecar
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // startRun runs the sidecar process (Run, as cmd/sidecar does) with o on
 // free ports until the test ends, and returns its proxied and admin URLs
-// once it is ready.
+// once it is ready. Run binds its own addresses, so a port found free can be
+// taken by another process before Run binds it; a few tries make that race
+// harmless.
 func startRun(t *testing.T, o Options, log *slog.Logger) (front, admin string) {
 	t.Helper()
-	o.ListenAddress, o.AdminAddress = freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, o, log) }()
-	t.Cleanup(func() {
+	for try := 1; ; try++ {
+		addrs := freeAddrs(t, 2)
+		o.ListenAddress, o.AdminAddress = addrs[0], addrs[1]
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- Run(ctx, o, log) }()
+		err := waitReady(o.AdminAddress, done, 10*time.Second)
+		if err == nil {
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			})
+			return "http://" + o.ListenAddress, "http://" + o.AdminAddress
+		}
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
+		if !errors.Is(err, syscall.EADDRINUSE) || try == 3 {
+			t.Fatalf("sidecar not ready: %v", err)
 		}
-	})
-	eventually(t, 10*time.Second, "/readyz", func() bool {
-		resp, err := http.Get("http://" + o.AdminAddress + "/readyz")
+	}
+}
+
+// waitReady waits until the admin address answers /readyz with 200, or Run
+// returns (its error), or the timeout passes.
+func waitReady(admin string, done <-chan error, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case err := <-done:
+			return fmt.Errorf("Run returned before ready: %w", err)
+		default:
+		}
+		if resp, err := http.Get("http://" + admin + "/readyz"); err == nil {
+			drain(resp)
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %v waiting for /readyz", timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// freeAddrs returns n distinct loopback addresses that were free a moment
+// ago: all n are held open together, so the kernel cannot hand out one port
+// twice (it did: "--listen-address and --admin-address must differ").
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return false
+			t.Fatal(err)
 		}
-		drain(resp)
-		return resp.StatusCode == 200
-	})
-	return "http://" + o.ListenAddress, "http://" + o.AdminAddress
+		defer func() { _ = ln.Close() }()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs
 }
 
 // statuses sends n GETs to front, one after the other, and returns their

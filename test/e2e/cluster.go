@@ -144,10 +144,11 @@ func StartCluster(ctx context.Context, managerBin string, logf func(string, ...a
 
 	logf("starting the manager (controller and webhook)")
 	wo := &c.Env.WebhookInstallOptions
-	probe, err := freeAddr()
+	probes, err := freeAddrs(1)
 	if err != nil {
 		return nil, err
 	}
+	probe := probes[0]
 	mgr := exec.CommandContext(ctx, managerBin,
 		"--health-probe-bind-address="+probe,
 		"--metrics-bind-address=0",
@@ -197,13 +198,20 @@ func (c *Cluster) Close() {
 	}
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// freeAddrs returns n distinct loopback addresses that were free a moment
+// ago; all n are held open together so the kernel cannot hand out one port
+// twice.
+func freeAddrs(n int) ([]string, error) {
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = l.Close() }()
+		addrs = append(addrs, l.Addr().String())
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
+	return addrs, nil
 }
 
 func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {

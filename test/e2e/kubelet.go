@@ -46,14 +46,11 @@ func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *core
 		return nil, fmt.Errorf("pod %s has no %s container: the webhook did not inject it", pod.Name, inject.ContainerName)
 	}
 	root := filepath.Join(c.Dir, "pods", pod.Name)
-	listen, err := freeAddr()
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
-	admin, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
+	listen, admin := addrs[0], addrs[1]
 	s := &Sidecar{URL: "http://" + listen, AdminURL: "http://" + admin}
 	for _, a := range spec.Args {
 		name, value, _ := strings.Cut(a, "=")
