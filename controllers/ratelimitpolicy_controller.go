@@ -40,6 +40,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -285,10 +286,7 @@ func (r *RateLimitPolicyReconciler) livePods(ctx context.Context, ns string) ([]
 // added to unprotected. A pod injected for another policy's port is not
 // protected by this one: traffic to this policy's port bypasses the sidecar.
 func countPods(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, unprotected map[types.UID]bool) (matched, enforced int32) {
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.TargetSelector.AsMeta())
-	if err != nil {
-		return 0, 0
-	}
+	sel := selection.Selector(p)
 	for i := range pods {
 		if !sel.Matches(labels.Set(pods[i].Labels)) {
 			continue
@@ -327,10 +325,7 @@ func injection(pod metav1.Object) (st v1alpha1.InjectionStatus, ok bool) {
 // the sidecar took the name of: that traffic is not limited. Other numeric
 // ports (metrics, a side port) are none of our business.
 func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, services []corev1.Service) string {
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.TargetSelector.AsMeta())
-	if err != nil {
-		return ""
-	}
+	sel := selection.Selector(p)
 	var found []string
 	for i := range services {
 		svc := &services[i]

@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -293,8 +294,7 @@ func (h *podHandler) selected(ctx context.Context, pod client.Object) bool {
 			return true
 		}
 		for i := range list.Items {
-			sel, err := metav1.LabelSelectorAsSelector(list.Items[i].Spec.TargetSelector.AsMeta())
-			if err == nil && sel.Matches(labels.Set(pod.GetLabels())) {
+			if selection.Selects(&list.Items[i], pod.GetLabels()) {
 				return true
 			}
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -151,10 +152,7 @@ func notAcceptedWhy(err error) (reason, msg string) {
 // after the policy in an opted-in namespace was admitted without the sidecar
 // by the webhook itself; only the warning at its creation holds the reason.
 func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, nsOptedIn bool) string {
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.TargetSelector.AsMeta())
-	if err != nil {
-		return ""
-	}
+	sel := selection.Selector(p)
 	const (
 		optedOut = iota
 		otherPort
