@@ -91,22 +91,22 @@ func applyConfigMap(ctx context.Context, c client.Client, reader client.Reader, 
 // line with the manager's Secret. It returns a problem (for the Ready
 // condition) when the source cannot be mirrored, and an error when the API
 // fails. Secret data is never logged nor put into messages.
-func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns string, owners []metav1.OwnerReference) (problem string, err error) {
+func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns string, owners []metav1.OwnerReference) (*problem, error) {
 	key := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
 	if r.RedisCredentials.Name == "" {
 		// No credentials configured (any more): remove a stale copy.
-		return "", r.deleteManaged(ctx, key, &corev1.Secret{}, "secret")
+		return nil, r.deleteManaged(ctx, key, &corev1.Secret{}, "secret")
 	}
 	if key == r.RedisCredentials {
-		return "", nil // the manager's Secret itself: nothing to copy
+		return nil, nil // the manager's Secret itself: nothing to copy
 	}
 
 	var src corev1.Secret
 	if err := r.credentialsReader().Get(ctx, r.RedisCredentials, &src); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fmt.Sprintf("the Redis credentials Secret %s configured on the manager does not exist", r.RedisCredentials), nil
+			return credentialsProblem(fmt.Sprintf("the Redis credentials Secret %s configured on the manager does not exist", r.RedisCredentials)), nil
 		}
-		return "", fmt.Errorf("reading the Redis credentials Secret %s: %w", r.RedisCredentials, err)
+		return nil, fmt.Errorf("reading the Redis credentials Secret %s: %w", r.RedisCredentials, err)
 	}
 	data := map[string][]byte{}
 	for _, k := range v1alpha1.RedisCredentialKeys {
@@ -115,20 +115,20 @@ func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns st
 		}
 	}
 	if len(data) == 0 {
-		return fmt.Sprintf("the Redis credentials Secret %s has none of the keys %s",
-			r.RedisCredentials, strings.Join(v1alpha1.RedisCredentialKeys, ", ")), nil
+		return credentialsProblem(fmt.Sprintf("the Redis credentials Secret %s has none of the keys %s",
+			r.RedisCredentials, strings.Join(v1alpha1.RedisCredentialKeys, ", "))), nil
 	}
 
 	lbls := childLabels("redis-credentials")
 	annotations := map[string]string{v1alpha1.SourceAnnotation: r.RedisCredentials.String()}
 	var cur corev1.Secret
-	err = r.Client.Get(ctx, key, &cur)
+	err := r.Client.Get(ctx, key, &cur)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return "", fmt.Errorf("reading Secret %s: %w", key, err)
+		return nil, fmt.Errorf("reading Secret %s: %w", key, err)
 	case metaUpToDate(&cur.ObjectMeta, lbls, annotations, owners) && credentialsEqual(cur.Data, data):
-		return "", nil
+		return nil, nil
 	}
 
 	ac := corev1ac.Secret(key.Name, key.Namespace).
@@ -139,13 +139,13 @@ func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns st
 		WithData(data)
 	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		if namespaceTerminating(err) {
-			return "", nil
+			return nil, nil
 		}
-		return "", fmt.Errorf("applying Secret %s: %w", key, err)
+		return nil, fmt.Errorf("applying Secret %s: %w", key, err)
 	}
 	writesCounter.WithLabelValues("secret", "apply").Inc()
 	logf.FromContext(ctx).Info("mirrored the Redis credentials", "secret", klog.KRef(ns, key.Name), "source", klog.KRef(r.RedisCredentials.Namespace, r.RedisCredentials.Name))
-	return "", nil
+	return nil, nil
 }
 
 // credentialsEqual compares the credential keys only: keys someone else

@@ -201,7 +201,7 @@ func TestNotAcceptedStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := p.DeepCopy()
 			p.Status.Revision = "0123456789abcdef"
-			st := desiredStatus(p, statusInput{notAccepted: tc.err, revision: "fedcba9876543210", matched: 2, enforced: 2})
+			st := desiredStatus(p, statusInput{notAccepted: notAcceptedProblem(tc.err), revision: "fedcba9876543210", matched: 2, enforced: 2})
 			for typ, want := range map[string]metav1.ConditionStatus{
 				v1alpha1.ConditionAccepted: metav1.ConditionFalse,
 				v1alpha1.ConditionReady:    metav1.ConditionFalse,
