@@ -193,6 +193,7 @@ func metaUpToDate(obj *metav1.ObjectMeta, lbls, annotations map[string]string, o
 	})
 }
 
+// ownerReferenceApplyConfigs are owners as server-side apply takes them.
 func ownerReferenceApplyConfigs(owners []metav1.OwnerReference) []*metav1ac.OwnerReferenceApplyConfiguration {
 	out := make([]*metav1ac.OwnerReferenceApplyConfiguration, 0, len(owners))
 	for _, o := range owners {

@@ -312,6 +312,8 @@ func (r *RateLimitPolicyReconciler) cleanup(ctx context.Context, ns string) erro
 	return r.deleteManaged(ctx, secret, &corev1.Secret{}, "secret")
 }
 
+// deleteManaged deletes one of the namespace's children when its last policy
+// has gone.
 func (r *RateLimitPolicyReconciler) deleteManaged(ctx context.Context, key types.NamespacedName, obj client.Object, resource string) error {
 	return deleteManaged(ctx, r.Client, r.Client, key, obj, resource, "the namespace has no policy left")
 }
@@ -430,6 +432,7 @@ func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectM
 	return strings.Join(found, "; ")
 }
 
+// carriesSidecar reports whether the pod has been injected, for any port.
 func carriesSidecar(pod metav1.Object) bool {
 	_, ok := injection(pod)
 	return ok
@@ -492,6 +495,7 @@ func writeStatus(ctx context.Context, c client.Client, rec events.EventRecorder,
 	return nil
 }
 
+// credentialsGrace is CredentialsGrace, or its default when unset.
 func (r *RateLimitPolicyReconciler) credentialsGrace() time.Duration {
 	if r.CredentialsGrace > 0 {
 		return r.CredentialsGrace

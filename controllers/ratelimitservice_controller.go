@@ -309,6 +309,7 @@ func (r *RateLimitServiceReconciler) ask(ctx context.Context, addr string) (map[
 	return l.Policies, nil
 }
 
+// recheck is Recheck, or its default when unset.
 func (r *RateLimitServiceReconciler) recheck() time.Duration {
 	if r.Recheck > 0 {
 		return r.Recheck
@@ -316,6 +317,7 @@ func (r *RateLimitServiceReconciler) recheck() time.Duration {
 	return defaultRLSRecheck
 }
 
+// serviceName is ServiceName, or its default when unset.
 func (r *RateLimitServiceReconciler) serviceName() string {
 	if r.ServiceName != "" {
 		return r.ServiceName
@@ -323,6 +325,8 @@ func (r *RateLimitServiceReconciler) serviceName() string {
 	return DefaultRLSServiceName
 }
 
+// reader reads the objects of Namespace: the controller's own cache once
+// SetupWithManager ran, else (a reconciler driven by hand) the client.
 func (r *RateLimitServiceReconciler) reader() client.Reader {
 	if r.local != nil {
 		return r.local
@@ -472,6 +476,7 @@ var rlsPolicyChanged = predicate.Funcs{
 	GenericFunc: func(e event.GenericEvent) bool { return forRLS(e.Object) },
 }
 
+// forRLS reports whether o is a policy for the rate limit service.
 func forRLS(o client.Object) bool {
 	p, ok := o.(*v1alpha1.RateLimitPolicy)
 	return ok && p.Spec.RateLimitService != nil

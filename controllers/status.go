@@ -102,6 +102,8 @@ type conditionSetter struct {
 	generation int64
 }
 
+// set sets one condition, keeping its lastTransitionTime if its status
+// does not change.
 func (c conditionSetter) set(typ string, status metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&c.status.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: c.generation,

@@ -41,8 +41,11 @@ const Path = "/inject-v1-pod"
 // PodInjector answers admission requests for Pod CREATE.
 type PodInjector struct {
 	// Reader reads Namespaces and RateLimitPolicies (the manager's cache).
-	Reader  client.Reader
+	Reader client.Reader
+	// Decoder decodes the Pod of a request.
 	Decoder admission.Decoder
+	// Options are the sidecar's settings; TargetPort is taken from the
+	// first policy that selects the pod.
 	Options inject.Options
 }
 
