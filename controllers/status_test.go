@@ -64,6 +64,23 @@ func conditionsOf(t *testing.T, st v1alpha1.RateLimitPolicyStatus, generation in
 	return out
 }
 
+// notAcceptedConds are the conditions of a policy left out of the
+// configuration for reason, with message msg, whose Enforced says
+// enforcedMsg.
+func notAcceptedConds(reason, msg, enforcedMsg string) map[string]cond {
+	return map[string]cond{
+		v1alpha1.ConditionAccepted: {metav1.ConditionFalse, reason, msg},
+		v1alpha1.ConditionReady:    {metav1.ConditionFalse, reason, msg},
+		ConditionStalled:           {metav1.ConditionTrue, reason, msg},
+		v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, enforcedMsg},
+	}
+}
+
+// conds are the conditions of an accepted policy, without Stalled.
+func conds(accepted, ready, enforced cond) map[string]cond {
+	return map[string]cond{v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: ready, v1alpha1.ConditionEnforced: enforced}
+}
+
 var condOpt = cmp.AllowUnexported(cond{})
 
 const (
@@ -100,92 +117,59 @@ func TestDesiredStatus(t *testing.T) {
 		wantRevision string
 	}{
 		{
-			name: "every selected pod carries the sidecar",
-			in:   statusInput{revision: "r1", matched: 3, enforced: 3},
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
-				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 3 selected pods carry the sidecar"},
-			},
+			name:         "every selected pod carries the sidecar",
+			in:           statusInput{revision: "r1", matched: 3, enforced: 3},
+			want:         conds(accepted, published, cond{metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 3 selected pods carry the sidecar"}),
 			wantRevision: "r1",
 		},
 		{
 			name: "invalid spec: not accepted, stalled, no revision",
 			in:   statusInput{notAccepted: notAcceptedProblem(invalid), revision: "r1", matched: 2, enforced: 2},
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: {metav1.ConditionFalse, v1alpha1.ReasonInvalid, invalidMsg},
-				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonInvalid, invalidMsg},
-				ConditionStalled:           {metav1.ConditionTrue, v1alpha1.ReasonInvalid, invalidMsg},
-				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, "not enforced: the policy is not accepted (2 pods selected)"},
-			},
+			want: notAcceptedConds(v1alpha1.ReasonInvalid, invalidMsg, "not enforced: the policy is not accepted (2 pods selected)"),
 		},
 		{
 			name: "no room in the ConfigMap",
 			in:   statusInput{notAccepted: notAcceptedProblem(tooLarge), revision: "r1", matched: 1},
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: {metav1.ConditionFalse, v1alpha1.ReasonConfigTooLarge, tooLargeMsg},
-				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonConfigTooLarge, tooLargeMsg},
-				ConditionStalled:           {metav1.ConditionTrue, v1alpha1.ReasonConfigTooLarge, tooLargeMsg},
-				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, "not enforced: the policy is not accepted (1 pods selected)"},
-			},
+			want: notAcceptedConds(v1alpha1.ReasonConfigTooLarge, tooLargeMsg, "not enforced: the policy is not accepted (1 pods selected)"),
 		},
 		{
 			name:   "no room in the ConfigMap (wrapped): not accepted, stalled, the old revision dropped",
 			before: previously(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAccepted}),
 			in:     statusInput{notAccepted: notAcceptedProblem(fmt.Errorf("namespace shop: %w", tooLarge)), matched: 1},
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: {metav1.ConditionFalse, v1alpha1.ReasonConfigTooLarge, tooLargeMsg},
-				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonConfigTooLarge, tooLargeMsg},
-				ConditionStalled:           {metav1.ConditionTrue, v1alpha1.ReasonConfigTooLarge, tooLargeMsg},
-				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, "not enforced: the policy is not accepted (1 pods selected)"},
-			},
+			want:   notAcceptedConds(v1alpha1.ReasonConfigTooLarge, tooLargeMsg, "not enforced: the policy is not accepted (1 pods selected)"),
 		},
 		{
-			name:   "accepted again: Stalled goes",
-			before: previously(metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonInvalid}),
-			in:     statusInput{revision: "r2", matched: 1, enforced: 1},
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
-				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"},
-			},
+			name:         "accepted again: Stalled goes",
+			before:       previously(metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonInvalid}),
+			in:           statusInput{revision: "r2", matched: 1, enforced: 1},
+			want:         conds(accepted, published, cond{metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"}),
 			wantRevision: "r2",
 		},
 		{
-			name: "no pod selected",
-			in:   statusInput{revision: "r1"},
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
-				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonNoPodsSelected, "no pod of the namespace matches targetSelector"},
-			},
+			name:         "no pod selected",
+			in:           statusInput{revision: "r1"},
+			want:         conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonNoPodsSelected, "no pod of the namespace matches targetSelector"}),
 			wantRevision: "r1",
 		},
 		{
 			name: "some selected pods without the sidecar",
 			in:   statusInput{revision: "r1", matched: 3, enforced: 1, unprotected: "pods b, c were created before the policy"},
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
-				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
-					`1 of 3 selected pods carry the sidecar in front of port "http"; pods b, c were created before the policy`},
-			},
+			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
+				`1 of 3 selected pods carry the sidecar in front of port "http"; pods b, c were created before the policy`}),
 			wantRevision: "r1",
 		},
 		{
 			name: "every pod protected, but a Service bypasses the sidecar",
 			in:   statusInput{revision: "r1", matched: 2, enforced: 2, bypass: "Service web port 80 targets the app's port number 8080"},
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
-				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar,
-					"all 2 selected pods carry the sidecar, but Service web port 80 targets the app's port number 8080: such traffic reaches the app unlimited; set targetPort to the port's name (http)"},
-			},
+			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar,
+				"all 2 selected pods carry the sidecar, but Service web port 80 targets the app's port number 8080: such traffic reaches the app unlimited; set targetPort to the port's name (http)"}),
 			wantRevision: "r1",
 		},
 		{
 			name: "a bypass is not reported while pods lack the sidecar: that is the first thing to fix",
 			in:   statusInput{revision: "r1", matched: 2, enforced: 1, bypass: "Service web port 80 targets the app's port number 8080", unprotected: "pods b opted out"},
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
-				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
-					`1 of 2 selected pods carry the sidecar in front of port "http"; pods b opted out`},
-			},
+			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
+				`1 of 2 selected pods carry the sidecar in front of port "http"; pods b opted out`}),
 			wantRevision: "r1",
 		},
 		{
@@ -443,41 +427,27 @@ func TestRLSDesiredStatus(t *testing.T) {
 			name:    "every ready server loaded the revision",
 			in:      rlsStatusInput{revision: "r1", servers: []serverState{server("10.0.0.1:8082", "r1"), server("10.0.0.2:8082", "r1")}},
 			matched: 2, enforced: 2,
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
-				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 2 rate limit service servers loaded revision r1"},
-			},
+			want: conds(accepted, published, cond{metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 2 rate limit service servers loaded revision r1"}),
 		},
 		{
 			name: "not accepted",
 			in:   rlsStatusInput{notAccepted: notAcceptedProblem(invalid), servers: []serverState{server("10.0.0.1:8082", "r1")}},
 			// The servers are still counted; none enforces a policy not published.
 			matched: 1, enforced: 0,
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: {metav1.ConditionFalse, v1alpha1.ReasonInvalid, invalidMsg},
-				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonInvalid, invalidMsg},
-				ConditionStalled:           {metav1.ConditionTrue, v1alpha1.ReasonInvalid, invalidMsg},
-				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, "not enforced: the policy is not accepted"},
-			},
+			want: notAcceptedConds(v1alpha1.ReasonInvalid, invalidMsg, "not enforced: the policy is not accepted"),
 		},
 		{
 			name: "no ready server",
 			in:   rlsStatusInput{revision: "r1"},
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
-				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonNoRateLimitService,
-					`no ready endpoint of Service slidegate-system/slidegate-rls with a port named "admin": install the rate limit service (config/components/rls, docs/rls.md)`},
-			},
+			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonNoRateLimitService,
+				`no ready endpoint of Service slidegate-system/slidegate-rls with a port named "admin": install the rate limit service (config/components/rls, docs/rls.md)`}),
 		},
 		{
 			name:    "a server still serving an older revision",
 			in:      rlsStatusInput{revision: "r2", servers: []serverState{server("10.0.0.1:8082", "r2"), server("10.0.0.2:8082", "r1")}},
 			matched: 2, enforced: 1,
-			want: map[string]cond{
-				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
-				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
-					"1 of 2 rate limit service servers loaded revision r2; 10.0.0.2:8082 serve an older configuration (the kubelet refreshes the mounted ConfigMap within about a minute)"},
-			},
+			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
+				"1 of 2 rate limit service servers loaded revision r2; 10.0.0.2:8082 serve an older configuration (the kubelet refreshes the mounted ConfigMap within about a minute)"}),
 		},
 		{
 			name:    "a server that could not be asked, one behind, one without the policy",
