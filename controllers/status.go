@@ -215,15 +215,7 @@ const defaultCredentialsGrace = time.Minute
 // by the webhook itself; only the warning at its creation holds the reason.
 func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, nsOptedIn bool) string {
 	sel := selection.Selector(p)
-	const (
-		optedOut = iota
-		otherPort
-		nsNotOptedIn
-		beforePolicy
-		webhookSkipped
-		causes
-	)
-	var names [causes][]string
+	var names [numCauses][]string
 	otherPorts := map[string]bool{}
 	for i := range pods {
 		pod := &pods[i]
@@ -231,24 +223,50 @@ func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMeta
 			continue
 		}
 		st, injected, guarded := sidecarGuards(p, pod)
-		var c int
-		switch {
-		case guarded:
+		if guarded {
 			continue
-		case injected:
-			c = otherPort
+		}
+		c := causeOf(p, pod, injected, nsOptedIn)
+		if c == otherPort {
 			otherPorts[st.TargetPort] = true
-		case strings.EqualFold(pod.Annotations[inject.OptOutAnnotation], "false"), strings.EqualFold(pod.Labels[inject.OptOutAnnotation], "false"):
-			c = optedOut
-		case !nsOptedIn:
-			c = nsNotOptedIn
-		case pod.CreationTimestamp.Before(&p.CreationTimestamp):
-			c = beforePolicy
-		default:
-			c = webhookSkipped
 		}
 		names[c] = append(names[c], pod.Name)
 	}
+	return describeUnprotected(p, names, slices.Sorted(maps.Keys(otherPorts)))
+}
+
+// unprotectedCause is why a selected pod lacks the policy's sidecar, as far
+// as the controller can see.
+type unprotectedCause int
+
+const (
+	optedOut       unprotectedCause = iota // the pod opted out
+	otherPort                              // a sidecar in front of another port
+	nsNotOptedIn                           // the namespace is not labelled for injection
+	beforePolicy                           // created before the policy
+	webhookSkipped                         // the webhook admitted it without (its warning says why)
+	numCauses
+)
+
+// causeOf is why pod, which p selects and whose sidecar (if injected) does
+// not guard p's port, is not protected.
+func causeOf(p *v1alpha1.RateLimitPolicy, pod *metav1.PartialObjectMetadata, injected, nsOptedIn bool) unprotectedCause {
+	switch {
+	case injected:
+		return otherPort
+	case strings.EqualFold(pod.Annotations[inject.OptOutAnnotation], "false"), strings.EqualFold(pod.Labels[inject.OptOutAnnotation], "false"):
+		return optedOut
+	case !nsOptedIn:
+		return nsNotOptedIn
+	case pod.CreationTimestamp.Before(&p.CreationTimestamp):
+		return beforePolicy
+	}
+	return webhookSkipped
+}
+
+// describeUnprotected is the message of unprotectedWhy: the pods of each
+// cause, with what to do, in a fixed order.
+func describeUnprotected(p *v1alpha1.RateLimitPolicy, names [numCauses][]string, otherPorts []string) string {
 	list := func(n []string) string {
 		slices.Sort(n)
 		return listOf(n)
@@ -262,8 +280,7 @@ func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMeta
 		why = append(why, fmt.Sprintf("pods %s were created before the policy: restart them (kubectl -n %s rollout restart ...)", list(n), p.Namespace))
 	}
 	if n := names[otherPort]; len(n) > 0 {
-		ports := slices.Sorted(maps.Keys(otherPorts))
-		why = append(why, fmt.Sprintf("pods %s carry the sidecar in front of port %s, which another policy selecting them names", list(n), strings.Join(ports, ", ")))
+		why = append(why, fmt.Sprintf("pods %s carry the sidecar in front of port %s, which another policy selecting them names", list(n), strings.Join(otherPorts, ", ")))
 	}
 	if n := names[optedOut]; len(n) > 0 {
 		why = append(why, fmt.Sprintf("pods %s opted out with %s=false", list(n), inject.OptOutAnnotation))

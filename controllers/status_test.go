@@ -389,6 +389,13 @@ func TestUnprotectedWhy(t *testing.T) {
 			pod("ok", before, nil, injectedOn("http")), {ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{"app": "db"}}},
 			pod("f", before, nil, nil), pod("g", before, nil, nil), pod("h", before, nil, nil), pod("i", before, nil, nil)}, true,
 			[]string{"pods f, g, h and 1 more were created before the policy"}, []string{"ok", "other"}},
+		{"every cause at once, in a fixed order", []metav1.PartialObjectMetadata{
+			pod("w", after, nil, nil), pod("o", after, map[string]string{"ratelimit.slidegate.dev/inject": "false"}, nil),
+			pod("p", after, nil, injectedOn("api")), pod("b", before, nil, nil)}, true,
+			[]string{"pods b were created before the policy: restart them (kubectl -n shop rollout restart ...); " +
+				"pods p carry the sidecar in front of port api, which another policy selecting them names; " +
+				"pods o opted out with ratelimit.slidegate.dev/inject=false; " +
+				`the webhook admitted pods w without the sidecar (the warning at their creation says why, e.g. no container port named "http")`}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := unprotectedWhy(p, tc.pods, tc.optedIn)
