@@ -150,9 +150,8 @@ func newStatus(p *v1alpha1.RateLimitPolicy) (*v1alpha1.RateLimitPolicyStatus, co
 	return st, conditionSetter{status: st, generation: p.Generation}
 }
 
-// desiredStatus is the policy's status after this reconcile. It keeps the
-// lastTransitionTime of conditions whose status does not change, so that a
-// reconcile with nothing new computes an identical status.
+// desiredStatus is the policy's status after this reconcile, started from
+// its current one (newStatus).
 func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLimitPolicyStatus {
 	st, c := newStatus(p)
 	st.MatchedPods, st.EnforcedPods = in.matched, in.enforced
