@@ -58,10 +58,10 @@ func TestArgoCDHealth(t *testing.T) {
 	}{
 		{"new, not reconciled", base(1), "Progressing", status.InProgressStatus},
 		{"spec changed, not reconciled", specChanged, "Progressing", status.InProgressStatus},
-		{"invalid", reconciled(statusInput{notAccepted: errors.New("window 0s")}), "Degraded", status.FailedStatus},
-		{"no room in the ConfigMap", reconciled(statusInput{notAccepted: &render.ConfigTooLargeError{Namespace: "shop", Name: "p", PolicyBytes: 40_000, TotalBytes: 1_010_000, MaxBytes: 1_000_000}, matched: 1, enforced: 1}), "Degraded", status.FailedStatus},
-		{"no Redis credentials", reconciled(statusInput{revision: "abc", credentialsProblem: "Secret slidegate-redis not found", matched: 1, enforced: 1, now: time.Now(), grace: time.Minute}), "Degraded", status.InProgressStatus},
-		{"no Redis credentials for over a minute", reconciled(statusInput{revision: "abc", credentialsProblem: "Secret slidegate-redis not found", matched: 1, enforced: 1, now: time.Now().Add(time.Minute + time.Second), grace: time.Minute}), "Degraded", status.FailedStatus},
+		{"invalid", reconciled(statusInput{notAccepted: notAcceptedProblem(errors.New("window 0s"))}), "Degraded", status.FailedStatus},
+		{"no room in the ConfigMap", reconciled(statusInput{notAccepted: notAcceptedProblem(&render.ConfigTooLargeError{Namespace: "shop", Name: "p", PolicyBytes: 40_000, TotalBytes: 1_010_000, MaxBytes: 1_000_000}), matched: 1, enforced: 1}), "Degraded", status.FailedStatus},
+		{"no Redis credentials", reconciled(statusInput{revision: "abc", credentials: credentialsProblem("Secret slidegate-redis not found"), matched: 1, enforced: 1, now: time.Now(), grace: time.Minute}), "Degraded", status.InProgressStatus},
+		{"no Redis credentials for over a minute", reconciled(statusInput{revision: "abc", credentials: credentialsProblem("Secret slidegate-redis not found"), matched: 1, enforced: 1, now: time.Now().Add(time.Minute + time.Second), grace: time.Minute}), "Degraded", status.FailedStatus},
 		{"no pod selected", reconciled(statusInput{revision: "abc"}), "Healthy", status.CurrentStatus},
 		{"a Service bypasses the sidecar", reconciled(statusInput{revision: "abc", matched: 2, enforced: 2, bypass: "Service web targets port 8080"}), "Degraded", status.CurrentStatus},
 		{"some pods without the sidecar", reconciled(statusInput{revision: "abc", matched: 3, enforced: 1}), "Degraded", status.CurrentStatus},
@@ -69,7 +69,7 @@ func TestArgoCDHealth(t *testing.T) {
 		{"rate limit service: enforced", rls(rlsStatusInput{revision: "abc", servers: []serverState{loaded("abc"), loaded("abc")}}), "Healthy", status.CurrentStatus},
 		{"rate limit service: a server still loading", rls(rlsStatusInput{revision: "abc", servers: []serverState{loaded("abc"), loaded("old")}}), "Progressing", status.CurrentStatus},
 		{"rate limit service: no server", rls(rlsStatusInput{revision: "abc"}), "Degraded", status.CurrentStatus},
-		{"rate limit service: no room", rls(rlsStatusInput{notAccepted: &render.ConfigTooLargeError{Namespace: "shop", Name: "login", PolicyBytes: 400, TotalBytes: 1_000_100, MaxBytes: 1_000_000, RateLimitService: true}}), "Degraded", status.FailedStatus},
+		{"rate limit service: no room", rls(rlsStatusInput{notAccepted: notAcceptedProblem(&render.ConfigTooLargeError{Namespace: "shop", Name: "login", PolicyBytes: 400, TotalBytes: 1_000_100, MaxBytes: 1_000_000, RateLimitService: true})}), "Degraded", status.FailedStatus},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tc.p)

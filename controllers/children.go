@@ -91,22 +91,31 @@ func applyConfigMap(ctx context.Context, c client.Client, reader client.Reader, 
 // line with the manager's Secret. It returns a problem (for the Ready
 // condition) when the source cannot be mirrored, and an error when the API
 // fails. Secret data is never logged nor put into messages.
-func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns string, owners []metav1.OwnerReference) (problem string, err error) {
+func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns string, owners []metav1.OwnerReference) (*problem, error) {
 	key := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
 	if r.RedisCredentials.Name == "" {
 		// No credentials configured (any more): remove a stale copy.
-		return "", r.deleteManaged(ctx, key, &corev1.Secret{}, "secret")
+		return nil, r.deleteManaged(ctx, key, &corev1.Secret{}, "secret")
 	}
 	if key == r.RedisCredentials {
-		return "", nil // the manager's Secret itself: nothing to copy
+		return nil, nil // the manager's Secret itself: nothing to copy
 	}
+	data, prob, err := r.credentialsData(ctx)
+	if prob != nil || err != nil {
+		return prob, err
+	}
+	return nil, r.applyCredentials(ctx, key, data, owners)
+}
 
+// credentialsData reads the credential keys of the manager's Secret, or the
+// problem that keeps them from the sidecars.
+func (r *RateLimitPolicyReconciler) credentialsData(ctx context.Context) (map[string][]byte, *problem, error) {
 	var src corev1.Secret
 	if err := r.credentialsReader().Get(ctx, r.RedisCredentials, &src); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fmt.Sprintf("the Redis credentials Secret %s configured on the manager does not exist", r.RedisCredentials), nil
+			return nil, credentialsProblem(fmt.Sprintf("the Redis credentials Secret %s configured on the manager does not exist", r.RedisCredentials)), nil
 		}
-		return "", fmt.Errorf("reading the Redis credentials Secret %s: %w", r.RedisCredentials, err)
+		return nil, nil, fmt.Errorf("reading the Redis credentials Secret %s: %w", r.RedisCredentials, err)
 	}
 	data := map[string][]byte{}
 	for _, k := range v1alpha1.RedisCredentialKeys {
@@ -115,20 +124,25 @@ func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns st
 		}
 	}
 	if len(data) == 0 {
-		return fmt.Sprintf("the Redis credentials Secret %s has none of the keys %s",
-			r.RedisCredentials, strings.Join(v1alpha1.RedisCredentialKeys, ", ")), nil
+		return nil, credentialsProblem(fmt.Sprintf("the Redis credentials Secret %s has none of the keys %s",
+			r.RedisCredentials, strings.Join(v1alpha1.RedisCredentialKeys, ", "))), nil
 	}
+	return data, nil, nil
+}
 
+// applyCredentials makes the Secret key hold data, with our labels, the
+// source annotation and owners, unless the cached copy already does.
+func (r *RateLimitPolicyReconciler) applyCredentials(ctx context.Context, key types.NamespacedName, data map[string][]byte, owners []metav1.OwnerReference) error {
 	lbls := childLabels("redis-credentials")
 	annotations := map[string]string{v1alpha1.SourceAnnotation: r.RedisCredentials.String()}
 	var cur corev1.Secret
-	err = r.Client.Get(ctx, key, &cur)
+	err := r.Client.Get(ctx, key, &cur)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return "", fmt.Errorf("reading Secret %s: %w", key, err)
+		return fmt.Errorf("reading Secret %s: %w", key, err)
 	case metaUpToDate(&cur.ObjectMeta, lbls, annotations, owners) && credentialsEqual(cur.Data, data):
-		return "", nil
+		return nil
 	}
 
 	ac := corev1ac.Secret(key.Name, key.Namespace).
@@ -139,13 +153,13 @@ func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns st
 		WithData(data)
 	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		if namespaceTerminating(err) {
-			return "", nil
+			return nil
 		}
-		return "", fmt.Errorf("applying Secret %s: %w", key, err)
+		return fmt.Errorf("applying Secret %s: %w", key, err)
 	}
 	writesCounter.WithLabelValues("secret", "apply").Inc()
-	logf.FromContext(ctx).Info("mirrored the Redis credentials", "secret", klog.KRef(ns, key.Name), "source", klog.KRef(r.RedisCredentials.Namespace, r.RedisCredentials.Name))
-	return "", nil
+	logf.FromContext(ctx).Info("mirrored the Redis credentials", "secret", klog.KRef(key.Namespace, key.Name), "source", klog.KRef(r.RedisCredentials.Namespace, r.RedisCredentials.Name))
+	return nil
 }
 
 // credentialsEqual compares the credential keys only: keys someone else
@@ -193,6 +207,7 @@ func metaUpToDate(obj *metav1.ObjectMeta, lbls, annotations map[string]string, o
 	})
 }
 
+// ownerReferenceApplyConfigs are owners as server-side apply takes them.
 func ownerReferenceApplyConfigs(owners []metav1.OwnerReference) []*metav1ac.OwnerReferenceApplyConfiguration {
 	out := make([]*metav1ac.OwnerReferenceApplyConfiguration, 0, len(owners))
 	for _, o := range owners {

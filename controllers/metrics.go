@@ -59,6 +59,8 @@ func init() {
 	ctrlmetrics.Registry.MustRegister(policiesGauge, rejectedPoliciesGauge, unprotectedPodsGauge, notEnforcedGauge, writesCounter)
 }
 
+// forgetNamespaceMetrics drops the series of a namespace without policies,
+// so that a deleted namespace does not report its last values forever.
 func forgetNamespaceMetrics(ns string) {
 	policiesGauge.DeleteLabelValues(ns)
 	rejectedPoliciesGauge.DeleteLabelValues(ns)
@@ -104,6 +106,9 @@ func recordRLSEnforcement(byNamespace map[string][]v1alpha1.RateLimitPolicy, bef
 	}
 }
 
+// notEnforced counts the policies whose Enforced condition is False, by
+// reason; every reason the target can report is present (0 if none), so
+// that a count going back to zero is seen.
 func notEnforced(target string, policies []v1alpha1.RateLimitPolicy) map[string]int {
 	counts := map[string]int{}
 	for _, r := range notEnforcedReasons[target] {

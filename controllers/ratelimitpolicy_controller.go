@@ -40,6 +40,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -89,137 +90,201 @@ type RateLimitPolicyReconciler struct {
 // +kubebuilder:rbac:groups="",resources=services,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile brings one namespace (req.Name) to its desired state: get the
-// policies (none: remove the children) → render → apply the children → write
-// each policy's status if it changed.
+// Reconcile brings one namespace (req.Name) to its desired state in
+// phases: gather the policies (none: remove the children) and pods → render
+// the namespace's configuration → apply the children → gather what the
+// status depends on → compute each policy's status → write the statuses that
+// changed → record metrics.
 func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns := req.Name
-	log := logf.FromContext(ctx)
-
-	var list v1alpha1.RateLimitPolicyList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+	policies, err := livePolicies(ctx, r.Client, false, client.InNamespace(ns))
+	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the policies of namespace %s: %w", ns, err)
 	}
-	// Policies for the rate limit service are the RateLimitServiceReconciler's.
-	policies := slices.DeleteFunc(list.Items, func(p v1alpha1.RateLimitPolicy) bool {
-		return !p.DeletionTimestamp.IsZero() || p.Spec.RateLimitService != nil
-	})
 	if len(policies) == 0 {
 		return ctrl.Result{}, r.cleanup(ctx, ns)
 	}
 	slices.SortFunc(policies, func(a, b v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
-
-	// Compute the desired state. A policy the renderer rejects, or one that
-	// does not fit in the ConfigMap, is left out (and reported in its
-	// status) so that it does not block the others.
-	notAccepted := map[string]error{}
-	var valid []v1alpha1.RateLimitPolicy
-	for i := range policies {
-		if _, err := render.Policy(&policies[i]); err != nil {
-			notAccepted[policies[i].Name] = err
-			continue
-		}
-		valid = append(valid, policies[i])
-	}
-	// Count the pods for the status (matched and enforced pods).
 	pods, err := r.livePods(ctx, ns)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	unprotected := map[types.UID]bool{}
-	matched, enforced := map[string]int32{}, map[string]int32{}
-	for i := range policies {
-		matched[policies[i].Name], enforced[policies[i].Name] = countPods(&policies[i], pods, unprotected)
+
+	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies})
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	// No replica counts in the config: the sidecars count themselves
-	// through Redis, so pod churn rewrites nothing here.
-	opts := render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies}
+
+	owners := ownerReferences(policies)
+	if err := r.applyConfigMap(ctx, ns, desired.data, desired.revision, owners); err != nil {
+		return ctrl.Result{}, err
+	}
+	credentials, err := r.mirrorCredentials(ctx, ns, owners)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	facts, err := r.namespaceFacts(ctx, ns, pods, credentials)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	want, unprotected := policyStatuses(policies, desired, facts, time.Now(), r.credentialsGrace())
+	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, policies, want, facts.terminating)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	recordNamespace(ns, policies, desired, unprotected)
+	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(policies), "rejected", len(desired.notAccepted),
+		"tooLarge", desired.tooLarge, "revision", desired.revision)
+	return r.requeue(conflicted, credentials != nil), nil
+}
+
+// requeue is when to come back after writing the statuses: soon after a
+// conflict, and when the credentials grace has passed while they are missing,
+// to report Stalled.
+func (r *RateLimitPolicyReconciler) requeue(conflicted, credentialsMissing bool) ctrl.Result {
+	var result ctrl.Result
+	if conflicted {
+		result.RequeueAfter = conflictRetryDelay
+	}
+	if g := r.credentialsGrace(); credentialsMissing && (result.RequeueAfter == 0 || result.RequeueAfter > g) {
+		result.RequeueAfter = g
+	}
+	return result
+}
+
+// recordNamespace records the namespace's metrics from its policies, their
+// statuses as just written, and their render.
+func recordNamespace(ns string, policies []v1alpha1.RateLimitPolicy, desired namespaceRender, unprotected map[types.UID]bool) {
+	policiesGauge.WithLabelValues(ns).Set(float64(len(policies)))
+	rejectedPoliciesGauge.WithLabelValues(ns).Set(float64(len(desired.notAccepted)))
+	unprotectedPodsGauge.WithLabelValues(ns).Set(float64(len(unprotected)))
+	recordEnforcement(ns, policies)
+}
+
+// livePolicies lists the policies (of the namespace, with
+// client.InNamespace) that are not being deleted and belong to one of the
+// two controllers: those for the rate limit service (forRLS) or those for
+// the sidecars.
+func livePolicies(ctx context.Context, c client.Reader, forRLS bool, opts ...client.ListOption) ([]v1alpha1.RateLimitPolicy, error) {
+	var list v1alpha1.RateLimitPolicyList
+	if err := c.List(ctx, &list, opts...); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(list.Items, func(p v1alpha1.RateLimitPolicy) bool {
+		return !p.DeletionTimestamp.IsZero() || (p.Spec.RateLimitService != nil) != forRLS
+	}), nil
+}
+
+// namespaceRender is the desired configuration of a namespace.
+type namespaceRender struct {
+	// data is the ConfigMap's document and revision its hash.
+	data     []byte
+	revision string
+	// revisions holds each accepted policy's own revision, by policy name.
+	revisions map[string]string
+	// notAccepted holds why each policy left out of data is, by name.
+	notAccepted map[string]*problem
+	// tooLarge counts the policies left out for want of room (for the log).
+	tooLarge int
+}
+
+// renderNamespace renders the namespace's policies. A policy the renderer
+// rejects, or one that does not fit in the ConfigMap, is left out (and
+// reported in its status) so that it does not block the others. No replica
+// counts in the config: the sidecars count themselves through Redis, so pod
+// churn rewrites nothing here.
+func renderNamespace(policies []v1alpha1.RateLimitPolicy, opts render.Options) (namespaceRender, error) {
+	out := namespaceRender{notAccepted: map[string]*problem{}}
+	var valid []v1alpha1.RateLimitPolicy
+	for i := range policies {
+		if _, err := render.Policy(&policies[i]); err != nil {
+			out.notAccepted[policies[i].Name] = notAcceptedProblem(err)
+			continue
+		}
+		valid = append(valid, policies[i])
+	}
 	accepted, tooLarge, err := render.Fit(valid, opts)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("fitting the policies of namespace %s: %w", ns, err)
+		return out, fmt.Errorf("fitting the policies of namespace %s: %w", opts.Namespace, err)
 	}
 	for _, e := range tooLarge {
-		notAccepted[e.Name] = e
+		out.notAccepted[e.Name] = notAcceptedProblem(e)
 	}
+	out.tooLarge = len(tooLarge)
 	cfg, err := render.Render(accepted, opts)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("rendering namespace %s: %w", ns, err)
+		return out, fmt.Errorf("rendering namespace %s: %w", opts.Namespace, err)
 	}
-	data, revision, err := render.Encode(cfg)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("encoding the configuration of namespace %s: %w", ns, err)
+	if out.data, out.revision, err = render.Encode(cfg); err != nil {
+		return out, fmt.Errorf("encoding the configuration of namespace %s: %w", opts.Namespace, err)
 	}
 	// Each policy's status names its own revision, not the document's, so
 	// that a policy coming or going rewrites no other policy's status.
-	revisions, err := render.PolicyRevisions(cfg)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("encoding the configuration of namespace %s: %w", ns, err)
+	if out.revisions, err = render.PolicyRevisions(cfg); err != nil {
+		return out, fmt.Errorf("encoding the configuration of namespace %s: %w", opts.Namespace, err)
 	}
-	owners := ownerReferences(policies)
+	return out, nil
+}
 
-	// Apply the children.
-	if err := r.applyConfigMap(ctx, ns, data, revision, owners); err != nil {
-		return ctrl.Result{}, err
-	}
-	credentialsProblem, err := r.mirrorCredentials(ctx, ns, owners)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+// namespaceFacts is what the statuses of a namespace's policies depend on
+// besides the policies and their render.
+type namespaceFacts struct {
+	pods     []metav1.PartialObjectMetadata
+	services []corev1.Service
+	// optedIn: the namespace is labelled for injection, for the Enforced
+	// message; unknown reads as opted in, the case that blames no label.
+	optedIn bool
+	// terminating: the namespace is being deleted; no events then (the API
+	// server refuses new events there and client-go logs each refusal as an
+	// error).
+	terminating bool
+	// credentials is why the sidecars cannot get Redis credentials; nil:
+	// fine.
+	credentials *problem
+}
 
-	// Status.
+// namespaceFacts gathers the Services and the Namespace for the statuses,
+// beside the pods and the credentials problem already known.
+func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, pods []metav1.PartialObjectMetadata, credentials *problem) (namespaceFacts, error) {
+	facts := namespaceFacts{pods: pods, credentials: credentials, optedIn: true}
 	var services corev1.ServiceList
 	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing the services of namespace %s: %w", ns, err)
+		return facts, fmt.Errorf("listing the services of namespace %s: %w", ns, err)
 	}
-	// Whether the namespace opted in, for the Enforced message; unknown
-	// (an error) reads as opted in, the case that blames no label.
+	facts.services = services.Items
 	var namespace corev1.Namespace
-	nsOptedIn, terminating := true, false
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); err == nil {
-		nsOptedIn = namespace.Labels[v1alpha1.InjectionLabel] == v1alpha1.InjectionEnabled
-		terminating = namespace.DeletionTimestamp != nil
+		facts.optedIn = namespace.Labels[v1alpha1.InjectionLabel] == v1alpha1.InjectionEnabled
+		facts.terminating = namespace.DeletionTimestamp != nil
 	}
-	var result ctrl.Result
+	return facts, nil
+}
+
+// policyStatuses computes each policy's desired status, in the order of
+// policies, and the pods that a policy selects but no sidecar in front of
+// its port protects (for the unprotected pods gauge).
+func policyStatuses(policies []v1alpha1.RateLimitPolicy, desired namespaceRender, facts namespaceFacts, now time.Time, grace time.Duration) (want []v1alpha1.RateLimitPolicyStatus, unprotected map[types.UID]bool) {
+	unprotected = map[types.UID]bool{}
+	want = make([]v1alpha1.RateLimitPolicyStatus, len(policies))
 	for i := range policies {
 		p := &policies[i]
 		in := statusInput{
-			notAccepted:        notAccepted[p.Name],
-			revision:           revisions[p.Name],
-			credentialsProblem: credentialsProblem,
-			now:                time.Now(),
-			grace:              r.credentialsGrace(),
-			quiet:              terminating,
+			notAccepted: desired.notAccepted[p.Name],
+			revision:    desired.revisions[p.Name],
+			credentials: facts.credentials,
+			now:         now,
+			grace:       grace,
 		}
-		in.matched, in.enforced = matched[p.Name], enforced[p.Name]
-		in.bypass = bypassingServices(p, pods, services.Items)
+		in.matched, in.enforced = countPods(p, facts.pods, unprotected)
+		in.bypass = bypassingServices(p, facts.pods, facts.services)
 		if in.enforced < in.matched {
-			in.unprotected = unprotectedWhy(p, pods, nsOptedIn)
+			in.unprotected = unprotectedWhy(p, facts.pods, facts.optedIn)
 		}
-		if err := r.writeStatus(ctx, p, in); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue // deleted meanwhile; its delete event brings us back
-			}
-			if apierrors.IsConflict(err) {
-				// Our cache is behind the policy (typically our own last
-				// status write): try again once it has caught up. Not an
-				// error worth a log line.
-				log.V(1).Info("status conflict, retrying", "policy", klog.KObj(p))
-				result.RequeueAfter = conflictRetryDelay
-				continue
-			}
-			return ctrl.Result{}, err
-		}
+		want[i] = desiredStatus(p, in)
 	}
-	if g := r.credentialsGrace(); credentialsProblem != "" && (result.RequeueAfter == 0 || result.RequeueAfter > g) {
-		// Come back when the grace has passed, to report Stalled.
-		result.RequeueAfter = g
-	}
-	policiesGauge.WithLabelValues(ns).Set(float64(len(policies)))
-	rejectedPoliciesGauge.WithLabelValues(ns).Set(float64(len(notAccepted)))
-	unprotectedPodsGauge.WithLabelValues(ns).Set(float64(len(unprotected)))
-	recordEnforcement(ns, policies) // their statuses as just written
-	log.V(1).Info("reconciled", "policies", len(policies), "rejected", len(notAccepted), "tooLarge", len(tooLarge), "revision", revision)
-	return result, nil
+	return want, unprotected
 }
 
 // credentialsReader reads the credentials Secret: its own cache once
@@ -247,6 +312,8 @@ func (r *RateLimitPolicyReconciler) cleanup(ctx context.Context, ns string) erro
 	return r.deleteManaged(ctx, secret, &corev1.Secret{}, "secret")
 }
 
+// deleteManaged deletes one of the namespace's children when its last policy
+// has gone.
 func (r *RateLimitPolicyReconciler) deleteManaged(ctx context.Context, key types.NamespacedName, obj client.Object, resource string) error {
 	return deleteManaged(ctx, r.Client, r.Client, key, obj, resource, "the namespace has no policy left")
 }
@@ -285,16 +352,13 @@ func (r *RateLimitPolicyReconciler) livePods(ctx context.Context, ns string) ([]
 // added to unprotected. A pod injected for another policy's port is not
 // protected by this one: traffic to this policy's port bypasses the sidecar.
 func countPods(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, unprotected map[types.UID]bool) (matched, enforced int32) {
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.TargetSelector.AsMeta())
-	if err != nil {
-		return 0, 0
-	}
+	sel := selection.Selector(p)
 	for i := range pods {
 		if !sel.Matches(labels.Set(pods[i].Labels)) {
 			continue
 		}
 		matched++
-		if st, ok := injection(&pods[i]); ok && (st.TargetPort == "" || st.TargetPort == targetPort(p)) {
+		if _, _, guarded := sidecarGuards(p, &pods[i]); guarded {
 			enforced++
 		} else {
 			unprotected[pods[i].UID] = true
@@ -309,6 +373,14 @@ func targetPort(p *v1alpha1.RateLimitPolicy) string {
 		return "http" // the schema default
 	}
 	return p.Spec.TargetPort
+}
+
+// sidecarGuards reads the pod's injection status (injected: it carries a
+// sidecar) and reports whether that sidecar guards the policy's targetPort.
+// A status that names no port (an unreadable one, say) guards any port.
+func sidecarGuards(p *v1alpha1.RateLimitPolicy, pod metav1.Object) (st v1alpha1.InjectionStatus, injected, guarded bool) {
+	st, injected = injection(pod)
+	return st, injected, injected && (st.TargetPort == "" || st.TargetPort == targetPort(p))
 }
 
 // injection reads a pod's injection status. ok is false for a pod without
@@ -327,10 +399,7 @@ func injection(pod metav1.Object) (st v1alpha1.InjectionStatus, ok bool) {
 // the sidecar took the name of: that traffic is not limited. Other numeric
 // ports (metrics, a side port) are none of our business.
 func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, services []corev1.Service) string {
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.TargetSelector.AsMeta())
-	if err != nil {
-		return ""
-	}
+	sel := selection.Selector(p)
 	var found []string
 	for i := range services {
 		svc := &services[i]
@@ -363,6 +432,7 @@ func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectM
 	return strings.Join(found, "; ")
 }
 
+// carriesSidecar reports whether the pod has been injected, for any port.
 func carriesSidecar(pod metav1.Object) bool {
 	_, ok := injection(pod)
 	return ok
@@ -383,10 +453,25 @@ func ownerReferences(policies []v1alpha1.RateLimitPolicy) []metav1.OwnerReferenc
 	return refs
 }
 
-// writeStatus writes the policy's status if it differs, then emits events
-// for the conditions that changed.
-func (r *RateLimitPolicyReconciler) writeStatus(ctx context.Context, p *v1alpha1.RateLimitPolicy, in statusInput) error {
-	return writeStatus(ctx, r.Client, r.Recorder, p, desiredStatus(p, in), in.quiet)
+// writeStatuses writes want[i] as policies[i]'s status where it differs
+// (writeStatus). A policy deleted meanwhile is skipped: its delete event
+// brings the controller back. On a conflict our cache is behind the policy
+// (typically our own last status write): conflicted asks the caller to try
+// again once it has caught up; it is not an error worth a log line.
+func writeStatuses(ctx context.Context, c client.Client, rec events.EventRecorder, policies []v1alpha1.RateLimitPolicy, want []v1alpha1.RateLimitPolicyStatus, quiet bool) (conflicted bool, err error) {
+	for i := range policies {
+		p := &policies[i]
+		err := writeStatus(ctx, c, rec, p, want[i], quiet)
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err):
+			logf.FromContext(ctx).V(1).Info("status conflict, retrying", "policy", klog.KObj(p))
+			conflicted = true
+		default:
+			return conflicted, err
+		}
+	}
+	return conflicted, nil
 }
 
 // writeStatus writes want as p's status if it differs, then emits one
@@ -410,6 +495,7 @@ func writeStatus(ctx context.Context, c client.Client, rec events.EventRecorder,
 	return nil
 }
 
+// credentialsGrace is CredentialsGrace, or its default when unset.
 func (r *RateLimitPolicyReconciler) credentialsGrace() time.Duration {
 	if r.CredentialsGrace > 0 {
 		return r.CredentialsGrace

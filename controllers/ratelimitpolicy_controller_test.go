@@ -160,15 +160,29 @@ var readyAccepted = map[string]metav1.ConditionStatus{
 	v1alpha1.ConditionAccepted: metav1.ConditionTrue,
 }
 
-// TestCreateUpdateDelete follows a namespace's ConfigMap through the life of
-// its policies.
-func TestCreateUpdateDelete(t *testing.T) {
-	ctx := context.Background()
+// The life of a namespace's policies, one behaviour per test, each in a
+// namespace of its own: create, update, a second policy, deleting one,
+// deleting the last.
+
+// createReady creates policies and waits until each is Ready and Accepted.
+func createReady(t *testing.T, policies ...*v1alpha1.RateLimitPolicy) {
+	t.Helper()
+	for _, p := range policies {
+		create(t, p)
+	}
+	for _, p := range policies {
+		eventually(t, "policy "+p.Name+" ready", func() error { return settled(p, readyAccepted) })
+	}
+}
+
+// TestCreateRendersThePolicy: a new policy is rendered into the namespace's
+// ConfigMap, applied by our field owner with our label and a non-controller
+// owner reference, and its status names its own part's revision.
+func TestCreateRendersThePolicy(t *testing.T) {
 	ns := newNamespace(t)
 	a := newPolicy(ns, "a")
-	create(t, a)
+	createReady(t, a)
 
-	eventually(t, "policy a ready", func() error { return settled(a, readyAccepted) })
 	cm, cfg, err := readConfig(ns)
 	if err != nil {
 		t.Fatal(err)
@@ -194,14 +208,22 @@ func TestCreateUpdateDelete(t *testing.T) {
 	}) {
 		t.Errorf("ConfigMap not applied by field owner %s: %+v", FieldOwner, cm.ManagedFields)
 	}
-	firstRevision := got.Status.Revision
 	if got.Status.ObservedGeneration != 1 {
 		t.Errorf("observedGeneration %d, want 1", got.Status.ObservedGeneration)
 	}
+}
 
-	// Update: a new generation, a new revision.
+// TestUpdateRendersTheNewGeneration: a spec change reaches the ConfigMap,
+// and the status describes the new generation with a new revision.
+func TestUpdateRendersTheNewGeneration(t *testing.T) {
+	ns := newNamespace(t)
+	a := newPolicy(ns, "a")
+	createReady(t, a)
+	got := get(t, a)
+	firstRevision := got.Status.Revision
+
 	got.Spec.Limit = 50
-	if err := k.Update(ctx, got); err != nil {
+	if err := k.Update(context.Background(), got); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "policy a generation 2 rendered", func() error {
@@ -221,8 +243,17 @@ func TestCreateUpdateDelete(t *testing.T) {
 	if got.Status.ObservedGeneration != 2 || got.Status.Revision == firstRevision {
 		t.Errorf("after the update: observedGeneration %d, revision %q (was %q)", got.Status.ObservedGeneration, got.Status.Revision, firstRevision)
 	}
+}
 
-	// A second policy joins the same document.
+// TestSecondPolicyLeavesTheFirstAlone: a second policy joins the same
+// document with an owner reference of its own; each policy reports its own
+// part's revision, so the first one's status is not rewritten.
+func TestSecondPolicyLeavesTheFirstAlone(t *testing.T) {
+	ns := newNamespace(t)
+	a := newPolicy(ns, "a")
+	createReady(t, a)
+	before := get(t, a)
+
 	b := newPolicy(ns, "b", func(s *v1alpha1.RateLimitPolicySpec) { s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal} })
 	create(t, b)
 	eventually(t, "both policies rendered", func() error {
@@ -241,8 +272,6 @@ func TestCreateUpdateDelete(t *testing.T) {
 		}
 		return nil
 	})
-	// Each policy reports its own part's revision; a's did not move when b
-	// came (nor did its status).
 	eventually(t, "own revisions", func() error {
 		_, cfg, err := readConfig(ns)
 		if err != nil {
@@ -255,12 +284,20 @@ func TestCreateUpdateDelete(t *testing.T) {
 		}
 		return nil
 	})
-	if ra := get(t, a); ra.ResourceVersion != got.ResourceVersion {
-		t.Errorf("policy a was rewritten when b came: status %+v", ra.Status)
+	if after := get(t, a); after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("policy a was rewritten when b came: status %+v", after.Status)
 	}
+}
 
-	// Delete a: b remains, alone.
-	if err := k.Delete(ctx, a); err != nil {
+// TestDeletingAPolicyRemovesItsPart: the others remain, alone in the
+// document and the owner references, and the policies gauge follows.
+func TestDeletingAPolicyRemovesItsPart(t *testing.T) {
+	ns := newNamespace(t)
+	a := newPolicy(ns, "a")
+	b := newPolicy(ns, "b", func(s *v1alpha1.RateLimitPolicySpec) { s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal} })
+	createReady(t, a, b)
+
+	if err := k.Delete(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "a removed from the ConfigMap", func() error {
@@ -277,24 +314,34 @@ func TestCreateUpdateDelete(t *testing.T) {
 		return nil
 	})
 	waitGauge(t, policiesGauge.WithLabelValues(ns), 1)
+}
 
-	// Delete the last policy: the ConfigMap and the credentials go.
-	if err := k.Delete(ctx, b); err != nil {
+// TestDeletingTheLastPolicyRemovesTheChildren: the ConfigMap and the
+// mirrored credentials go with the last policy; the manager's own
+// credentials Secret is never touched.
+func TestDeletingTheLastPolicyRemovesTheChildren(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	a := newPolicy(ns, "a")
+	createReady(t, a)
+	mirrored := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
+	eventually(t, "credentials mirrored", func() error {
+		return k.Get(ctx, mirrored, &corev1.Secret{})
+	})
+
+	if err := k.Delete(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "children removed with the last policy", func() error {
 		if _, _, err := readConfig(ns); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ConfigMap: %w", err)
 		}
-		var s corev1.Secret
-		if err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &s); !apierrors.IsNotFound(err) {
+		if err := k.Get(ctx, mirrored, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("Secret: %w", err)
 		}
 		return nil
 	})
-	// The manager's own Secret is never touched.
-	var src corev1.Secret
-	if err := k.Get(ctx, redisSecret, &src); err != nil {
+	if err := k.Get(ctx, redisSecret, &corev1.Secret{}); err != nil {
 		t.Fatalf("the manager's credentials Secret: %v", err)
 	}
 }

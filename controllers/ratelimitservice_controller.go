@@ -31,8 +31,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -112,18 +110,16 @@ type RateLimitServiceReconciler struct {
 // rlsRequest is the one request of this controller: its document is one.
 var rlsRequest = reconcile.Request{NamespacedName: types.NamespacedName{Name: "rate-limit-service"}}
 
-// Reconcile renders the cluster's policies for the rate limit service →
-// applies the ConfigMap → asks the servers what they loaded → writes each
-// policy's status if it changed.
+// Reconcile brings the rate limit service's ConfigMap and the status of the
+// cluster's policies for it to their desired state in phases: gather the
+// policies (none: remove the ConfigMap) → render the document → apply the
+// ConfigMap → ask the servers what they loaded → compute each policy's
+// status → write the statuses that changed → record metrics.
 func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
-	var list v1alpha1.RateLimitPolicyList
-	if err := r.Client.List(ctx, &list); err != nil {
+	policies, err := livePolicies(ctx, r.Client, true)
+	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the policies: %w", err)
 	}
-	policies := slices.DeleteFunc(list.Items, func(p v1alpha1.RateLimitPolicy) bool {
-		return !p.DeletionTimestamp.IsZero() || p.Spec.RateLimitService == nil
-	})
 	key := types.NamespacedName{Namespace: r.Namespace, Name: rlsconfig.ConfigMapName}
 	if len(policies) == 0 {
 		recordRLSEnforcement(nil, r.recorded)
@@ -131,67 +127,101 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 		return ctrl.Result{}, deleteManaged(ctx, r.Client, r.reader(), key, &corev1.ConfigMap{}, "configmap", "no policy for the rate limit service is left")
 	}
 
-	// Desired state: the valid policies that fit, the others reported.
-	notAccepted := map[types.NamespacedName]error{}
+	desired, err := renderRLS(policies)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// No owner references: they cannot cross namespaces. The ConfigMap is
+	// deleted when the last such policy goes (above).
+	if err := applyConfigMap(ctx, r.Client, r.reader(), key, rlsconfig.FileName, "rls-config", desired.data, desired.revision, nil); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	servers, err := r.loaded(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	want := make([]v1alpha1.RateLimitPolicyStatus, len(policies))
+	for i := range policies {
+		p := &policies[i]
+		want[i] = rlsDesiredStatus(p, rlsStatusInput{
+			notAccepted: desired.notAccepted[client.ObjectKeyFromObject(p)],
+			revision:    desired.revisions[rlsconfig.PolicyID(p.Namespace, p.Name)],
+			servers:     servers,
+			namespace:   r.Namespace,
+			service:     r.serviceName(),
+		})
+	}
+	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, policies, want, false)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	r.recordEnforcement(policies)
+	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(policies), "rejected", len(desired.notAccepted), "revision", desired.revision, "servers", len(servers))
+	return r.requeue(conflicted, want), nil
+}
+
+// requeue is when to come back after writing the statuses: soon after a
+// conflict, else after Recheck while a server has not loaded every policy
+// (nothing the controller watches says when it has).
+func (r *RateLimitServiceReconciler) requeue(conflicted bool, want []v1alpha1.RateLimitPolicyStatus) ctrl.Result {
+	switch {
+	case conflicted:
+		return ctrl.Result{RequeueAfter: conflictRetryDelay}
+	case slices.ContainsFunc(want, func(st v1alpha1.RateLimitPolicyStatus) bool { return st.EnforcedPods < st.MatchedPods }):
+		return ctrl.Result{RequeueAfter: r.recheck()}
+	}
+	return ctrl.Result{}
+}
+
+// rlsRender is the desired document of the rate limit service.
+type rlsRender struct {
+	// data is the ConfigMap's document and revision its hash.
+	data     []byte
+	revision string
+	// revisions holds each accepted policy's own revision, by
+	// rlsconfig.PolicyID.
+	revisions map[string]string
+	// notAccepted holds why each policy left out of data is.
+	notAccepted map[types.NamespacedName]*problem
+}
+
+// renderRLS renders the cluster's policies for the rate limit service: the
+// valid policies that fit; the others are left out and reported.
+func renderRLS(policies []v1alpha1.RateLimitPolicy) (rlsRender, error) {
+	out := rlsRender{notAccepted: map[types.NamespacedName]*problem{}}
 	var valid []v1alpha1.RateLimitPolicy
 	for i := range policies {
 		if _, err := render.RLSPolicy(&policies[i]); err != nil {
-			notAccepted[client.ObjectKeyFromObject(&policies[i])] = err
+			out.notAccepted[client.ObjectKeyFromObject(&policies[i])] = notAcceptedProblem(err)
 			continue
 		}
 		valid = append(valid, policies[i])
 	}
 	fit, tooLarge, err := render.FitRLS(valid, 0)
 	if err != nil {
-		return ctrl.Result{}, err
+		return out, err
 	}
 	for _, e := range tooLarge {
-		notAccepted[types.NamespacedName{Namespace: e.Namespace, Name: e.Name}] = e
+		out.notAccepted[types.NamespacedName{Namespace: e.Namespace, Name: e.Name}] = notAcceptedProblem(e)
 	}
 	cfg, err := render.RenderRLS(fit)
 	if err != nil {
-		return ctrl.Result{}, err
+		return out, err
 	}
-	data, revision, err := render.EncodeRLS(cfg)
-	if err != nil {
-		return ctrl.Result{}, err
+	if out.data, out.revision, err = render.EncodeRLS(cfg); err != nil {
+		return out, err
 	}
-	// No owner references: they cannot cross namespaces. The ConfigMap is
-	// deleted when the last such policy goes (above).
-	if err := applyConfigMap(ctx, r.Client, r.reader(), key, rlsconfig.FileName, "rls-config", data, revision, nil); err != nil {
-		return ctrl.Result{}, err
-	}
-	revisions := rlsconfig.PolicyRevisions(cfg)
+	out.revisions = rlsconfig.PolicyRevisions(cfg)
+	return out, nil
+}
 
-	servers, err := r.loaded(ctx)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	var result ctrl.Result
-	for i := range policies {
-		p := &policies[i]
-		id := rlsconfig.PolicyID(p.Namespace, p.Name)
-		want := rlsDesiredStatus(p, rlsStatusInput{
-			notAccepted: notAccepted[client.ObjectKeyFromObject(p)],
-			revision:    revisions[id],
-			servers:     servers,
-			namespace:   r.Namespace,
-			service:     r.serviceName(),
-		})
-		if want.EnforcedPods < want.MatchedPods && result.RequeueAfter == 0 {
-			result.RequeueAfter = r.recheck()
-		}
-		if err := writeStatus(ctx, r.Client, r.Recorder, p, want, false); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			if apierrors.IsConflict(err) {
-				result.RequeueAfter = conflictRetryDelay
-				continue
-			}
-			return ctrl.Result{}, err
-		}
-	}
+// recordEnforcement records the not-enforced counts of the namespaces with
+// policies for the rate limit service, and forgets those of namespaces that
+// had some at the last reconcile and have none now.
+func (r *RateLimitServiceReconciler) recordEnforcement(policies []v1alpha1.RateLimitPolicy) {
 	byNamespace := map[string][]v1alpha1.RateLimitPolicy{}
 	for i := range policies {
 		byNamespace[policies[i].Namespace] = append(byNamespace[policies[i].Namespace], policies[i])
@@ -201,8 +231,6 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	for ns := range byNamespace {
 		r.recorded[ns] = true
 	}
-	log.V(1).Info("reconciled", "policies", len(policies), "rejected", len(notAccepted), "revision", revision, "servers", len(servers))
-	return result, nil
 }
 
 // serverState is what one ready RLS server reported: the policy revisions
@@ -281,6 +309,7 @@ func (r *RateLimitServiceReconciler) ask(ctx context.Context, addr string) (map[
 	return l.Policies, nil
 }
 
+// recheck is Recheck, or its default when unset.
 func (r *RateLimitServiceReconciler) recheck() time.Duration {
 	if r.Recheck > 0 {
 		return r.Recheck
@@ -288,6 +317,7 @@ func (r *RateLimitServiceReconciler) recheck() time.Duration {
 	return defaultRLSRecheck
 }
 
+// serviceName is ServiceName, or its default when unset.
 func (r *RateLimitServiceReconciler) serviceName() string {
 	if r.ServiceName != "" {
 		return r.ServiceName
@@ -295,6 +325,8 @@ func (r *RateLimitServiceReconciler) serviceName() string {
 	return DefaultRLSServiceName
 }
 
+// reader reads the objects of Namespace: the controller's own cache once
+// SetupWithManager ran, else (a reconciler driven by hand) the client.
 func (r *RateLimitServiceReconciler) reader() client.Reader {
 	if r.local != nil {
 		return r.local
@@ -305,8 +337,8 @@ func (r *RateLimitServiceReconciler) reader() client.Reader {
 // rlsStatusInput is what the reconcile learned about one policy for the
 // rate limit service.
 type rlsStatusInput struct {
-	notAccepted error  // as statusInput's
-	revision    string // the policy's revision in the document
+	notAccepted *problem // as statusInput's
+	revision    string   // the policy's revision in the document
 	servers     []serverState
 	// namespace and service locate the RLS servers, for the messages.
 	namespace, service string
@@ -316,62 +348,72 @@ type rlsStatusInput struct {
 // Ready as for the sidecars' policies; matchedPods counts the ready RLS
 // servers and enforcedPods those that loaded the policy at its revision.
 func rlsDesiredStatus(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) v1alpha1.RateLimitPolicyStatus {
-	st := *p.Status.DeepCopy()
-	st.ObservedGeneration = p.Generation
-	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation,
-		})
-	}
+	st, c := newStatus(p)
 	st.MatchedPods = int32(len(in.servers))
 	st.EnforcedPods = 0
 	if in.notAccepted != nil {
-		reason, msg := notAcceptedWhy(in.notAccepted)
-		st.Revision = ""
-		set(v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason, msg)
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
-		set(ConditionStalled, metav1.ConditionTrue, reason, msg)
-		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, "not enforced: the policy is not accepted")
-		return st
+		c.notAccepted(in.notAccepted, "not enforced: the policy is not accepted")
+		return *st
 	}
 	cm := in.namespace + "/" + rlsconfig.ConfigMapName
-	st.Revision = in.revision
-	meta.RemoveStatusCondition(&st.Conditions, ConditionStalled)
-	set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "rendered into ConfigMap "+cm)
-	set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
+	c.accepted(in.revision, cm)
+	c.set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
 		"the configuration is published in ConfigMap "+cm+" for the rate limit service")
+	loaded := serversLoaded(p, in)
+	st.EnforcedPods = loaded.enforced
+	if prob := loaded.problem(in); prob != nil {
+		c.failed(v1alpha1.ConditionEnforced, prob)
+	} else {
+		c.set(v1alpha1.ConditionEnforced, metav1.ConditionTrue, v1alpha1.ReasonEnforced,
+			fmt.Sprintf("all %d rate limit service servers loaded revision %s", st.MatchedPods, in.revision))
+	}
+	return *st
+}
 
-	var behind, unreachable []string
+// rlsLoaded sorts the ready RLS servers by what they did with one policy.
+type rlsLoaded struct {
+	enforced int32 // loaded it at its revision
+	// behind serve an older revision; unreachable could not be asked (with
+	// why).
+	behind, unreachable []string
+}
+
+// serversLoaded sorts in.servers by whether they loaded p at in.revision.
+func serversLoaded(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) rlsLoaded {
+	var out rlsLoaded
 	for _, s := range in.servers {
 		switch {
 		case s.err != nil:
-			unreachable = append(unreachable, s.addr+" ("+s.err.Error()+")")
+			out.unreachable = append(out.unreachable, s.addr+" ("+s.err.Error()+")")
 		case s.policies[rlsconfig.PolicyID(p.Namespace, p.Name)] == in.revision:
-			st.EnforcedPods++
+			out.enforced++
 		default:
-			behind = append(behind, s.addr)
+			out.behind = append(out.behind, s.addr)
 		}
 	}
+	return out
+}
+
+// problem is why an accepted policy is not enforced by every ready RLS
+// server; nil when it is.
+func (l rlsLoaded) problem(in rlsStatusInput) *problem {
 	switch {
 	case len(in.servers) == 0:
-		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonNoRateLimitService,
+		return &problem{v1alpha1.ReasonNoRateLimitService,
 			fmt.Sprintf("no ready endpoint of Service %s/%s with a port named %q: install the rate limit service (config/components/rls, docs/rls.md)",
-				in.namespace, in.service, RLSAdminPortName))
-	case st.EnforcedPods < st.MatchedPods:
+				in.namespace, in.service, RLSAdminPortName)}
+	case l.enforced < int32(len(in.servers)):
 		var why []string
-		if len(behind) > 0 {
-			why = append(why, fmt.Sprintf("%s serve an older configuration (the kubelet refreshes the mounted ConfigMap within about a minute)", listOf(behind)))
+		if len(l.behind) > 0 {
+			why = append(why, fmt.Sprintf("%s serve an older configuration (the kubelet refreshes the mounted ConfigMap within about a minute)", listOf(l.behind)))
 		}
-		if len(unreachable) > 0 {
-			why = append(why, fmt.Sprintf("%s could not be asked", listOf(unreachable)))
+		if len(l.unreachable) > 0 {
+			why = append(why, fmt.Sprintf("%s could not be asked", listOf(l.unreachable)))
 		}
-		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
-			fmt.Sprintf("%d of %d rate limit service servers loaded revision %s; %s", st.EnforcedPods, st.MatchedPods, in.revision, strings.Join(why, "; ")))
-	default:
-		set(v1alpha1.ConditionEnforced, metav1.ConditionTrue, v1alpha1.ReasonEnforced,
-			fmt.Sprintf("all %d rate limit service servers loaded revision %s", st.MatchedPods, in.revision))
+		return &problem{v1alpha1.ReasonPartiallyEnforced,
+			fmt.Sprintf("%d of %d rate limit service servers loaded revision %s; %s", l.enforced, len(in.servers), in.revision, strings.Join(why, "; "))}
 	}
-	return st
+	return nil
 }
 
 // SetupWithManager registers the controller and its cache of the objects
@@ -434,6 +476,7 @@ var rlsPolicyChanged = predicate.Funcs{
 	GenericFunc: func(e event.GenericEvent) bool { return forRLS(e.Object) },
 }
 
+// forRLS reports whether o is a policy for the rate limit service.
 func forRLS(o client.Object) bool {
 	p, ok := o.(*v1alpha1.RateLimitPolicy)
 	return ok && p.Spec.RateLimitService != nil

@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -133,6 +134,7 @@ func credentialsCache(ctx context.Context, mgr ctrl.Manager, key types.Namespace
 // before the controllers, and synced before they run.
 type managerCache struct{ cache.Cache }
 
+// GetCache hands the manager the cache to start and wait for.
 func (c managerCache) GetCache() cache.Cache { return c.Cache }
 
 // SetupWithManager registers the field index and the controller. The
@@ -184,6 +186,7 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		Complete(r)
 }
 
+// namespaceRequest is the request of the policy controller for namespace ns.
 func namespaceRequest(ns string) reconcile.Request {
 	return reconcile.Request{NamespacedName: types.NamespacedName{Name: ns}}
 }
@@ -198,6 +201,8 @@ var deletionStarted = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
+// isOurConfigMap reports whether o is a namespace's sidecar ConfigMap that
+// slidegate manages.
 func isOurConfigMap(o client.Object) bool {
 	return o.GetName() == sidecarconfig.ConfigMapName && o.GetLabels()[v1alpha1.ManagedByLabel] == v1alpha1.ManagedByValue
 }
@@ -268,6 +273,8 @@ func (h *podHandler) Generic(ctx context.Context, e event.GenericEvent, q workqu
 	h.enqueueIfSelected(ctx, q, e.Object)
 }
 
+// enqueueIfSelected enqueues the namespace of the first of pods (old and new
+// versions of one pod) that a policy selects.
 func (h *podHandler) enqueueIfSelected(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], pods ...client.Object) {
 	for _, pod := range pods {
 		if h.selected(ctx, pod) {
@@ -293,8 +300,7 @@ func (h *podHandler) selected(ctx context.Context, pod client.Object) bool {
 			return true
 		}
 		for i := range list.Items {
-			sel, err := metav1.LabelSelectorAsSelector(list.Items[i].Spec.TargetSelector.AsMeta())
-			if err == nil && sel.Matches(labels.Set(pod.GetLabels())) {
+			if selection.Selects(&list.Items[i], pod.GetLabels()) {
 				return true
 			}
 		}

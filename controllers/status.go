@@ -34,6 +34,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -43,20 +44,49 @@ import (
 // It is absent otherwise.
 const ConditionStalled = "Stalled"
 
+// problem is why a condition is not True: Reason is the condition's reason
+// (for machines: kstatus, alerts, event reasons), Message its message (for
+// people). Conditions are built from problems, never from a loose error or
+// string, so a reason cannot travel without its message or the other way
+// round. A nil *problem is no problem.
+type problem struct {
+	reason, message string
+}
+
+// Reason is the condition reason the problem is reported with.
+func (p *problem) Reason() string { return p.reason }
+
+// Message says what is wrong and, where we know it, what to do.
+func (p *problem) Message() string { return p.message }
+
+// notAcceptedProblem is the problem of a policy the renderer left out of the
+// configuration: err is a *render.InvalidPolicyError or a
+// *render.ConfigTooLargeError (possibly wrapped).
+func notAcceptedProblem(err error) *problem {
+	if tooLarge, ok := errors.AsType[*render.ConfigTooLargeError](err); ok {
+		return &problem{v1alpha1.ReasonConfigTooLarge, "not published: " + tooLarge.Error() +
+			"; make room by deleting or shrinking policies of this namespace (fewer or shorter pathPrefixes, smaller selectors)"}
+	}
+	return &problem{v1alpha1.ReasonInvalid, "the spec cannot be enforced: " + err.Error()}
+}
+
+// credentialsProblem is the problem of sidecars that cannot get their Redis
+// credentials; why says what is wrong with the manager's Secret.
+func credentialsProblem(why string) *problem {
+	return &problem{v1alpha1.ReasonRedisCredentialsUnavailable, why}
+}
+
 // statusInput is what the reconcile learned about one policy.
 type statusInput struct {
-	// notAccepted is why the policy is left out of the configuration: a
-	// *render.InvalidPolicyError or a *render.ConfigTooLargeError; nil:
-	// accepted.
-	notAccepted        error
-	revision           string // the policy's revision in the namespace's configuration
-	credentialsProblem string // why sidecars cannot get Redis credentials; "": fine
+	// notAccepted is why the policy is left out of the configuration
+	// (notAcceptedProblem); nil: accepted.
+	notAccepted *problem
+	revision    string // the policy's revision in the namespace's configuration
+	// credentials is why sidecars cannot get Redis credentials; nil: fine.
+	credentials *problem
 	// now and grace: credentials missing since grace before now are Stalled.
-	now   time.Time
-	grace time.Duration
-	// quiet: emit no events (the namespace is terminating; the API server
-	// refuses new events there and client-go logs each refusal as an error).
-	quiet             bool
+	now               time.Time
+	grace             time.Duration
 	matched, enforced int32
 	// bypass names the Services that reach the selected pods by a port
 	// number, around the sidecar; "": none.
@@ -66,38 +96,72 @@ type statusInput struct {
 	unprotected string
 }
 
-// desiredStatus is the policy's status after this reconcile. It keeps the
-// lastTransitionTime of conditions whose status does not change, so that a
-// reconcile with nothing new computes an identical status.
-func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLimitPolicyStatus {
-	st := *p.Status.DeepCopy()
+// conditionSetter sets the conditions of one status for one generation.
+type conditionSetter struct {
+	status     *v1alpha1.RateLimitPolicyStatus
+	generation int64
+}
+
+// set sets one condition, keeping its lastTransitionTime if its status
+// does not change.
+func (c conditionSetter) set(typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&c.status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: c.generation,
+	})
+}
+
+// failed sets typ False for the problem.
+func (c conditionSetter) failed(typ string, p *problem) {
+	c.set(typ, metav1.ConditionFalse, p.Reason(), p.Message())
+}
+
+// stalled sets Stalled True for the problem: nothing the controller does
+// clears it, so kstatus tools should report it at once.
+func (c conditionSetter) stalled(p *problem) {
+	c.set(ConditionStalled, metav1.ConditionTrue, p.Reason(), p.Message())
+}
+
+// notAccepted reports a policy left out of the configuration, for both
+// controllers: Accepted, Ready and Stalled carry its problem (Stalled for
+// both kinds: neither clears without someone changing policies), Enforced
+// says enforcedMsg, and the status names no revision.
+func (c conditionSetter) notAccepted(p *problem, enforcedMsg string) {
+	c.status.Revision = ""
+	c.failed(v1alpha1.ConditionAccepted, p)
+	c.failed(v1alpha1.ConditionReady, p)
+	c.stalled(p)
+	c.set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, enforcedMsg)
+}
+
+// accepted reports a policy rendered at revision into ConfigMap cm (Accepted
+// True) and clears Stalled; Ready and Enforced are the caller's.
+func (c conditionSetter) accepted(revision, cm string) {
+	c.status.Revision = revision
+	meta.RemoveStatusCondition(&c.status.Conditions, ConditionStalled)
+	c.set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "rendered into ConfigMap "+cm)
+}
+
+// newStatus starts the policy's next status from its current one, so that
+// conditions whose status does not change keep their lastTransitionTime
+// and a reconcile with nothing new computes an identical status.
+func newStatus(p *v1alpha1.RateLimitPolicy) (*v1alpha1.RateLimitPolicyStatus, conditionSetter) {
+	st := p.Status.DeepCopy()
 	st.ObservedGeneration = p.Generation
+	return st, conditionSetter{status: st, generation: p.Generation}
+}
+
+// desiredStatus is the policy's status after this reconcile, started from
+// its current one (newStatus).
+func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLimitPolicyStatus {
+	st, c := newStatus(p)
 	st.MatchedPods, st.EnforcedPods = in.matched, in.enforced
-	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation,
-		})
-	}
-
 	if in.notAccepted != nil {
-		reason, msg := notAcceptedWhy(in.notAccepted)
-		st.Revision = ""
-		set(v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason, msg)
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
-		// Stalled for both: neither clears without someone changing
-		// policies, so kstatus tools should report it at once.
-		set(ConditionStalled, metav1.ConditionTrue, reason, msg)
-		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonNotAccepted,
-			fmt.Sprintf("not enforced: the policy is not accepted (%d pods selected)", in.matched))
-		return st
+		c.notAccepted(in.notAccepted, fmt.Sprintf("not enforced: the policy is not accepted (%d pods selected)", in.matched))
+		return *st
 	}
-
-	st.Revision = in.revision
-	meta.RemoveStatusCondition(&st.Conditions, ConditionStalled)
-	set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted,
-		fmt.Sprintf("rendered into ConfigMap %s", sidecarconfig.ConfigMapName))
-	if in.credentialsProblem != "" {
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, in.credentialsProblem)
+	c.accepted(in.revision, sidecarconfig.ConfigMapName)
+	if in.credentials != nil {
+		c.failed(v1alpha1.ConditionReady, in.credentials)
 		// Stalled (kstatus: Failed) once the credentials have been missing
 		// for the grace (a minute): nothing the controller does brings them, so
 		// Flux and Argo CD should say so rather than wait until their own
@@ -106,44 +170,42 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 		// policies of the same sync, and that sync must not fail for it.
 		if ready := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); !in.now.IsZero() &&
 			!in.now.Before(ready.LastTransitionTime.Add(in.grace)) {
-			set(ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonRedisCredentialsUnavailable, in.credentialsProblem)
+			c.stalled(in.credentials)
 		}
 	} else {
-		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
+		c.set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
 			fmt.Sprintf("the configuration is published in ConfigMap %s", sidecarconfig.ConfigMapName))
 	}
-	switch {
-	case in.matched == 0:
-		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonNoPodsSelected,
-			"no pod of the namespace matches targetSelector")
-	case in.enforced == in.matched && in.bypass != "":
-		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar,
-			fmt.Sprintf("all %d selected pods carry the sidecar, but %s: such traffic reaches the app unlimited; set targetPort to the port's name (%s)",
-				in.matched, in.bypass, targetPort(p)))
-	case in.enforced < in.matched:
-		set(v1alpha1.ConditionEnforced, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
-			fmt.Sprintf("%d of %d selected pods carry the sidecar in front of port %q; %s",
-				in.enforced, in.matched, targetPort(p), in.unprotected))
-	default:
-		set(v1alpha1.ConditionEnforced, metav1.ConditionTrue, v1alpha1.ReasonEnforced,
+	if prob := enforcementProblem(p, in); prob != nil {
+		c.failed(v1alpha1.ConditionEnforced, prob)
+	} else {
+		c.set(v1alpha1.ConditionEnforced, metav1.ConditionTrue, v1alpha1.ReasonEnforced,
 			fmt.Sprintf("all %d selected pods carry the sidecar", in.matched))
 	}
-	return st
+	return *st
+}
+
+// enforcementProblem is why an accepted policy is not enforced on every pod
+// it selects; nil when it is.
+func enforcementProblem(p *v1alpha1.RateLimitPolicy, in statusInput) *problem {
+	switch {
+	case in.matched == 0:
+		return &problem{v1alpha1.ReasonNoPodsSelected, "no pod of the namespace matches targetSelector"}
+	case in.enforced == in.matched && in.bypass != "":
+		return &problem{v1alpha1.ReasonServiceBypassesSidecar,
+			fmt.Sprintf("all %d selected pods carry the sidecar, but %s: such traffic reaches the app unlimited; set targetPort to the port's name (%s)",
+				in.matched, in.bypass, targetPort(p))}
+	case in.enforced < in.matched:
+		return &problem{v1alpha1.ReasonPartiallyEnforced,
+			fmt.Sprintf("%d of %d selected pods carry the sidecar in front of port %q; %s",
+				in.enforced, in.matched, targetPort(p), in.unprotected)}
+	}
+	return nil
 }
 
 // defaultCredentialsGrace is how long missing Redis credentials are
 // progress (InProgress) before they are a failure (Stalled).
 const defaultCredentialsGrace = time.Minute
-
-// notAcceptedWhy is the reason and message of a policy left out of the
-// configuration.
-func notAcceptedWhy(err error) (reason, msg string) {
-	if tooLarge, ok := errors.AsType[*render.ConfigTooLargeError](err); ok {
-		return v1alpha1.ReasonConfigTooLarge, "not published: " + tooLarge.Error() +
-			"; make room by deleting or shrinking policies of this namespace (fewer or shorter pathPrefixes, smaller selectors)"
-	}
-	return v1alpha1.ReasonInvalid, "the spec cannot be enforced: " + err.Error()
-}
 
 // unprotectedWhy names why the selected pods without the policy's sidecar
 // lack it, from what the controller sees: the pods' metadata (opt-out,
@@ -151,44 +213,59 @@ func notAcceptedWhy(err error) (reason, msg string) {
 // after the policy in an opted-in namespace was admitted without the sidecar
 // by the webhook itself; only the warning at its creation holds the reason.
 func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, nsOptedIn bool) string {
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.TargetSelector.AsMeta())
-	if err != nil {
-		return ""
-	}
-	const (
-		optedOut = iota
-		otherPort
-		nsNotOptedIn
-		beforePolicy
-		webhookSkipped
-		causes
-	)
-	var names [causes][]string
+	sel := selection.Selector(p)
+	var names [numCauses][]string
 	otherPorts := map[string]bool{}
 	for i := range pods {
 		pod := &pods[i]
 		if !sel.Matches(labels.Set(pod.Labels)) {
 			continue
 		}
-		st, injected := injection(pod)
-		var c int
-		switch {
-		case injected && (st.TargetPort == "" || st.TargetPort == targetPort(p)):
-			continue // protected
-		case injected:
-			c = otherPort
+		st, injected, guarded := sidecarGuards(p, pod)
+		if guarded {
+			continue
+		}
+		c := causeOf(p, pod, injected, nsOptedIn)
+		if c == otherPort {
 			otherPorts[st.TargetPort] = true
-		case strings.EqualFold(pod.Annotations[inject.OptOutAnnotation], "false"), strings.EqualFold(pod.Labels[inject.OptOutAnnotation], "false"):
-			c = optedOut
-		case !nsOptedIn:
-			c = nsNotOptedIn
-		case pod.CreationTimestamp.Before(&p.CreationTimestamp):
-			c = beforePolicy
-		default:
-			c = webhookSkipped
 		}
 		names[c] = append(names[c], pod.Name)
 	}
+	return describeUnprotected(p, names, slices.Sorted(maps.Keys(otherPorts)))
+}
+
+// unprotectedCause is why a selected pod lacks the policy's sidecar, as far
+// as the controller can see.
+type unprotectedCause int
+
+const (
+	optedOut       unprotectedCause = iota // the pod opted out
+	otherPort                              // a sidecar in front of another port
+	nsNotOptedIn                           // the namespace is not labelled for injection
+	beforePolicy                           // created before the policy
+	webhookSkipped                         // the webhook admitted it without (its warning says why)
+	numCauses
+)
+
+// causeOf is why pod, which p selects and whose sidecar (if injected) does
+// not guard p's port, is not protected.
+func causeOf(p *v1alpha1.RateLimitPolicy, pod *metav1.PartialObjectMetadata, injected, nsOptedIn bool) unprotectedCause {
+	switch {
+	case injected:
+		return otherPort
+	case strings.EqualFold(pod.Annotations[inject.OptOutAnnotation], "false"), strings.EqualFold(pod.Labels[inject.OptOutAnnotation], "false"):
+		return optedOut
+	case !nsOptedIn:
+		return nsNotOptedIn
+	case pod.CreationTimestamp.Before(&p.CreationTimestamp):
+		return beforePolicy
+	}
+	return webhookSkipped
+}
+
+// describeUnprotected is the message of unprotectedWhy: the pods of each
+// cause, with what to do, in a fixed order.
+func describeUnprotected(p *v1alpha1.RateLimitPolicy, names [numCauses][]string, otherPorts []string) string {
 	list := func(n []string) string {
 		slices.Sort(n)
 		return listOf(n)
@@ -202,8 +279,7 @@ func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMeta
 		why = append(why, fmt.Sprintf("pods %s were created before the policy: restart them (kubectl -n %s rollout restart ...)", list(n), p.Namespace))
 	}
 	if n := names[otherPort]; len(n) > 0 {
-		ports := slices.Sorted(maps.Keys(otherPorts))
-		why = append(why, fmt.Sprintf("pods %s carry the sidecar in front of port %s, which another policy selecting them names", list(n), strings.Join(ports, ", ")))
+		why = append(why, fmt.Sprintf("pods %s carry the sidecar in front of port %s, which another policy selecting them names", list(n), strings.Join(otherPorts, ", ")))
 	}
 	if n := names[optedOut]; len(n) > 0 {
 		why = append(why, fmt.Sprintf("pods %s opted out with %s=false", list(n), inject.OptOutAnnotation))

@@ -17,21 +17,15 @@ limitations under the License.
 package controllers
 
 import (
-	"errors"
 	"flag"
-	"fmt"
-	"maps"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
-	"github.com/slidegate/slidegate/internal/render"
 )
 
 func TestRedisFlags(t *testing.T) {
@@ -125,106 +119,6 @@ func TestSelectorKeysIndex(t *testing.T) {
 				t.Errorf("selector %d (filed under %q) matches pod %v, which lacks that key: the map function would miss it", i, keys[0], pod)
 			}
 		}
-	}
-}
-
-// TestUnprotectedWhy: the Enforced message names the cause the controller
-// can see for each selected pod without the sidecar, instead of guessing.
-func TestUnprotectedWhy(t *testing.T) {
-	policyTime := metav1.NewTime(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	before, after := metav1.NewTime(policyTime.Add(-time.Hour)), metav1.NewTime(policyTime.Add(time.Hour))
-	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", CreationTimestamp: policyTime}}
-	p.Spec.TargetSelector = &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}}
-	pod := func(name string, created metav1.Time, labels, annotations map[string]string) metav1.PartialObjectMetadata {
-		l := map[string]string{"app": "web"}
-		maps.Copy(l, labels)
-		return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: created, Labels: l, Annotations: annotations}}
-	}
-	injectedOn := func(port string) map[string]string {
-		return map[string]string{v1alpha1.InjectedAnnotation: `{"version":"v1","targetPort":"` + port + `"}`}
-	}
-	for _, tc := range []struct {
-		name      string
-		pods      []metav1.PartialObjectMetadata
-		optedIn   bool
-		want, not []string
-	}{
-		{"namespace not opted in", []metav1.PartialObjectMetadata{pod("a", after, nil, nil)}, false,
-			[]string{"namespace is not labelled ratelimit.slidegate.dev/injection=enabled (pods a)"}, []string{"before the policy", "webhook"}},
-		{"created before the policy", []metav1.PartialObjectMetadata{pod("b", before, nil, nil)}, true,
-			[]string{"pods b were created before the policy: restart them (kubectl -n shop rollout restart"}, []string{"not labelled"}},
-		{"the webhook admitted it without", []metav1.PartialObjectMetadata{pod("c", after, nil, nil)}, true,
-			[]string{"the webhook admitted pods c without the sidecar", `no container port named "http"`}, []string{"before the policy"}},
-		{"opted out", []metav1.PartialObjectMetadata{pod("d", before, map[string]string{"ratelimit.slidegate.dev/inject": "false"}, nil)}, true,
-			[]string{"pods d opted out with ratelimit.slidegate.dev/inject=false"}, []string{"before the policy"}},
-		{"sidecar on another port", []metav1.PartialObjectMetadata{pod("e", after, nil, injectedOn("api"))}, true,
-			[]string{"pods e carry the sidecar in front of port api"}, nil},
-		{"protected and unselected pods are not named", []metav1.PartialObjectMetadata{
-			pod("ok", before, nil, injectedOn("http")), {ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{"app": "db"}}},
-			pod("f", before, nil, nil), pod("g", before, nil, nil), pod("h", before, nil, nil), pod("i", before, nil, nil)}, true,
-			[]string{"pods f, g, h and 1 more were created before the policy"}, []string{"ok", "other"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := unprotectedWhy(p, tc.pods, tc.optedIn)
-			for _, w := range tc.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("%q\nlacks %q", got, w)
-				}
-			}
-			for _, n := range tc.not {
-				if strings.Contains(got, n) {
-					t.Errorf("%q\nnames %q", got, n)
-				}
-			}
-		})
-	}
-}
-
-// TestNotAcceptedStatus: a policy left out of the configuration says why in
-// Accepted, Ready and Stalled, with the reason of its kind of problem, and
-// reports no revision.
-func TestNotAcceptedStatus(t *testing.T) {
-	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "shop", Generation: 3}}
-	tooLarge := &render.ConfigTooLargeError{Namespace: "shop", Name: "p", PolicyBytes: 40_000, TotalBytes: 1_010_000, MaxBytes: 1_000_000, Ahead: 29}
-	for _, tc := range []struct {
-		name       string
-		err        error
-		wantReason string
-		wantMsg    []string
-	}{
-		{"invalid", &render.InvalidPolicyError{Namespace: "shop", Name: "p", Err: errors.New("limit 0 is not from 1 to 1000000")},
-			v1alpha1.ReasonInvalid, []string{"the spec cannot be enforced: policy shop/p: limit 0"}},
-		{"too large", tooLarge, v1alpha1.ReasonConfigTooLarge,
-			[]string{"not published: policy shop/p (40,000 bytes) does not fit", "would be 1,010,000 bytes", "1,000,000-byte budget", "make room"}},
-		{"too large, wrapped", fmt.Errorf("namespace shop: %w", tooLarge), v1alpha1.ReasonConfigTooLarge, []string{"not published"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := p.DeepCopy()
-			p.Status.Revision = "0123456789abcdef"
-			st := desiredStatus(p, statusInput{notAccepted: tc.err, revision: "fedcba9876543210", matched: 2, enforced: 2})
-			for typ, want := range map[string]metav1.ConditionStatus{
-				v1alpha1.ConditionAccepted: metav1.ConditionFalse,
-				v1alpha1.ConditionReady:    metav1.ConditionFalse,
-				ConditionStalled:           metav1.ConditionTrue,
-			} {
-				c := meta.FindStatusCondition(st.Conditions, typ)
-				if c == nil || c.Status != want || c.Reason != tc.wantReason || c.ObservedGeneration != 3 {
-					t.Errorf("%s: %+v, want %s with reason %s", typ, c, want, tc.wantReason)
-					continue
-				}
-				for _, w := range tc.wantMsg {
-					if !strings.Contains(c.Message, w) {
-						t.Errorf("%s message %q lacks %q", typ, c.Message, w)
-					}
-				}
-			}
-			if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionEnforced); c == nil || c.Reason != v1alpha1.ReasonNotAccepted {
-				t.Errorf("Enforced: %+v, want reason %s", c, v1alpha1.ReasonNotAccepted)
-			}
-			if st.Revision != "" || st.ObservedGeneration != 3 {
-				t.Errorf("revision %q, observedGeneration %d; want none, 3", st.Revision, st.ObservedGeneration)
-			}
-		})
 	}
 }
 

@@ -1,5 +1,6 @@
 // Package webhook is the admission glue around inject.Inject: it decodes the
-// Pod, finds the RateLimitPolicies of its namespace that select it, and
+// Pod, finds the RateLimitPolicies of its namespace that select it
+// (internal/selection, the answer the controller's status counts share), and
 // answers with a JSON patch. The injected shape lives in internal/inject.
 package webhook
 
@@ -8,17 +9,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/selection"
 )
 
 // Path is where the manager serves the pod injector.
@@ -41,15 +41,17 @@ const Path = "/inject-v1-pod"
 // PodInjector answers admission requests for Pod CREATE.
 type PodInjector struct {
 	// Reader reads Namespaces and RateLimitPolicies (the manager's cache).
-	Reader  client.Reader
+	Reader client.Reader
+	// Decoder decodes the Pod of a request.
 	Decoder admission.Decoder
+	// Options are the sidecar's settings; TargetPort is taken from the
+	// first policy that selects the pod.
 	Options inject.Options
 }
 
 // Handle injects the sidecar when the pod's namespace opted in and some
 // policy selects the pod. Every other case admits the pod unchanged.
 func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admission.Response {
-	log := logf.FromContext(ctx).WithValues("namespace", req.Namespace, "name", req.Name)
 	if req.Kind.Kind != "Pod" || req.Operation != "CREATE" {
 		return admission.Allowed("not a pod creation")
 	}
@@ -57,31 +59,56 @@ func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 	if err := h.Decoder.Decode(req, pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err))
 	}
-	// Pods of a Deployment have no name yet and sometimes no namespace.
-	ns := req.Namespace
-	if ns == "" {
-		ns = pod.Namespace
-	}
 	if reason := inject.SkipReason(pod); reason != "" {
 		return admission.Allowed(reason)
 	}
+	matched, notSelected, err := h.selectingPolicies(ctx, namespaceOf(req, pod), pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if notSelected != "" {
+		return admission.Allowed(notSelected)
+	}
+	return h.inject(ctx, req, pod, matched)
+}
+
+// namespaceOf is the pod's namespace: pods of a Deployment have no name yet
+// and sometimes no namespace, so the request's comes first.
+func namespaceOf(req admission.Request, pod *corev1.Pod) string {
+	if req.Namespace != "" {
+		return req.Namespace
+	}
+	return pod.Namespace
+}
+
+// selectingPolicies returns the policies of namespace ns that select the
+// pod, sorted by name (selection.Matching), or why the pod is admitted
+// unchanged (notSelected).
+func (h *PodInjector) selectingPolicies(ctx context.Context, ns string, pod *corev1.Pod) (matched []v1alpha1.RateLimitPolicy, notSelected string, err error) {
 	var namespace corev1.Namespace
 	if err := h.Reader.Get(ctx, client.ObjectKey{Name: ns}, &namespace); err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading namespace %s: %w", ns, err))
+		return nil, "", fmt.Errorf("reading namespace %s: %w", ns, err)
 	}
 	// The webhook's namespaceSelector does the same; checking here keeps
 	// the opt-in true whatever the webhook configuration says.
 	if namespace.Labels[v1alpha1.InjectionLabel] != v1alpha1.InjectionEnabled {
-		return admission.Allowed("namespace did not opt in")
+		return nil, "namespace did not opt in", nil
 	}
 	var list v1alpha1.RateLimitPolicyList
 	if err := h.Reader.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing policies: %w", err))
+		return nil, "", fmt.Errorf("listing policies: %w", err)
 	}
-	matched := Matching(pod.Labels, list.Items)
+	matched = selection.Matching(pod.Labels, list.Items)
 	if len(matched) == 0 {
-		return admission.Allowed("no policy selects the pod")
+		return nil, "no policy selects the pod", nil
 	}
+	return matched, "", nil
+}
+
+// inject answers with the patch that adds the sidecar in front of the first
+// matched policy's targetPort, or admits the pod unchanged, with a warning,
+// when it cannot be injected.
+func (h *PodInjector) inject(ctx context.Context, req admission.Request, pod *corev1.Pod, matched []v1alpha1.RateLimitPolicy) admission.Response {
 	opts := h.Options
 	opts.TargetPort = matched[0].Spec.TargetPort
 	injected := pod.DeepCopy()
@@ -89,7 +116,7 @@ func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 		// Admit it: refusing would break the workload's rollout over a port
 		// name. The policy's Enforced condition reports the pod as lacking
 		// the sidecar, and the warning reaches whoever created the pod.
-		log.Info("pod not injected", "reason", err.Error())
+		logf.FromContext(ctx).WithValues("namespace", req.Namespace, "name", req.Name).Info("pod not injected", "reason", err.Error())
 		return admission.Allowed("not injected").WithWarnings(
 			fmt.Sprintf("slidegate: pod selected by RateLimitPolicy %s is NOT rate limited: %v", matched[0].Name, err))
 	}
@@ -97,49 +124,30 @@ func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw)
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(injectionWarnings(pod, matched, opts.TargetPort)...)
+}
+
+// injectionWarnings are what the creator of an injected pod must be told:
+// a bare pod cannot be applied again, and policies naming another port than
+// the one taken over are not enforced on it.
+func injectionWarnings(pod *corev1.Pod, matched []v1alpha1.RateLimitPolicy, takenOver string) []string {
+	var warnings []string
 	// A pod is immutable where the takeover changed it (the app's port lost
 	// its name to the sidecar), so the same manifest applied again is
 	// refused. Controllers create new pods instead; a bare pod's owner must
 	// be told before the second apply fails.
 	if metav1.GetControllerOf(pod) == nil {
-		resp = resp.WithWarnings(fmt.Sprintf("slidegate: the sidecar took over port name %q of this bare pod; "+
+		warnings = append(warnings, fmt.Sprintf("slidegate: the sidecar took over port name %q of this bare pod; "+
 			"applying this manifest again (kubectl apply, Argo CD, Flux) will be refused (\"pod updates may not change fields\"): "+
-			"manage the pod with a Deployment or StatefulSet, or delete and recreate it to change it", opts.TargetPort))
+			"manage the pod with a Deployment or StatefulSet, or delete and recreate it to change it", takenOver))
 	}
 	// One sidecar guards one port name; a policy naming another port is not
 	// enforced on this pod (its status says so too).
 	for _, p := range matched[1:] {
-		if p.Spec.TargetPort != opts.TargetPort {
-			resp = resp.WithWarnings(fmt.Sprintf("slidegate: RateLimitPolicy %s names targetPort %q, but the sidecar takes over %q (from %s): %s is not enforced on this pod",
-				p.Name, p.Spec.TargetPort, opts.TargetPort, matched[0].Name, p.Name))
+		if p.Spec.TargetPort != takenOver {
+			warnings = append(warnings, fmt.Sprintf("slidegate: RateLimitPolicy %s names targetPort %q, but the sidecar takes over %q (from %s): %s is not enforced on this pod",
+				p.Name, p.Spec.TargetPort, takenOver, matched[0].Name, p.Name))
 		}
 	}
-	return resp
-}
-
-// Matching returns the policies whose targetSelector selects a pod with
-// these labels, sorted by name; the first one's targetPort is taken over.
-// Invalid selectors select nothing (the API server's validation keeps them
-// out; this is the last guard).
-func Matching(podLabels map[string]string, policies []v1alpha1.RateLimitPolicy) []v1alpha1.RateLimitPolicy {
-	var out []v1alpha1.RateLimitPolicy
-	set := labels.Set(podLabels)
-	for i := range policies {
-		sel, err := metav1.LabelSelectorAsSelector(policies[i].Spec.TargetSelector.AsMeta())
-		if err != nil || !sel.Matches(set) {
-			continue
-		}
-		out = append(out, policies[i])
-	}
-	slices.SortFunc(out, func(a, b v1alpha1.RateLimitPolicy) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
-	return out
+	return warnings
 }

@@ -19,6 +19,7 @@ type nameScopedManager struct {
 	cfg *rest.Config
 }
 
+// GetConfig is the name-selecting config, in place of the manager's.
 func (m nameScopedManager) GetConfig() *rest.Config { return m.cfg }
 
 // scopeByName returns mgr with a config whose list and watch requests on the
@@ -40,6 +41,8 @@ type nameSelectingTransport struct {
 	names map[string]string // collection path → object name
 }
 
+// RoundTrip adds the name selector to list and watch requests on the
+// collections in t.names and passes every request on.
 func (t *nameSelectingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	name, ok := t.names[req.URL.Path]
 	if !ok || req.Method != http.MethodGet {

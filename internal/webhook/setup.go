@@ -45,6 +45,8 @@ const (
 
 // Options configure Setup.
 type Options struct {
+	// CertMode is where the serving certificate comes from: CertModeSelf
+	// or CertModeExternal.
 	CertMode string
 	// CertDir holds tls.crt and tls.key (the mounted Secret).
 	CertDir string
@@ -61,10 +63,34 @@ type Options struct {
 // then, so no pod receives traffic it cannot serve.
 func Setup(mgr manager.Manager, o Options) (healthz.Checker, error) {
 	certsReady := make(chan struct{})
+	if err := addCertificateSource(mgr, o, certsReady); err != nil {
+		return nil, err
+	}
+	injector := &PodInjector{Reader: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme()), Options: o.Inject}
+	var started atomic.Pointer[healthz.Checker]
+	err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		serveWhenCertified(ctx, mgr, o.CertDir, certsReady, injector, &started)
+		return nil
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return func(req *http.Request) error {
+		check := started.Load()
+		if check == nil {
+			return errors.New("webhook certificate not ready yet")
+		}
+		return (*check)(req)
+	}, nil
+}
+
+// addCertificateSource sets up where the serving certificate comes from
+// (o.CertMode); certsReady is closed once its files exist.
+func addCertificateSource(mgr manager.Manager, o Options, certsReady chan struct{}) error {
 	switch o.CertMode {
 	case CertModeSelf:
 		if o.Namespace == "" || o.SecretName == "" || o.ServiceName == "" || o.ConfigurationName == "" {
-			return nil, errors.New("cert mode self needs the namespace and the names of the webhook Secret, Service and configuration")
+			return errors.New("cert mode self needs the namespace and the names of the webhook Secret, Service and configuration")
 		}
 		// The rotator's own cache would list every Secret of the
 		// namespace and every webhook configuration: scope it to ours.
@@ -86,47 +112,40 @@ func Setup(mgr manager.Manager, o Options) (healthz.Checker, error) {
 			RequireLeaderElection: false,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("adding the certificate rotator: %w", err)
+			return fmt.Errorf("adding the certificate rotator: %w", err)
 		}
+		return nil
 	case CertModeExternal:
 		close(certsReady)
-	default:
-		return nil, fmt.Errorf("unknown certificate mode %q (want %s or %s)", o.CertMode, CertModeSelf, CertModeExternal)
-	}
-
-	injector := &PodInjector{Reader: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme()), Options: o.Inject}
-	var started atomic.Pointer[healthz.Checker]
-	err := mgr.Add(everyReplica(func(ctx context.Context) error {
-		select {
-		case <-certsReady:
-		case <-ctx.Done():
-			return nil
-		}
-		// The rotator's "ready" means the files exist, but a kubelet
-		// first projects the install's empty Secret as empty files and
-		// brings the certificate one volume sync later (up to a minute).
-		// A server started on the empty files would stop the manager.
-		if !waitForKeyPair(ctx, o.CertDir) {
-			return nil
-		}
-		// GetWebhookServer adds the server to the running manager, which
-		// starts it now that the certificate exists.
-		srv := mgr.GetWebhookServer()
-		srv.Register(Path, &webhook.Admission{Handler: injector})
-		check := srv.StartedChecker()
-		started.Store(&check)
 		return nil
-	}))
-	if err != nil {
-		return nil, err
+	default:
+		return fmt.Errorf("unknown certificate mode %q (want %s or %s)", o.CertMode, CertModeSelf, CertModeExternal)
 	}
-	return func(req *http.Request) error {
-		check := started.Load()
-		if check == nil {
-			return errors.New("webhook certificate not ready yet")
-		}
-		return (*check)(req)
-	}, nil
+}
+
+// serveWhenCertified registers the injector with the manager's webhook
+// server once the certificate in certDir loads, and stores the server's
+// started checker for /readyz; it gives up when ctx ends first.
+func serveWhenCertified(ctx context.Context, mgr manager.Manager, certDir string, certsReady <-chan struct{},
+	injector *PodInjector, started *atomic.Pointer[healthz.Checker]) {
+	select {
+	case <-certsReady:
+	case <-ctx.Done():
+		return
+	}
+	// The rotator's "ready" means the files exist, but a kubelet first
+	// projects the install's empty Secret as empty files and brings the
+	// certificate one volume sync later (up to a minute). A server started
+	// on the empty files would stop the manager.
+	if !waitForKeyPair(ctx, certDir) {
+		return
+	}
+	// GetWebhookServer adds the server to the running manager, which
+	// starts it now that the certificate exists.
+	srv := mgr.GetWebhookServer()
+	srv.Register(Path, &webhook.Admission{Handler: injector})
+	check := srv.StartedChecker()
+	started.Store(&check)
 }
 
 // waitForKeyPair polls until CertDir holds a loadable tls.crt and tls.key
