@@ -1,9 +1,7 @@
 package sidecar
 
 import (
-	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/slidegate/slidegate/internal/limiter"
@@ -24,12 +22,7 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	st := s.state.Load()
 	if st == nil {
-		s.metrics.responses.WithLabelValues(outcomeNoConfig).Inc()
-		h := w.Header()
-		setTextHeaders(h)
-		h.Set(headerRetryAfter, "1")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, "slidegate: no rate limit configuration loaded yet\n")
+		s.reply(w, s.metrics.responses.WithLabelValues(outcomeNoConfig), noConfigAnswer)
 		return
 	}
 	if len(st.policies) == 0 {
@@ -68,7 +61,7 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if missing != nil {
 		// Rejected before asking Redis: nothing is counted anywhere.
 		missing.counters[idxMissingKey].Inc()
-		s.rejectMissingKey(w, st, missing)
+		s.reply(w, s.respRejected, missingKeyAnswer(st.namespace, missing))
 		return
 	}
 	if len(reqs) == 0 {
@@ -87,7 +80,7 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(ds) != len(reqs) {
 		// Broken contract; never forward on it.
 		s.log.Error("limiter returned a wrong number of decisions", "want", len(reqs), "got", len(ds))
-		s.failClosed(w, st, pols[0], limiter.Decision{})
+		s.reply(w, s.respFailedClosed, failedClosedAnswer(st.namespace, pols[0], 0))
 		return
 	}
 
@@ -138,45 +131,24 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	switch {
 	case closed >= 0:
-		s.failClosed(w, st, pols[closed], ds[closed])
+		s.reply(w, s.respFailedClosed, failedClosedAnswer(st.namespace, pols[closed], ds[closed].RetryAfter))
 	case deny >= 0:
-		s.reject(w, st, pols[deny], ds[deny])
+		s.reply(w, s.respRejected, rejectedAnswer(st.namespace, pols[deny], ds[deny].RetryAfter))
 	default:
 		// Admitted: advertise the enforced policies' state on the response.
-		var buf []byte
+		var f ratelimitheader.Fields
 		for i, p := range pols {
-			if reqs[i].DryRun {
-				continue
+			if !reqs[i].DryRun {
+				f.Add(p.nameItem, p.policyItem, ds[i].Remaining, ds[i].ResetAfter)
 			}
-			if len(buf) > 0 {
-				buf = append(buf, ", "...)
-			}
-			buf = rateLimitItem(buf, p, ds[i].Remaining, ds[i].ResetAfter)
 		}
-		if len(buf) > 0 {
+		if f.Len() > 0 {
 			h := w.Header()
-			h[canonRateLimitPolicy] = []string{policyList(pols, reqs)}
-			h[canonRateLimit] = []string{string(buf)}
+			h[canonRateLimitPolicy] = []string{f.Policy()}
+			h[canonRateLimit] = []string{f.RateLimit()}
 		}
 		s.forward(w, r)
 	}
-}
-
-func policyList(pols []*policy, reqs []limiter.Request) string {
-	if len(pols) == 1 {
-		return pols[0].policyItem
-	}
-	var buf []byte
-	for i, p := range pols {
-		if reqs[i].DryRun {
-			continue
-		}
-		if len(buf) > 0 {
-			buf = append(buf, ", "...)
-		}
-		buf = append(buf, p.policyItem...)
-	}
-	return string(buf)
 }
 
 func (s *Sidecar) countSource(src limiter.Source) {
@@ -197,55 +169,6 @@ func (s *Sidecar) countSource(src limiter.Source) {
 func (s *Sidecar) forward(w http.ResponseWriter, r *http.Request) {
 	s.respForwarded.Inc()
 	s.proxy.ServeHTTP(w, r)
-}
-
-// reject answers 429 for the policy p that denied the request.
-func (s *Sidecar) reject(w http.ResponseWriter, st *state, p *policy, d limiter.Decision) {
-	s.respRejected.Inc()
-	retry := ratelimitheader.RetryAfterSeconds(d.RetryAfter)
-	h := w.Header()
-	setTextHeaders(h)
-	h.Set(headerRetryAfter, retry)
-	h.Set(headerRateLimitPolicy, p.policyItem)
-	h.Set(headerRateLimit, string(rateLimitItem(nil, p, 0, d.RetryAfter)))
-	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = io.WriteString(w, "slidegate: rate limit exceeded: policy "+strconv.Quote(p.name)+
-		" in namespace "+strconv.Quote(st.namespace)+"; retry in "+retry+"s\n")
-}
-
-// rejectMissingKey answers 429 for a request without the client key of a
-// policy whose onMissing is Deny. There is no Retry-After: waiting does not
-// help; sending the key does.
-func (s *Sidecar) rejectMissingKey(w http.ResponseWriter, st *state, p *policy) {
-	s.respRejected.Inc()
-	h := w.Header()
-	setTextHeaders(h)
-	h.Set(headerRateLimitPolicy, p.policyItem)
-	w.WriteHeader(http.StatusTooManyRequests)
-	var what string
-	switch p.source {
-	case sidecarconfig.SourceHeader:
-		what = "header " + strconv.Quote(p.keyName)
-	case sidecarconfig.SourceQueryParameter:
-		what = "query parameter " + strconv.Quote(p.keyName)
-	default:
-		what = "bearer token claim " + strconv.Quote(p.keyName)
-	}
-	_, _ = io.WriteString(w, "slidegate: request rejected by policy "+strconv.Quote(p.name)+
-		" in namespace "+strconv.Quote(st.namespace)+": it has no "+what+"\n")
-}
-
-// failClosed answers 503 for a fail-closed policy that Redis could not
-// decide.
-func (s *Sidecar) failClosed(w http.ResponseWriter, st *state, p *policy, d limiter.Decision) {
-	s.respFailedClosed.Inc()
-	retry := ratelimitheader.RetryAfterSeconds(d.RetryAfter)
-	h := w.Header()
-	setTextHeaders(h)
-	h.Set(headerRetryAfter, retry)
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_, _ = io.WriteString(w, "slidegate: rate limiter unavailable and policy "+strconv.Quote(p.name)+
-		" in namespace "+strconv.Quote(st.namespace)+" fails closed; retry in "+retry+"s\n")
 }
 
 // redisErrorLogEvery spaces the log lines about failed Redis decisions.

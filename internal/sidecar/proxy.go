@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -131,10 +130,7 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, pool httputil.Buff
 				lastLog.Store(now)
 				log.Warn("forwarding to the application failed", "upstream", upstream.Redacted(), "error", err)
 			}
-			h := w.Header()
-			setTextHeaders(h)
-			w.WriteHeader(http.StatusBadGateway)
-			_, _ = io.WriteString(w, "slidegate: the application is unavailable\n")
+			badGatewayAnswer.write(w)
 		},
 	}
 }
