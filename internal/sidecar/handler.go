@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -25,53 +26,18 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, s.metrics.responses.WithLabelValues(outcomeNoConfig), noConfigAnswer)
 		return
 	}
-	if len(st.policies) == 0 {
-		s.forward(w, r)
-		return
-	}
-
-	ri := reqInfo{r: r, trusted: st.trusted}
-	reqs := make([]limiter.Request, 0, len(st.policies))
-	var polsBuf [8]*policy
-	pols := polsBuf[:0]
-	var missing *policy
-	for _, p := range st.policies {
-		if !p.matches(&ri) {
-			continue
-		}
-		key, ok := ri.key(p)
-		if !ok {
-			switch {
-			case p.onMissing != sidecarconfig.MissingDeny:
-				p.counters[idxSkipped].Inc()
-			case p.dryRun:
-				p.counters[idxMissingKey].Inc()
-			case missing == nil:
-				missing = p
-			}
-			continue
-		}
-		rule := p.rule
-		if n := s.peerCount(rule.ID); n > 0 {
-			rule.Replicas = n
-		}
-		reqs = append(reqs, limiter.Request{Rule: rule, Client: key, DryRun: p.dryRun})
-		pols = append(pols, p)
-	}
-	if missing != nil {
+	var policyBuf [8]*policy // on the stack for the usual few policies
+	reqs, pols, missingKey := s.gather(st, r, policyBuf[:0])
+	if missingKey != nil {
 		// Rejected before asking Redis: nothing is counted anywhere.
-		missing.counters[idxMissingKey].Inc()
-		s.reply(w, s.respRejected, missingKeyAnswer(st.namespace, missing))
+		s.reply(w, s.respRejected, missingKeyAnswer(st.namespace, missingKey))
 		return
 	}
 	if len(reqs) == 0 {
 		s.forward(w, r)
 		return
 	}
-
-	start := time.Now()
-	ds := s.lim.Decide(r.Context(), reqs)
-	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
+	ds := s.decide(r.Context(), reqs)
 	if r.Context().Err() != nil {
 		// The client went away while Redis decided: nobody reads an answer,
 		// and its cancelled decisions say nothing about Redis.
@@ -83,72 +49,178 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, s.respFailedClosed, failedClosedAnswer(st.namespace, pols[0], 0))
 		return
 	}
+	// Put together only now: while one value held both pols and reqs,
+	// handing reqs to the limiter would move policyBuf to the heap.
+	dec := decided{policies: pols, requests: reqs, decisions: ds}
+	v := dec.verdict()
+	s.record(&dec, v)
+	s.respond(w, r, st.namespace, &dec, v)
+}
 
-	deny, closed := -1, -1
-	var redisErr error
+// decided is one request after the limiter: the policies that applied to it,
+// the limiter request and the decision of each, index for index.
+type decided struct {
+	policies  []*policy
+	requests  []limiter.Request
+	decisions []limiter.Decision
+}
+
+// gather builds a limiter request for each policy of st that applies to r:
+// the policy's rule (divided among the sidecars last counted enforcing it)
+// for r's client key. The policies are appended to pols, index for index
+// with reqs. A policy for which r has no client key is counted and left
+// out; the first enforced one of them whose onMissing is Deny is returned
+// as missingKey, and r is to be rejected for it.
+func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []limiter.Request, _ []*policy, missingKey *policy) {
+	ri := reqInfo{r: r, trusted: st.trusted}
+	reqs = make([]limiter.Request, 0, len(st.policies))
+	for _, p := range st.policies {
+		if !p.matches(&ri) {
+			continue
+		}
+		key, ok := ri.key(p)
+		if !ok {
+			switch {
+			case p.onMissing != sidecarconfig.MissingDeny:
+				p.counters[idxSkipped].Inc()
+			case p.dryRun:
+				p.counters[idxMissingKey].Inc()
+			case missingKey == nil:
+				missingKey = p
+			}
+			continue
+		}
+		rule := p.rule
+		if n := s.peerCount(rule.ID); n > 0 {
+			rule.Replicas = n
+		}
+		reqs = append(reqs, limiter.Request{Rule: rule, Client: key, DryRun: p.dryRun})
+		pols = append(pols, p)
+	}
+	if missingKey != nil {
+		missingKey.counters[idxMissingKey].Inc()
+	}
+	return reqs, pols, missingKey
+}
+
+// decide asks the limiter about all the requests at once, timed.
+func (s *Sidecar) decide(ctx context.Context, reqs []limiter.Request) []limiter.Decision {
+	start := time.Now()
+	ds := s.lim.Decide(ctx, reqs)
+	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
+	return ds
+}
+
+// verdict is what the decisions of one request add up to: failedClosed is
+// the fail-closed policy that Redis could not decide (503), denied the
+// enforced policy that denied the request (429), each an index into
+// decided's slices, -1 for none. Of several, each is the one with the longest
+// wait, after which every one of them admits again.
+type verdict struct {
+	failedClosed, denied int
+	// redisErr is the error of the last decision that Redis could not make.
+	redisErr error
+}
+
+// rejected reports whether the request is answered by the sidecar rather
+// than forwarded.
+func (v *verdict) rejected() bool { return v.failedClosed >= 0 || v.denied >= 0 }
+
+// verdict sums up the decisions; DryRun policies deny nothing.
+func (dec *decided) verdict() verdict {
+	v := verdict{failedClosed: -1, denied: -1}
+	ds := dec.decisions
 	for i := range ds {
 		d := &ds[i]
 		if d.Err != nil {
-			redisErr = d.Err
+			v.redisErr = d.Err
 		}
-		s.countSource(d.Source)
-		if reqs[i].DryRun || d.Allowed {
+		if dec.requests[i].DryRun || d.Allowed {
 			continue
 		}
-		// The longest wait is the one after which every denying policy
-		// admits again.
 		if d.Source == limiter.SourceFailedClosed {
-			if closed < 0 || d.RetryAfter > ds[closed].RetryAfter {
-				closed = i
+			if v.failedClosed < 0 || d.RetryAfter > ds[v.failedClosed].RetryAfter {
+				v.failedClosed = i
 			}
-		} else if deny < 0 || d.RetryAfter > ds[deny].RetryAfter {
-			deny = i
+		} else if v.denied < 0 || d.RetryAfter > ds[v.denied].RetryAfter {
+			v.denied = i
 		}
 	}
-	if redisErr != nil {
-		s.metrics.redisErrors.Inc()
-		s.logRedisError(redisErr)
-	}
-	rejected := deny >= 0 || closed >= 0
-	for i, p := range pols {
-		d := &ds[i]
-		switch {
-		case reqs[i].DryRun && d.Allowed:
-			p.counters[idxAllowed].Inc()
-		case reqs[i].DryRun:
-			p.counters[idxDryRunRejected].Inc()
-		case d.Allowed && rejected:
-			p.counters[idxNotCounted].Inc()
-		case d.Allowed:
-			p.counters[idxAllowed].Inc()
-		case d.Source == limiter.SourceFailedClosed:
-			p.counters[idxFailedClosed].Inc()
-		default:
-			p.counters[idxRejected].Inc()
-			s.top.add(p.name, reqs[i].Client)
-		}
-	}
+	return v
+}
 
-	switch {
-	case closed >= 0:
-		s.reply(w, s.respFailedClosed, failedClosedAnswer(st.namespace, pols[closed], ds[closed].RetryAfter))
-	case deny >= 0:
-		s.reply(w, s.respRejected, rejectedAnswer(st.namespace, pols[deny], ds[deny].RetryAfter))
-	default:
-		// Admitted: advertise the enforced policies' state on the response.
-		var f ratelimitheader.Fields
-		for i, p := range pols {
-			if !reqs[i].DryRun {
-				f.Add(p.nameItem, p.policyItem, ds[i].Remaining, ds[i].ResetAfter)
-			}
+// record counts the decisions under verdict v: the limiter's sources, the
+// Redis errors (and logs why), each policy's decision, and the clients of
+// the policies that rejected the request, for /debug/top.
+func (s *Sidecar) record(dec *decided, v verdict) {
+	for i := range dec.decisions {
+		s.countSource(dec.decisions[i].Source)
+	}
+	if v.redisErr != nil {
+		s.metrics.redisErrors.Inc()
+		s.logRedisError(v.redisErr)
+	}
+	rejected := v.rejected()
+	for i, p := range dec.policies {
+		d := policyDecision(dec.requests[i].DryRun, &dec.decisions[i], rejected)
+		p.counters[d].Inc()
+		if d == idxRejected {
+			s.top.add(p.name, dec.requests[i].Client)
 		}
-		if f.Len() > 0 {
+	}
+}
+
+// policyDecision is what one policy did to a request (an index into
+// policy.counters), given its decision d and whether the request was
+// rejected by any policy, which undoes the admits of the others.
+func policyDecision(dryRun bool, d *limiter.Decision, rejected bool) int {
+	switch {
+	case dryRun && d.Allowed:
+		return idxAllowed
+	case dryRun:
+		return idxDryRunRejected
+	case d.Allowed && rejected:
+		return idxNotCounted
+	case d.Allowed:
+		return idxAllowed
+	case d.Source == limiter.SourceFailedClosed:
+		return idxFailedClosed
+	default:
+		return idxRejected
+	}
+}
+
+// respond answers the request after its decisions: the answer of the
+// policy in v that rejected it, or else the application's response with
+// the enforced policies' RateLimit fields.
+func (s *Sidecar) respond(w http.ResponseWriter, r *http.Request, namespace string, dec *decided, v verdict) {
+	switch {
+	case v.failedClosed >= 0:
+		i := v.failedClosed
+		s.reply(w, s.respFailedClosed, failedClosedAnswer(namespace, dec.policies[i], dec.decisions[i].RetryAfter))
+	case v.denied >= 0:
+		i := v.denied
+		s.reply(w, s.respRejected, rejectedAnswer(namespace, dec.policies[i], dec.decisions[i].RetryAfter))
+	default:
+		if f := dec.admittedFields(); f.Len() > 0 {
 			h := w.Header()
 			h[canonRateLimitPolicy] = []string{f.Policy()}
 			h[canonRateLimit] = []string{f.RateLimit()}
 		}
 		s.forward(w, r)
 	}
+}
+
+// admittedFields are the RateLimit fields of an admitted request: each
+// enforced policy with its remaining quota, in config order.
+func (dec *decided) admittedFields() ratelimitheader.Fields {
+	var f ratelimitheader.Fields
+	for i, p := range dec.policies {
+		if !dec.requests[i].DryRun {
+			f.Add(p.nameItem, p.policyItem, dec.decisions[i].Remaining, dec.decisions[i].ResetAfter)
+		}
+	}
+	return f
 }
 
 func (s *Sidecar) countSource(src limiter.Source) {
