@@ -37,12 +37,16 @@ type answer struct {
 	body                          string
 }
 
+// noConfig says why the sidecar answers 503 before its first config load,
+// on the proxied port and on the admin port alike.
+const noConfig = "no rate limit configuration loaded yet"
+
 // noConfigAnswer is the 503 before any config is loaded: the first load is
 // expected within a second.
 var noConfigAnswer = answer{
 	status:     http.StatusServiceUnavailable,
 	retryAfter: "1",
-	body:       "slidegate: no rate limit configuration loaded yet\n",
+	body:       "slidegate: " + noConfig + "\n",
 }
 
 // badGatewayAnswer is the 502 for a request that could not be forwarded to

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"encoding/json"
 	"net/http"
 	"sync"
 	"time"
@@ -94,7 +93,7 @@ func (t *limitedTop) summary(policy string) (topk.Summary, time.Time) {
 func (s *Sidecar) serveTop(w http.ResponseWriter, r *http.Request) {
 	st := s.state.Load()
 	if st == nil {
-		http.Error(w, "no rate limit configuration loaded yet", http.StatusServiceUnavailable)
+		http.Error(w, noConfig, http.StatusServiceUnavailable)
 		return
 	}
 	name := r.URL.Query().Get("policy")
@@ -107,9 +106,5 @@ func (s *Sidecar) serveTop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sum, since := s.top.summary(name)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(TopResponse{Namespace: st.namespace, Policy: name, Since: since, Summary: sum})
+	writeJSON(w, TopResponse{Namespace: st.namespace, Policy: name, Since: since, Summary: sum})
 }

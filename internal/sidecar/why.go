@@ -207,7 +207,7 @@ func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
 	}
 	st := s.state.Load()
 	if st == nil {
-		http.Error(w, "no rate limit configuration loaded yet", http.StatusServiceUnavailable)
+		http.Error(w, noConfig, http.StatusServiceUnavailable)
 		return
 	}
 	pk, ok := s.lim.(peeker)
@@ -225,11 +225,7 @@ func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), code)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(resp)
+	writeJSON(w, resp)
 }
 
 // why answers q from the state st, reading windows through pk.
