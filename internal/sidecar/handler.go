@@ -223,6 +223,8 @@ func (dec *decided) admittedFields() ratelimitheader.Fields {
 	return f
 }
 
+// countSource counts one decision under the limiter path that made it;
+// the known sources have their series bound in New.
 func (s *Sidecar) countSource(src limiter.Source) {
 	switch src {
 	case limiter.SourceRedis:
@@ -238,6 +240,7 @@ func (s *Sidecar) countSource(src limiter.Source) {
 	}
 }
 
+// forward hands r to the application through the reverse proxy.
 func (s *Sidecar) forward(w http.ResponseWriter, r *http.Request) {
 	s.respForwarded.Inc()
 	s.proxy.ServeHTTP(w, r)

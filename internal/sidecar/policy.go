@@ -150,6 +150,8 @@ func cleanRequestPath(p string) string {
 	return c
 }
 
+// String describes st for the log: its revision and how many policies of
+// the config apply to the pod.
 func (st *state) String() string {
 	return fmt.Sprintf("revision %s: %d of %d policies apply", st.revision, len(st.policies), st.total)
 }

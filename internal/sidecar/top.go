@@ -37,12 +37,15 @@ type limitedTop struct {
 	now      func() time.Time
 }
 
+// topPeriods are one policy's sketches: cur counts since start, prev the
+// period before it, from prevStart (nil when that period is over too).
 type topPeriods struct {
 	cur, prev *topk.Sketch
-	start     time.Time // of cur
+	start     time.Time
 	prevStart time.Time
 }
 
+// newLimitedTop returns an empty count, on the wall clock.
 func newLimitedTop() *limitedTop {
 	return &limitedTop{policies: map[string]*topPeriods{}, now: time.Now}
 }
@@ -90,6 +93,7 @@ func (t *limitedTop) summary(policy string) (topk.Summary, time.Time) {
 	return topk.Merge(topCapacity, p.prev.Summary(), p.cur.Summary()), p.prevStart
 }
 
+// serveTop answers GET /debug/top?policy=NAME.
 func (s *Sidecar) serveTop(w http.ResponseWriter, r *http.Request) {
 	st := s.state.Load()
 	if st == nil {

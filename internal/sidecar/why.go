@@ -119,6 +119,9 @@ type whyQuery struct {
 	policy, source, name, value, method, path string
 }
 
+// whyShorthands are the query parameters that give a client identity and
+// its value at once (header=V for source=Header), by the source they stand
+// for.
 var whyShorthands = map[string]string{
 	"header": sidecarconfig.SourceHeader,
 	"query":  sidecarconfig.SourceQueryParameter,
@@ -127,6 +130,8 @@ var whyShorthands = map[string]string{
 	"global": sidecarconfig.SourceGlobal,
 }
 
+// parseWhy reads a /debug/why request: exactly one client identity, by
+// source or by shorthand, and a value unless the source is Global.
 func parseWhy(r *http.Request) (whyQuery, error) {
 	q := r.URL.Query()
 	w := whyQuery{policy: q.Get("policy"), name: q.Get("name"), method: q.Get("method"), path: q.Get("path")}
@@ -197,6 +202,7 @@ func (q *whyQuery) identifies(p *policy) bool {
 	return q.source == p.source && q.name == p.keyName
 }
 
+// serveWhy answers GET /debug/why, at most whyMaxConcurrent at once.
 func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
 	select {
 	case s.whySlots <- struct{}{}:
@@ -280,6 +286,9 @@ func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*W
 	return resp, http.StatusOK, nil
 }
 
+// whyPolicy is policy p's view of the client of q, whose request is ri:
+// the client key p derives and its window, read through pk, or why there
+// is none.
 func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, q *whyQuery, ri *reqInfo, p *policy, target bool) WhyPolicy {
 	mode := "Enforce"
 	if p.dryRun {
@@ -314,6 +323,8 @@ func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, q *whyQuery, ri *req
 	return out
 }
 
+// whyWindow is w as /debug/why shows it; the counts that w's algorithm
+// does not keep are left out.
 func whyWindow(w *limiter.Window) *WhyWindow {
 	ww := &WhyWindow{
 		InWindow:          w.Estimate,
@@ -334,6 +345,7 @@ func whyWindow(w *limiter.Window) *WhyWindow {
 	return ww
 }
 
+// describeSource names a key source for a person: "header X-User".
 func describeSource(source, name string) string {
 	switch source {
 	case sidecarconfig.SourceHeader:
