@@ -101,11 +101,7 @@ func (s *Sidecar) serveTop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.URL.Query().Get("policy")
-	found := false
-	for _, p := range st.policies {
-		found = found || p.name == name
-	}
-	if !found {
+	if st.policyNamed(name) == nil {
 		http.Error(w, "policy "+name+" does not apply to this pod", http.StatusNotFound)
 		return
 	}

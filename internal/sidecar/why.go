@@ -234,40 +234,17 @@ func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, resp)
 }
 
-// why answers q from the state st, reading windows through pk.
+// why answers q from the state st, reading windows through pk. The int is
+// the HTTP status of the answer or of the error.
 func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*WhyResponse, int, error) {
 	var target *policy
 	if q.policy != "" {
-		for _, p := range st.policies {
-			if p.name == q.policy {
-				target = p
-			}
-		}
-		if target == nil {
-			names := make([]string, 0, len(st.policies))
-			for _, p := range st.policies {
-				names = append(names, p.name)
-			}
-			return nil, http.StatusNotFound, fmt.Errorf("policy %q does not apply to this pod (policies here: %s)", q.policy, strings.Join(names, ", "))
-		}
-		if q.name == "" {
-			q.name = target.keyName
-		}
-		if q.method == "" && len(target.methods) > 0 {
-			q.method = target.methods[0]
-		}
-		if q.path == "" && len(target.prefixes) > 0 {
-			q.path = target.prefixes[0]
+		if target = st.policyNamed(q.policy); target == nil {
+			return nil, http.StatusNotFound, fmt.Errorf("policy %q does not apply to this pod (policies here: %s)", q.policy, st.policyNames())
 		}
 	}
-	if q.name == "" && q.source != sidecarconfig.SourceGlobal && q.source != sidecarconfig.SourceRemoteAddress {
-		return nil, http.StatusBadRequest, fmt.Errorf("source %s needs a policy or a name", q.source)
-	}
-	if q.method == "" {
-		q.method = http.MethodGet
-	}
-	if q.path == "" {
-		q.path = "/"
+	if err := q.complete(target); err != nil {
+		return nil, http.StatusBadRequest, err
 	}
 	req, err := whyRequest(q)
 	if err != nil {
@@ -284,6 +261,33 @@ func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*W
 		}
 	}
 	return resp, http.StatusOK, nil
+}
+
+// complete fills in what q leaves out: from the target policy when q asks
+// about one (its key name, first method and first path prefix), then GET
+// and /. Only a source keyed on a name needs one.
+func (q *whyQuery) complete(target *policy) error {
+	if target != nil {
+		if q.name == "" {
+			q.name = target.keyName
+		}
+		if q.method == "" && len(target.methods) > 0 {
+			q.method = target.methods[0]
+		}
+		if q.path == "" && len(target.prefixes) > 0 {
+			q.path = target.prefixes[0]
+		}
+	}
+	if q.name == "" && q.source != sidecarconfig.SourceGlobal && q.source != sidecarconfig.SourceRemoteAddress {
+		return fmt.Errorf("source %s needs a policy or a name", q.source)
+	}
+	if q.method == "" {
+		q.method = http.MethodGet
+	}
+	if q.path == "" {
+		q.path = "/"
+	}
+	return nil
 }
 
 // whyPolicy is policy p's view of the client of q, whose request is ri:
