@@ -41,6 +41,59 @@ func AppendItem(buf []byte, nameItem string, remaining int64, reset time.Duratio
 	return strconv.AppendInt(buf, CeilSeconds(reset), 10)
 }
 
+// DeniedItem is the RateLimit item of the policy that denied a request: no
+// quota remaining, more after retryAfter.
+func DeniedItem(nameItem string, retryAfter time.Duration) string {
+	return string(AppendItem(nil, nameItem, 0, retryAfter))
+}
+
+// Fields joins the RateLimit and RateLimit-Policy fields of a request that
+// several policies admitted: each field a List of one item per policy, in
+// the order added. The zero value holds no policy.
+type Fields struct {
+	n         int
+	rateLimit []byte
+	// first is the first policy's RateLimit-Policy item, the whole field
+	// while it is alone; policies is the field from the second policy on.
+	first    string
+	policies []byte
+}
+
+// Add appends one policy's items: nameItem and policyItem as made by String
+// and PolicyItem, with the quota remaining and the time until more is
+// available.
+func (f *Fields) Add(nameItem, policyItem string, remaining int64, reset time.Duration) {
+	if f.n > 0 {
+		f.rateLimit = append(f.rateLimit, ", "...)
+	}
+	f.rateLimit = AppendItem(f.rateLimit, nameItem, remaining, reset)
+	switch f.n {
+	case 0:
+		f.first = policyItem
+	case 1:
+		f.policies = append(append(append(f.policies, f.first...), ", "...), policyItem...)
+	default:
+		f.policies = append(append(f.policies, ", "...), policyItem...)
+	}
+	f.n++
+}
+
+// Len is the number of policies added; with none, a response carries
+// neither field.
+func (f *Fields) Len() int { return f.n }
+
+// RateLimit is the RateLimit field.
+func (f *Fields) RateLimit() string { return string(f.rateLimit) }
+
+// Policy is the RateLimit-Policy field. One policy's is its item itself,
+// which costs no copy.
+func (f *Fields) Policy() string {
+	if f.n < 2 {
+		return f.first
+	}
+	return string(f.policies)
+}
+
 // RetryAfterSeconds is a Retry-After value: the limiter's exact wait rounded
 // up to whole seconds, at least 1.
 func RetryAfterSeconds(d time.Duration) string {

@@ -285,26 +285,21 @@ func headers(reqs []limiter.Request, pols []*policy, ds []limiter.Decision, deny
 		return []*corev3.HeaderValue{
 			{Key: ratelimitheader.RetryAfter, Value: ratelimitheader.RetryAfterSeconds(d.RetryAfter)},
 			{Key: ratelimitheader.Policy, Value: pols[deny].policyItem},
-			{Key: ratelimitheader.RateLimit, Value: string(ratelimitheader.AppendItem(nil, pols[deny].nameItem, 0, d.RetryAfter))},
+			{Key: ratelimitheader.RateLimit, Value: ratelimitheader.DeniedItem(pols[deny].nameItem, d.RetryAfter)},
 		}
 	}
-	var items, policies []byte
+	var f ratelimitheader.Fields
 	for k := range reqs {
-		if reqs[k].DryRun {
-			continue
+		if !reqs[k].DryRun {
+			f.Add(pols[k].nameItem, pols[k].policyItem, ds[k].Remaining, ds[k].ResetAfter)
 		}
-		if len(items) > 0 {
-			items, policies = append(items, ", "...), append(policies, ", "...)
-		}
-		items = ratelimitheader.AppendItem(items, pols[k].nameItem, ds[k].Remaining, ds[k].ResetAfter)
-		policies = append(policies, pols[k].policyItem...)
 	}
-	if len(items) == 0 {
+	if f.Len() == 0 {
 		return nil
 	}
 	return []*corev3.HeaderValue{
-		{Key: ratelimitheader.Policy, Value: string(policies)},
-		{Key: ratelimitheader.RateLimit, Value: string(items)},
+		{Key: ratelimitheader.Policy, Value: f.Policy()},
+		{Key: ratelimitheader.RateLimit, Value: f.RateLimit()},
 	}
 }
 

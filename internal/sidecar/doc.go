@@ -15,8 +15,11 @@
 //     whose selector matches this pod, with everything a request needs
 //     precomputed.
 //   - clientip.go, key.go: the client key of a request for each policy.
-//   - handler.go, headers.go: the per-request decision and the 429/503
-//     answers with the IETF RateLimit headers.
+//   - handler.go: the per-request decision, in phases: gather the limiter
+//     requests, decide, sum up the verdict, record it, respond.
+//   - answer.go: the sidecar's own answers (429, 503, 502) as values, with
+//     the IETF RateLimit headers (package ratelimitheader).
+//   - why.go, top.go: the admin port's /debug/why and /debug/top.
 //   - proxy.go: the reverse proxy to the application.
 //   - server.go: the Sidecar, admin endpoints, graceful shutdown.
 //   - run.go: the whole process (Redis client, limiter, listeners) for

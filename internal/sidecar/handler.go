@@ -1,9 +1,8 @@
 package sidecar
 
 import (
-	"io"
+	"context"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/slidegate/slidegate/internal/limiter"
@@ -24,24 +23,57 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	st := s.state.Load()
 	if st == nil {
-		s.metrics.responses.WithLabelValues(outcomeNoConfig).Inc()
-		h := w.Header()
-		setTextHeaders(h)
-		h.Set(headerRetryAfter, "1")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, "slidegate: no rate limit configuration loaded yet\n")
+		s.reply(w, s.metrics.responses.WithLabelValues(outcomeNoConfig), noConfigAnswer)
 		return
 	}
-	if len(st.policies) == 0 {
+	var policyBuf [8]*policy // on the stack for the usual few policies
+	reqs, pols, missingKey := s.gather(st, r, policyBuf[:0])
+	if missingKey != nil {
+		// Rejected before asking Redis: nothing is counted anywhere.
+		s.reply(w, s.respRejected, missingKeyAnswer(st.namespace, missingKey))
+		return
+	}
+	if len(reqs) == 0 {
 		s.forward(w, r)
 		return
 	}
+	ds := s.decide(r.Context(), reqs)
+	if r.Context().Err() != nil {
+		// The client went away while Redis decided: nobody reads an answer,
+		// and its cancelled decisions say nothing about Redis.
+		return
+	}
+	if len(ds) != len(reqs) {
+		// Broken contract; never forward on it.
+		s.log.Error("limiter returned a wrong number of decisions", "want", len(reqs), "got", len(ds))
+		s.reply(w, s.respFailedClosed, failedClosedAnswer(st.namespace, pols[0], 0))
+		return
+	}
+	// Put together only now: while one value held both pols and reqs,
+	// handing reqs to the limiter would move policyBuf to the heap.
+	dec := decided{policies: pols, requests: reqs, decisions: ds}
+	v := dec.verdict()
+	s.record(&dec, v)
+	s.respond(w, r, st.namespace, &dec, v)
+}
 
+// decided is one request after the limiter: the policies that applied to it,
+// the limiter request and the decision of each, index for index.
+type decided struct {
+	policies  []*policy
+	requests  []limiter.Request
+	decisions []limiter.Decision
+}
+
+// gather builds a limiter request for each policy of st that applies to r:
+// the policy's rule (divided among the sidecars last counted enforcing it)
+// for r's client key. The policies are appended to pols, index for index
+// with reqs. A policy for which r has no client key is counted and left
+// out; the first enforced one of them whose onMissing is Deny is returned
+// as missingKey, and r is to be rejected for it.
+func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []limiter.Request, _ []*policy, missingKey *policy) {
 	ri := reqInfo{r: r, trusted: st.trusted}
-	reqs := make([]limiter.Request, 0, len(st.policies))
-	var polsBuf [8]*policy
-	pols := polsBuf[:0]
-	var missing *policy
+	reqs = make([]limiter.Request, 0, len(st.policies))
 	for _, p := range st.policies {
 		if !p.matches(&ri) {
 			continue
@@ -53,8 +85,8 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				p.counters[idxSkipped].Inc()
 			case p.dryRun:
 				p.counters[idxMissingKey].Inc()
-			case missing == nil:
-				missing = p
+			case missingKey == nil:
+				missingKey = p
 			}
 			continue
 		}
@@ -65,120 +97,134 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reqs = append(reqs, limiter.Request{Rule: rule, Client: key, DryRun: p.dryRun})
 		pols = append(pols, p)
 	}
-	if missing != nil {
-		// Rejected before asking Redis: nothing is counted anywhere.
-		missing.counters[idxMissingKey].Inc()
-		s.rejectMissingKey(w, st, missing)
-		return
+	if missingKey != nil {
+		missingKey.counters[idxMissingKey].Inc()
 	}
-	if len(reqs) == 0 {
-		s.forward(w, r)
-		return
-	}
+	return reqs, pols, missingKey
+}
 
+// decide asks the limiter about all the requests at once, timed.
+func (s *Sidecar) decide(ctx context.Context, reqs []limiter.Request) []limiter.Decision {
 	start := time.Now()
-	ds := s.lim.Decide(r.Context(), reqs)
+	ds := s.lim.Decide(ctx, reqs)
 	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
-	if r.Context().Err() != nil {
-		// The client went away while Redis decided: nobody reads an answer,
-		// and its cancelled decisions say nothing about Redis.
-		return
-	}
-	if len(ds) != len(reqs) {
-		// Broken contract; never forward on it.
-		s.log.Error("limiter returned a wrong number of decisions", "want", len(reqs), "got", len(ds))
-		s.failClosed(w, st, pols[0], limiter.Decision{})
-		return
-	}
+	return ds
+}
 
-	deny, closed := -1, -1
-	var redisErr error
+// verdict is what the decisions of one request add up to: failedClosed is
+// the fail-closed policy that Redis could not decide (503), denied the
+// enforced policy that denied the request (429), each an index into
+// decided's slices, -1 for none. Of several, each is the one with the longest
+// wait, after which every one of them admits again.
+type verdict struct {
+	failedClosed, denied int
+	// redisErr is the error of the last decision that Redis could not make.
+	redisErr error
+}
+
+// rejected reports whether the request is answered by the sidecar rather
+// than forwarded.
+func (v *verdict) rejected() bool { return v.failedClosed >= 0 || v.denied >= 0 }
+
+// verdict sums up the decisions; DryRun policies deny nothing.
+func (dec *decided) verdict() verdict {
+	v := verdict{failedClosed: -1, denied: -1}
+	ds := dec.decisions
 	for i := range ds {
 		d := &ds[i]
 		if d.Err != nil {
-			redisErr = d.Err
+			v.redisErr = d.Err
 		}
-		s.countSource(d.Source)
-		if reqs[i].DryRun || d.Allowed {
+		if dec.requests[i].DryRun || d.Allowed {
 			continue
 		}
-		// The longest wait is the one after which every denying policy
-		// admits again.
 		if d.Source == limiter.SourceFailedClosed {
-			if closed < 0 || d.RetryAfter > ds[closed].RetryAfter {
-				closed = i
+			if v.failedClosed < 0 || d.RetryAfter > ds[v.failedClosed].RetryAfter {
+				v.failedClosed = i
 			}
-		} else if deny < 0 || d.RetryAfter > ds[deny].RetryAfter {
-			deny = i
+		} else if v.denied < 0 || d.RetryAfter > ds[v.denied].RetryAfter {
+			v.denied = i
 		}
 	}
-	if redisErr != nil {
-		s.metrics.redisErrors.Inc()
-		s.logRedisError(redisErr)
-	}
-	rejected := deny >= 0 || closed >= 0
-	for i, p := range pols {
-		d := &ds[i]
-		switch {
-		case reqs[i].DryRun && d.Allowed:
-			p.counters[idxAllowed].Inc()
-		case reqs[i].DryRun:
-			p.counters[idxDryRunRejected].Inc()
-		case d.Allowed && rejected:
-			p.counters[idxNotCounted].Inc()
-		case d.Allowed:
-			p.counters[idxAllowed].Inc()
-		case d.Source == limiter.SourceFailedClosed:
-			p.counters[idxFailedClosed].Inc()
-		default:
-			p.counters[idxRejected].Inc()
-			s.top.add(p.name, reqs[i].Client)
-		}
-	}
+	return v
+}
 
-	switch {
-	case closed >= 0:
-		s.failClosed(w, st, pols[closed], ds[closed])
-	case deny >= 0:
-		s.reject(w, st, pols[deny], ds[deny])
-	default:
-		// Admitted: advertise the enforced policies' state on the response.
-		var buf []byte
-		for i, p := range pols {
-			if reqs[i].DryRun {
-				continue
-			}
-			if len(buf) > 0 {
-				buf = append(buf, ", "...)
-			}
-			buf = rateLimitItem(buf, p, ds[i].Remaining, ds[i].ResetAfter)
+// record counts the decisions under verdict v: the limiter's sources, the
+// Redis errors (and logs why), each policy's decision, and the clients of
+// the policies that rejected the request, for /debug/top.
+func (s *Sidecar) record(dec *decided, v verdict) {
+	for i := range dec.decisions {
+		s.countSource(dec.decisions[i].Source)
+	}
+	if v.redisErr != nil {
+		s.metrics.redisErrors.Inc()
+		s.logRedisError(v.redisErr)
+	}
+	rejected := v.rejected()
+	for i, p := range dec.policies {
+		d := policyDecision(dec.requests[i].DryRun, &dec.decisions[i], rejected)
+		p.counters[d].Inc()
+		if d == idxRejected {
+			s.top.add(p.name, dec.requests[i].Client)
 		}
-		if len(buf) > 0 {
+	}
+}
+
+// policyDecision is what one policy did to a request (an index into
+// policy.counters), given its decision d and whether the request was
+// rejected by any policy, which undoes the admits of the others.
+func policyDecision(dryRun bool, d *limiter.Decision, rejected bool) int {
+	switch {
+	case dryRun && d.Allowed:
+		return idxAllowed
+	case dryRun:
+		return idxDryRunRejected
+	case d.Allowed && rejected:
+		return idxNotCounted
+	case d.Allowed:
+		return idxAllowed
+	case d.Source == limiter.SourceFailedClosed:
+		return idxFailedClosed
+	default:
+		return idxRejected
+	}
+}
+
+// respond answers the request after its decisions: the answer of the
+// policy in v that rejected it, or else the application's response with
+// the enforced policies' RateLimit fields.
+func (s *Sidecar) respond(w http.ResponseWriter, r *http.Request, namespace string, dec *decided, v verdict) {
+	switch {
+	case v.failedClosed >= 0:
+		i := v.failedClosed
+		s.reply(w, s.respFailedClosed, failedClosedAnswer(namespace, dec.policies[i], dec.decisions[i].RetryAfter))
+	case v.denied >= 0:
+		i := v.denied
+		s.reply(w, s.respRejected, rejectedAnswer(namespace, dec.policies[i], dec.decisions[i].RetryAfter))
+	default:
+		if f := dec.admittedFields(); f.Len() > 0 {
 			h := w.Header()
-			h[canonRateLimitPolicy] = []string{policyList(pols, reqs)}
-			h[canonRateLimit] = []string{string(buf)}
+			h[canonRateLimitPolicy] = []string{f.Policy()}
+			h[canonRateLimit] = []string{f.RateLimit()}
 		}
 		s.forward(w, r)
 	}
 }
 
-func policyList(pols []*policy, reqs []limiter.Request) string {
-	if len(pols) == 1 {
-		return pols[0].policyItem
-	}
-	var buf []byte
-	for i, p := range pols {
-		if reqs[i].DryRun {
-			continue
+// admittedFields are the RateLimit fields of an admitted request: each
+// enforced policy with its remaining quota, in config order.
+func (dec *decided) admittedFields() ratelimitheader.Fields {
+	var f ratelimitheader.Fields
+	for i, p := range dec.policies {
+		if !dec.requests[i].DryRun {
+			f.Add(p.nameItem, p.policyItem, dec.decisions[i].Remaining, dec.decisions[i].ResetAfter)
 		}
-		if len(buf) > 0 {
-			buf = append(buf, ", "...)
-		}
-		buf = append(buf, p.policyItem...)
 	}
-	return string(buf)
+	return f
 }
 
+// countSource counts one decision under the limiter path that made it;
+// the known sources have their series bound in New.
 func (s *Sidecar) countSource(src limiter.Source) {
 	switch src {
 	case limiter.SourceRedis:
@@ -194,58 +240,10 @@ func (s *Sidecar) countSource(src limiter.Source) {
 	}
 }
 
+// forward hands r to the application through the reverse proxy.
 func (s *Sidecar) forward(w http.ResponseWriter, r *http.Request) {
 	s.respForwarded.Inc()
 	s.proxy.ServeHTTP(w, r)
-}
-
-// reject answers 429 for the policy p that denied the request.
-func (s *Sidecar) reject(w http.ResponseWriter, st *state, p *policy, d limiter.Decision) {
-	s.respRejected.Inc()
-	retry := ratelimitheader.RetryAfterSeconds(d.RetryAfter)
-	h := w.Header()
-	setTextHeaders(h)
-	h.Set(headerRetryAfter, retry)
-	h.Set(headerRateLimitPolicy, p.policyItem)
-	h.Set(headerRateLimit, string(rateLimitItem(nil, p, 0, d.RetryAfter)))
-	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = io.WriteString(w, "slidegate: rate limit exceeded: policy "+strconv.Quote(p.name)+
-		" in namespace "+strconv.Quote(st.namespace)+"; retry in "+retry+"s\n")
-}
-
-// rejectMissingKey answers 429 for a request without the client key of a
-// policy whose onMissing is Deny. There is no Retry-After: waiting does not
-// help; sending the key does.
-func (s *Sidecar) rejectMissingKey(w http.ResponseWriter, st *state, p *policy) {
-	s.respRejected.Inc()
-	h := w.Header()
-	setTextHeaders(h)
-	h.Set(headerRateLimitPolicy, p.policyItem)
-	w.WriteHeader(http.StatusTooManyRequests)
-	var what string
-	switch p.source {
-	case sidecarconfig.SourceHeader:
-		what = "header " + strconv.Quote(p.keyName)
-	case sidecarconfig.SourceQueryParameter:
-		what = "query parameter " + strconv.Quote(p.keyName)
-	default:
-		what = "bearer token claim " + strconv.Quote(p.keyName)
-	}
-	_, _ = io.WriteString(w, "slidegate: request rejected by policy "+strconv.Quote(p.name)+
-		" in namespace "+strconv.Quote(st.namespace)+": it has no "+what+"\n")
-}
-
-// failClosed answers 503 for a fail-closed policy that Redis could not
-// decide.
-func (s *Sidecar) failClosed(w http.ResponseWriter, st *state, p *policy, d limiter.Decision) {
-	s.respFailedClosed.Inc()
-	retry := ratelimitheader.RetryAfterSeconds(d.RetryAfter)
-	h := w.Header()
-	setTextHeaders(h)
-	h.Set(headerRetryAfter, retry)
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_, _ = io.WriteString(w, "slidegate: rate limiter unavailable and policy "+strconv.Quote(p.name)+
-		" in namespace "+strconv.Quote(st.namespace)+" fails closed; retry in "+retry+"s\n")
 }
 
 // redisErrorLogEvery spaces the log lines about failed Redis decisions.

@@ -44,6 +44,8 @@ type reqInfo struct {
 	claimDone bool
 }
 
+// cleanPath is the request's path as cleanRequestPath makes it, computed
+// once.
 func (ri *reqInfo) cleanPath() string {
 	if !ri.pathDone {
 		ri.path, ri.pathDone = cleanRequestPath(ri.r.URL.Path), true

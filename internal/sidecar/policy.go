@@ -150,6 +150,28 @@ func cleanRequestPath(p string) string {
 	return c
 }
 
+// String describes st for the log: its revision and how many policies of
+// the config apply to the pod.
 func (st *state) String() string {
 	return fmt.Sprintf("revision %s: %d of %d policies apply", st.revision, len(st.policies), st.total)
+}
+
+// policyNamed is the policy of st called name (names are unique in a
+// valid config), nil when none applies to the pod.
+func (st *state) policyNamed(name string) *policy {
+	for _, p := range st.policies {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// policyNames lists the names of st's policies for a message.
+func (st *state) policyNames() string {
+	names := make([]string, 0, len(st.policies))
+	for _, p := range st.policies {
+		names = append(names, p.name)
+	}
+	return strings.Join(names, ", ")
 }

@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,12 +21,15 @@ const proxyBufferSize = 32 << 10
 // pointers so that Put does not allocate.
 type bufferPool struct{ p sync.Pool }
 
+// newBufferPool returns an empty pool of proxyBufferSize buffers.
 func newBufferPool() *bufferPool {
 	return &bufferPool{p: sync.Pool{New: func() any { return new([proxyBufferSize]byte) }}}
 }
 
+// Get returns a buffer of proxyBufferSize bytes.
 func (b *bufferPool) Get() []byte { return b.p.Get().(*[proxyBufferSize]byte)[:] }
 
+// Put keeps buf for reuse; a buffer too small to serve Get is dropped.
 func (b *bufferPool) Put(buf []byte) {
 	if cap(buf) >= proxyBufferSize {
 		b.p.Put((*[proxyBufferSize]byte)(buf[:proxyBufferSize]))
@@ -77,6 +79,7 @@ func newUpstreamTransport(o *Options) http.RoundTripper {
 // HTTP/1.1 (--upstream-protocol=auto).
 type protocolSwitch struct{ h1, h2c http.RoundTripper }
 
+// RoundTrip forwards r over the transport of its protocol version.
 func (p protocolSwitch) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.ProtoMajor == 2 {
 		return p.h2c.RoundTrip(r)
@@ -87,7 +90,7 @@ func (p protocolSwitch) RoundTrip(r *http.Request) (*http.Response, error) {
 // newProxy builds the reverse proxy to the application. It is transparent:
 // the application sees the client's Host and the forwarding headers as they
 // arrived, with the client's address appended to X-Forwarded-For (the
-// application now sees the sidecar as its peer).
+// application's peer is the sidecar).
 func newProxy(upstream *url.URL, transport http.RoundTripper, pool httputil.BufferPool, log *slog.Logger, upstreamErrors interface{ Inc() }) *httputil.ReverseProxy {
 	var lastLog atomic.Int64
 	return &httputil.ReverseProxy{
@@ -131,10 +134,7 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, pool httputil.Buff
 				lastLog.Store(now)
 				log.Warn("forwarding to the application failed", "upstream", upstream.Redacted(), "error", err)
 			}
-			h := w.Header()
-			setTextHeaders(h)
-			w.WriteHeader(http.StatusBadGateway)
-			_, _ = io.WriteString(w, "slidegate: the application is unavailable\n")
+			badGatewayAnswer.write(w)
 		},
 	}
 }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -143,12 +144,22 @@ func (s *Sidecar) AdminHandler() http.Handler {
 		case s.shuttingDown.Load():
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		case s.state.Load() == nil:
-			http.Error(w, "no rate limit configuration loaded yet", http.StatusServiceUnavailable)
+			http.Error(w, noConfig, http.StatusServiceUnavailable)
 		default:
 			_, _ = io.WriteString(w, "ok\n")
 		}
 	})
 	return mux
+}
+
+// writeJSON answers a /debug request with v: indented, as people read it,
+// and not cached, as it is live state.
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }
 
 // Serve runs the sidecar on the proxied and admin listeners until ctx ends,

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"encoding/json"
 	"net/http"
 	"sync"
 	"time"
@@ -38,12 +37,15 @@ type limitedTop struct {
 	now      func() time.Time
 }
 
+// topPeriods are one policy's sketches: cur counts since start, prev the
+// period before it, from prevStart (nil when that period is over too).
 type topPeriods struct {
 	cur, prev *topk.Sketch
-	start     time.Time // of cur
+	start     time.Time
 	prevStart time.Time
 }
 
+// newLimitedTop returns an empty count, on the wall clock.
 func newLimitedTop() *limitedTop {
 	return &limitedTop{policies: map[string]*topPeriods{}, now: time.Now}
 }
@@ -91,25 +93,18 @@ func (t *limitedTop) summary(policy string) (topk.Summary, time.Time) {
 	return topk.Merge(topCapacity, p.prev.Summary(), p.cur.Summary()), p.prevStart
 }
 
+// serveTop answers GET /debug/top?policy=NAME.
 func (s *Sidecar) serveTop(w http.ResponseWriter, r *http.Request) {
 	st := s.state.Load()
 	if st == nil {
-		http.Error(w, "no rate limit configuration loaded yet", http.StatusServiceUnavailable)
+		http.Error(w, noConfig, http.StatusServiceUnavailable)
 		return
 	}
 	name := r.URL.Query().Get("policy")
-	found := false
-	for _, p := range st.policies {
-		found = found || p.name == name
-	}
-	if !found {
+	if st.policyNamed(name) == nil {
 		http.Error(w, "policy "+name+" does not apply to this pod", http.StatusNotFound)
 		return
 	}
 	sum, since := s.top.summary(name)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(TopResponse{Namespace: st.namespace, Policy: name, Since: since, Summary: sum})
+	writeJSON(w, TopResponse{Namespace: st.namespace, Policy: name, Since: since, Summary: sum})
 }

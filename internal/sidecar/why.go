@@ -119,6 +119,9 @@ type whyQuery struct {
 	policy, source, name, value, method, path string
 }
 
+// whyShorthands are the query parameters that give a client identity and
+// its value at once (header=V for source=Header), by the source they stand
+// for.
 var whyShorthands = map[string]string{
 	"header": sidecarconfig.SourceHeader,
 	"query":  sidecarconfig.SourceQueryParameter,
@@ -127,6 +130,8 @@ var whyShorthands = map[string]string{
 	"global": sidecarconfig.SourceGlobal,
 }
 
+// parseWhy reads a /debug/why request: exactly one client identity, by
+// source or by shorthand, and a value unless the source is Global.
 func parseWhy(r *http.Request) (whyQuery, error) {
 	q := r.URL.Query()
 	w := whyQuery{policy: q.Get("policy"), name: q.Get("name"), method: q.Get("method"), path: q.Get("path")}
@@ -197,6 +202,7 @@ func (q *whyQuery) identifies(p *policy) bool {
 	return q.source == p.source && q.name == p.keyName
 }
 
+// serveWhy answers GET /debug/why, at most whyMaxConcurrent at once.
 func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
 	select {
 	case s.whySlots <- struct{}{}:
@@ -207,7 +213,7 @@ func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
 	}
 	st := s.state.Load()
 	if st == nil {
-		http.Error(w, "no rate limit configuration loaded yet", http.StatusServiceUnavailable)
+		http.Error(w, noConfig, http.StatusServiceUnavailable)
 		return
 	}
 	pk, ok := s.lim.(peeker)
@@ -225,47 +231,20 @@ func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), code)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(resp)
+	writeJSON(w, resp)
 }
 
-// why answers q from the state st, reading windows through pk.
+// why answers q from the state st, reading windows through pk. The int is
+// the HTTP status of the answer or of the error.
 func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*WhyResponse, int, error) {
 	var target *policy
 	if q.policy != "" {
-		for _, p := range st.policies {
-			if p.name == q.policy {
-				target = p
-			}
-		}
-		if target == nil {
-			names := make([]string, 0, len(st.policies))
-			for _, p := range st.policies {
-				names = append(names, p.name)
-			}
-			return nil, http.StatusNotFound, fmt.Errorf("policy %q does not apply to this pod (policies here: %s)", q.policy, strings.Join(names, ", "))
-		}
-		if q.name == "" {
-			q.name = target.keyName
-		}
-		if q.method == "" && len(target.methods) > 0 {
-			q.method = target.methods[0]
-		}
-		if q.path == "" && len(target.prefixes) > 0 {
-			q.path = target.prefixes[0]
+		if target = st.policyNamed(q.policy); target == nil {
+			return nil, http.StatusNotFound, fmt.Errorf("policy %q does not apply to this pod (policies here: %s)", q.policy, st.policyNames())
 		}
 	}
-	if q.name == "" && q.source != sidecarconfig.SourceGlobal && q.source != sidecarconfig.SourceRemoteAddress {
-		return nil, http.StatusBadRequest, fmt.Errorf("source %s needs a policy or a name", q.source)
-	}
-	if q.method == "" {
-		q.method = http.MethodGet
-	}
-	if q.path == "" {
-		q.path = "/"
+	if err := q.complete(target); err != nil {
+		return nil, http.StatusBadRequest, err
 	}
 	req, err := whyRequest(q)
 	if err != nil {
@@ -284,6 +263,36 @@ func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*W
 	return resp, http.StatusOK, nil
 }
 
+// complete fills in what q leaves out: from the target policy when q asks
+// about one (its key name, first method and first path prefix), then GET
+// and /. Only a source keyed on a name needs one.
+func (q *whyQuery) complete(target *policy) error {
+	if target != nil {
+		if q.name == "" {
+			q.name = target.keyName
+		}
+		if q.method == "" && len(target.methods) > 0 {
+			q.method = target.methods[0]
+		}
+		if q.path == "" && len(target.prefixes) > 0 {
+			q.path = target.prefixes[0]
+		}
+	}
+	if q.name == "" && q.source != sidecarconfig.SourceGlobal && q.source != sidecarconfig.SourceRemoteAddress {
+		return fmt.Errorf("source %s needs a policy or a name", q.source)
+	}
+	if q.method == "" {
+		q.method = http.MethodGet
+	}
+	if q.path == "" {
+		q.path = "/"
+	}
+	return nil
+}
+
+// whyPolicy is policy p's view of the client of q, whose request is ri:
+// the client key p derives and its window, read through pk, or why there
+// is none.
 func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, q *whyQuery, ri *reqInfo, p *policy, target bool) WhyPolicy {
 	mode := "Enforce"
 	if p.dryRun {
@@ -318,6 +327,8 @@ func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, q *whyQuery, ri *req
 	return out
 }
 
+// whyWindow is w as /debug/why shows it; the counts that w's algorithm
+// does not keep are left out.
 func whyWindow(w *limiter.Window) *WhyWindow {
 	ww := &WhyWindow{
 		InWindow:          w.Estimate,
@@ -338,6 +349,7 @@ func whyWindow(w *limiter.Window) *WhyWindow {
 	return ww
 }
 
+// describeSource names a key source for a person: "header X-User".
 func describeSource(source, name string) string {
 	switch source {
 	case sidecarconfig.SourceHeader:

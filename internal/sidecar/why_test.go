@@ -255,3 +255,39 @@ func TestWhyWithRedisDown(t *testing.T) {
 		t.Errorf("%s", body)
 	}
 }
+
+// TestWhyQueryComplete: what a /debug/why query leaves out comes from the
+// policy asked about, then from the defaults; what it gives stays. New
+// cases go at the end.
+func TestWhyQueryComplete(t *testing.T) {
+	target := compiledPolicy(t, testPolicy("posts", 5, withKey("Header", "x-user", "Deny"), func(p *sidecarconfig.Policy) {
+		p.Match = sidecarconfig.Match{Methods: []string{"POST", "PUT"}, PathPrefixes: []string{"/api/", "/v2/"}}
+	}))
+	tests := []struct {
+		name    string
+		q       whyQuery
+		target  *policy
+		want    whyQuery
+		wantErr bool
+	}{
+		{"from the target", whyQuery{source: "Header"}, target,
+			whyQuery{source: "Header", name: "X-User", method: "POST", path: "/api/"}, false},
+		{"given values stay", whyQuery{source: "Header", name: "X-Other", method: "GET", path: "/x"}, target,
+			whyQuery{source: "Header", name: "X-Other", method: "GET", path: "/x"}, false},
+		{"defaults without a target", whyQuery{source: "RemoteAddress"}, nil,
+			whyQuery{source: "RemoteAddress", method: "GET", path: "/"}, false},
+		{"a header source without a name or a target", whyQuery{source: "Header"}, nil, whyQuery{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := tt.q
+			err := q.complete(tt.target)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error %v, want error %v", err, tt.wantErr)
+			}
+			if err == nil && q != tt.want {
+				t.Errorf("got %+v, want %+v", q, tt.want)
+			}
+		})
+	}
+}
