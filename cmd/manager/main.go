@@ -40,7 +40,6 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
-	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/webhook"
 )
@@ -146,7 +145,7 @@ func run() error {
 		return fmt.Errorf("setting up the rate limit service controller: %w", err)
 	}
 	wh.Namespace = managerNamespace()
-	wh.Inject.Redis = inject.Redis{Mode: redis.Mode, Addrs: redis.Addrs, MasterName: redis.MasterName, TLS: redis.TLS, TLSServerName: redis.TLSServerName}
+	wh.Inject.Redis = redis.Config
 	webhookReady, err := webhook.Setup(mgr, wh)
 	if err != nil {
 		return fmt.Errorf("setting up the injection webhook: %w", err)
@@ -161,7 +160,7 @@ func run() error {
 	}
 
 	ctrl.Log.WithName("setup").Info("starting the manager",
-		"trustedProxies", len(proxies), "redisMode", redis.Mode, "redisCredentialsSecret", redis.CredentialsSecret.String())
+		"trustedProxies", len(proxies), "redisMode", redis.Config.Mode, "redisCredentialsSecret", redis.CredentialsSecret.String())
 	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

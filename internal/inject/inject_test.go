@@ -16,14 +16,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
-	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 var testOptions = Options{
 	Image: "ghcr.io/slidegate/slidegate:v0.1.0",
-	Redis: Redis{Mode: "standalone", Addrs: []string{"redis.slidegate-system.svc:6379"}},
+	Redis: redisconn.Config{Mode: redisconn.Standalone, Addrs: []string{"redis.slidegate-system.svc:6379"}},
 }
 
 func readPod(t *testing.T, path string) *corev1.Pod {
@@ -200,12 +200,12 @@ func TestInjectErrorsAndSkips(t *testing.T) {
 }
 
 // TestTLSFileNames: the injector mounts the Secret's TLS keys as files
-// named after the keys; the sidecar's limiter reads those names.
+// named after the keys; the sidecar's Redis client reads those names.
 func TestTLSFileNames(t *testing.T) {
 	got := []string{v1alpha1.RedisTLSCAKey, v1alpha1.RedisTLSCertKey, v1alpha1.RedisTLSKeyKey}
-	want := []string{limiter.TLSCAFile, limiter.TLSCertFile, limiter.TLSKeyFile}
+	want := []string{redisconn.TLSDirCA, redisconn.TLSDirCert, redisconn.TLSDirKey}
 	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("Secret keys and the files the limiter reads differ (-limiter +keys):\n%s", d)
+		t.Errorf("Secret keys and the files the Redis client reads differ (-client +keys):\n%s", d)
 	}
 }
 
