@@ -61,8 +61,18 @@ const (
 	defaultAdmin     = 15090
 	sidecarUID       = 65532
 	podLabelsFile    = "labels"
-	defaultImage     = "ghcr.io/slidegate/slidegate:latest"
 	defaultCommand   = "/sidecar"
+)
+
+// The defaults of Options that the manager and the controller share.
+const (
+	// DefaultImage is the sidecar image when Options.Image is empty, and
+	// the default of the manager's --sidecar-image.
+	DefaultImage = "ghcr.io/slidegate/slidegate:latest"
+	// DefaultTargetPort is the port name taken over when Options.TargetPort
+	// is empty: the RateLimitPolicy schema's default targetPort (the
+	// +kubebuilder:default marker cannot name a Go constant).
+	DefaultTargetPort = "http"
 )
 
 // Options shape the injected sidecar. Zero values take the defaults.
@@ -330,13 +340,13 @@ func sidecar(o Options, st Status) corev1.Container {
 
 func withDefaults(o Options) Options {
 	if o.Image == "" {
-		o.Image = defaultImage
+		o.Image = DefaultImage
 	}
 	if o.ImagePullPolicy == "" {
 		o.ImagePullPolicy = corev1.PullIfNotPresent
 	}
 	if o.TargetPort == "" {
-		o.TargetPort = "http"
+		o.TargetPort = DefaultTargetPort
 	}
 	if o.ListenPort == 0 {
 		o.ListenPort = v1alpha1.SidecarPort
