@@ -41,7 +41,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
 	"github.com/slidegate/slidegate/internal/inject"
-	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/webhook"
 )
 
@@ -89,7 +89,7 @@ func run() error {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
-	proxies, err := render.ParseTrustedProxies(strings.Split(trustedProxies, ","))
+	proxies, err := sidecarconfig.ParseTrustedProxies(strings.Split(trustedProxies, ","))
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
