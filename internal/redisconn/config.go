@@ -99,7 +99,7 @@ type Config struct {
 
 // Validate checks c. Its messages name the --redis-* flags, the same in
 // every binary, that set each field; fields no flag sets by their Go name.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	switch c.Mode {
@@ -133,7 +133,7 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c *Config) validateTLS() []error {
+func (c Config) validateTLS() []error {
 	var errs []error
 	if !c.TLS {
 		for _, s := range []struct{ value, name string }{
