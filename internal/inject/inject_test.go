@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
@@ -281,5 +282,23 @@ func TestSidecarGetsNoAPIToken(t *testing.T) {
 		if v.Name == NoAPITokenVolume && (v.EmptyDir == nil || v.Projected != nil || v.Secret != nil) {
 			t.Errorf("volume %s is not an empty directory: %+v", v.Name, v.VolumeSource)
 		}
+	}
+}
+
+// TestDefaultTargetPortIsTheSchemas: DefaultTargetPort stands for the CRD's
+// default targetPort (a +kubebuilder:default marker cannot name the
+// constant), so the two must not drift.
+func TestDefaultTargetPortIsTheSchemas(t *testing.T) {
+	raw, err := os.ReadFile("../../config/crd/bases/ratelimit.slidegate.dev_ratelimitpolicies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	def := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["targetPort"].Default
+	if def == nil || string(def.Raw) != `"`+DefaultTargetPort+`"` {
+		t.Errorf("the schema's default targetPort is %v, DefaultTargetPort %q", def, DefaultTargetPort)
 	}
 }
