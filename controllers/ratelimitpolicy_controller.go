@@ -39,6 +39,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -370,7 +371,7 @@ func countPods(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata,
 // targetPort is the port name the policy's sidecar takes over.
 func targetPort(p *v1alpha1.RateLimitPolicy) string {
 	if p.Spec.TargetPort == "" {
-		return "http" // the schema default
+		return inject.DefaultTargetPort
 	}
 	return p.Spec.TargetPort
 }

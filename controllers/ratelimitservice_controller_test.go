@@ -37,6 +37,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rls"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -90,7 +91,7 @@ type rlsServer struct {
 func startRLSServer(t *testing.T) *rlsServer {
 	t.Helper()
 	redis := testsupport.StartRedis(t)
-	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{redis.Addr}})
+	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{redis.Addr}})
 	if err != nil {
 		t.Fatal(err)
 	}

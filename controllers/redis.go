@@ -20,38 +20,21 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-)
 
-// Redis modes.
-const (
-	RedisStandalone = "standalone"
-	RedisCluster    = "cluster"
-	RedisSentinel   = "sentinel"
+	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
 // RedisConnection is how the sidecars reach the one shared Redis. The
 // platform admin sets it once, with the manager's flags; policies never
 // carry it. The controller uses CredentialsSecret (to mirror it); the
-// injector passes the rest to the sidecar.
+// injector passes the connection to the sidecar (inject.Options.Redis).
 type RedisConnection struct {
-	// Mode is standalone, cluster or sentinel.
-	Mode string
-	// Addrs are host:port addresses: the server (standalone), seed nodes
-	// (cluster) or the sentinels (sentinel).
-	Addrs []string
-	// MasterName is the sentinel master set name (sentinel mode only).
-	MasterName string
-	// TLS turns on TLS to Redis (and to the sentinels).
-	TLS bool
-	// TLSServerName, with TLS, is the name every Redis certificate is
-	// verified for, instead of the host the sidecar dials (for Cluster and
-	// Sentinel that is the address the nodes announce, often an IP).
-	TLSServerName string
+	// Config is the topology and the TLS switch; the manager has no
+	// credentials or TLS files of its own (they are in CredentialsSecret).
+	Config redisconn.Config
 	// CredentialsSecret is the Secret, in the manager's namespace, with the
 	// keys username and password. Empty Name: Redis without AUTH.
 	CredentialsSecret types.NamespacedName
@@ -59,19 +42,11 @@ type RedisConnection struct {
 
 // BindFlags registers the --redis-* flags on fs. Call Complete after parsing.
 func (c *RedisConnection) BindFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Mode, "redis-mode", RedisStandalone, "Redis topology: standalone, cluster or sentinel.")
-	fs.Func("redis-addrs", "Comma-separated Redis host:port addresses: the server (standalone), seed nodes (cluster) or the sentinels (sentinel).", func(s string) error {
-		c.Addrs = nil
-		for _, a := range strings.Split(s, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				c.Addrs = append(c.Addrs, a)
-			}
-		}
-		return nil
-	})
-	fs.StringVar(&c.MasterName, "redis-master-name", "", "Sentinel master set name (sentinel mode).")
-	fs.BoolVar(&c.TLS, "redis-tls", false, "Connect to Redis with TLS, verified against ca.crt in the Redis Secret, else the system roots.")
-	fs.StringVar(&c.TLSServerName, "redis-tls-server-name", "",
+	fs.StringVar((*string)(&c.Config.Mode), "redis-mode", string(redisconn.Standalone), "Redis topology: standalone, cluster or sentinel.")
+	fs.Var(redisconn.AddrsFlag(&c.Config.Addrs), "redis-addrs", "Comma-separated Redis host:port addresses: the server (standalone), seed nodes (cluster) or the sentinels (sentinel).")
+	fs.StringVar(&c.Config.MasterName, "redis-master-name", "", "Sentinel master set name (sentinel mode).")
+	fs.BoolVar(&c.Config.TLS, "redis-tls", false, "Connect to Redis with TLS, verified against ca.crt in the Redis Secret, else the system roots.")
+	fs.StringVar(&c.Config.TLSServerName, "redis-tls-server-name", "",
 		"With --redis-tls: the name to verify in every Redis certificate, instead of the host dialled (Cluster and Sentinel dial the addresses the nodes announce, often IPs).")
 	fs.StringVar(&c.CredentialsSecret.Name, "redis-secret-name", "",
 		"Secret in the manager's namespace with the Redis credentials (keys username and password) and, with --redis-tls, "+
@@ -91,36 +66,10 @@ func (c *RedisConnection) Complete(managerNamespace string) error {
 	return c.Validate()
 }
 
-// Validate checks the settings.
+// Validate checks the settings: the connection as every binary checks it
+// (redisconn.Config.Validate), and the Secret's name.
 func (c *RedisConnection) Validate() error {
-	var errs []error
-	switch c.Mode {
-	case RedisStandalone:
-		if len(c.Addrs) > 1 {
-			errs = append(errs, fmt.Errorf("--redis-mode=standalone takes one address, not %d", len(c.Addrs)))
-		}
-	case RedisCluster:
-	case RedisSentinel:
-		if c.MasterName == "" {
-			errs = append(errs, errors.New("--redis-mode=sentinel needs --redis-master-name"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("--redis-mode %q is not standalone, cluster or sentinel", c.Mode))
-	}
-	if c.Mode != RedisSentinel && c.MasterName != "" {
-		errs = append(errs, errors.New("--redis-master-name is only for --redis-mode=sentinel"))
-	}
-	if len(c.Addrs) == 0 {
-		errs = append(errs, errors.New("--redis-addrs is required"))
-	}
-	for _, a := range c.Addrs {
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			errs = append(errs, fmt.Errorf("--redis-addrs: %q is not host:port", a))
-		}
-	}
-	if c.TLSServerName != "" && !c.TLS {
-		errs = append(errs, errors.New("--redis-tls-server-name needs --redis-tls"))
-	}
+	errs := []error{c.Config.Validate()}
 	if n := c.CredentialsSecret.Name; n != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(n) {
 			errs = append(errs, fmt.Errorf("--redis-secret-name %q: %s", n, msg))

@@ -41,7 +41,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
 	"github.com/slidegate/slidegate/internal/inject"
-	"github.com/slidegate/slidegate/internal/render"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/webhook"
 )
 
@@ -83,13 +83,13 @@ func run() error {
 	flag.StringVar(&wh.ServiceName, "webhook-service-name", envOr("SLIDEGATE_WEBHOOK_SERVICE_NAME", "slidegate-webhook-service"), "Service in front of the webhook (cert-mode self).")
 	flag.StringVar(&wh.ConfigurationName, "webhook-configuration-name", envOr("SLIDEGATE_WEBHOOK_CONFIGURATION_NAME", "slidegate-mutating-webhook-configuration"),
 		"MutatingWebhookConfiguration whose caBundle the manager keeps (cert-mode self).")
-	flag.StringVar(&wh.Inject.Image, "sidecar-image", envOr("SLIDEGATE_SIDECAR_IMAGE", "ghcr.io/slidegate/slidegate:latest"), "Image of the injected sidecar. Env SLIDEGATE_SIDECAR_IMAGE.")
+	flag.StringVar(&wh.Inject.Image, "sidecar-image", envOr("SLIDEGATE_SIDECAR_IMAGE", inject.DefaultImage), "Image of the injected sidecar. Env SLIDEGATE_SIDECAR_IMAGE.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
-	proxies, err := render.ParseTrustedProxies(strings.Split(trustedProxies, ","))
+	proxies, err := sidecarconfig.ParseTrustedProxies(strings.Split(trustedProxies, ","))
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
@@ -146,7 +146,7 @@ func run() error {
 		return fmt.Errorf("setting up the rate limit service controller: %w", err)
 	}
 	wh.Namespace = managerNamespace()
-	wh.Inject.Redis = inject.Redis{Mode: redis.Mode, Addrs: redis.Addrs, MasterName: redis.MasterName, TLS: redis.TLS, TLSServerName: redis.TLSServerName}
+	wh.Inject.Redis = redis.Config
 	webhookReady, err := webhook.Setup(mgr, wh)
 	if err != nil {
 		return fmt.Errorf("setting up the injection webhook: %w", err)
@@ -161,7 +161,7 @@ func run() error {
 	}
 
 	ctrl.Log.WithName("setup").Info("starting the manager",
-		"trustedProxies", len(proxies), "redisMode", redis.Mode, "redisCredentialsSecret", redis.CredentialsSecret.String())
+		"trustedProxies", len(proxies), "redisMode", redis.Config.Mode, "redisCredentialsSecret", redis.CredentialsSecret.String())
 	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

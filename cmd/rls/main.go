@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rls"
 	"github.com/slidegate/slidegate/internal/sidecar"
 )
@@ -39,8 +40,8 @@ func serve(args []string) int {
 		Limiter:         limiter.Options{Timeout: time.Second},
 		ShutdownDelay:   5 * time.Second,
 		ShutdownTimeout: 20 * time.Second,
+		Redis:           redisconn.Config{Mode: redisconn.Standalone, Addrs: []string{redisconn.DefaultAddr}},
 	}
-	redisOpts := sidecar.RedisOptions{Mode: sidecar.RedisStandalone, Addrs: []string{"redis:6379"}}
 	logLevel := "info"
 	fs := flag.NewFlagSet("rls", flag.ExitOnError)
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "gRPC address (RLS v3 and grpc.health.v1)")
@@ -49,7 +50,7 @@ func serve(args []string) int {
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM key for the gRPC listener")
 	fs.StringVar(&o.Server.ConfigFile, "config-file", o.Server.ConfigFile, "rendered RLS config (its directory is watched; missing: no policies)")
 	fs.DurationVar(&o.Server.ResyncInterval, "config-resync-interval", o.Server.ResyncInterval, "re-read the config this often even without a file event")
-	redisOpts.RegisterFlags(fs)
+	o.Redis.RegisterFlags(fs)
 	fs.StringVar(&o.Limiter.Prefix, "key-prefix", "", "prefix of the limiter's Redis keys (empty: the limiter's default, as the sidecars)")
 	fs.DurationVar(&o.Limiter.Timeout, "decision-timeout", o.Limiter.Timeout, "how long a decision waits for Redis before the policy's fail mode decides")
 	fs.DurationVar(&o.Limiter.MaxWait, "decision-batch-wait", 0, "let a free Redis connection wait this long to pipeline more decisions together")
@@ -65,16 +66,16 @@ func serve(args []string) int {
 		fmt.Fprintf(os.Stderr, "rls: %v\n", err)
 		return 2
 	}
-	redisOpts.ApplyEnvCredentials(os.LookupEnv)
-	if errs := redisOpts.Validate(); len(errs) > 0 {
-		for _, err := range errs {
-			fmt.Fprintf(os.Stderr, "rls: %v\n", err)
+	o.Redis.ApplyEnvCredentials(os.LookupEnv)
+	if err := o.Redis.Validate(); err != nil {
+		// Each problem on a line of its own, prefixed like every other.
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(os.Stderr, "rls: %s\n", line)
 		}
 		return 2
 	}
-	o.Redis = redisOpts.Config()
 	log := sidecar.NewLogger(&sidecar.Options{LogLevel: logLevel})
-	limiter.RouteClientLogs(log)
+	redisconn.RouteClientLogs(log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

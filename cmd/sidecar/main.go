@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecar"
 )
 
@@ -37,7 +37,7 @@ func run() int {
 		return 2
 	}
 	log := sidecar.NewLogger(&opts)
-	limiter.RouteClientLogs(log)
+	redisconn.RouteClientLogs(log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -60,25 +61,19 @@ const (
 	defaultAdmin     = 15090
 	sidecarUID       = 65532
 	podLabelsFile    = "labels"
-	redisUserEnv     = "REDIS_USERNAME"
-	redisPassEnv     = "REDIS_PASSWORD"
-	sentinelUserEnv  = "REDIS_SENTINEL_USERNAME"
-	sentinelPassEnv  = "REDIS_SENTINEL_PASSWORD"
-	defaultImage     = "ghcr.io/slidegate/slidegate:latest"
 	defaultCommand   = "/sidecar"
 )
 
-// Redis is the non-secret Redis connection the sidecar gets as flags; the
-// credentials come from the mirrored Secret (v1alpha1.RedisCredentialsSecretName).
-type Redis struct {
-	Mode       string // standalone, cluster or sentinel
-	Addrs      []string
-	MasterName string
-	TLS        bool
-	// TLSServerName, with TLS, overrides the name verified in the
-	// certificates.
-	TLSServerName string
-}
+// The defaults of Options that the manager and the controller share.
+const (
+	// DefaultImage is the sidecar image when Options.Image is empty, and
+	// the default of the manager's --sidecar-image.
+	DefaultImage = "ghcr.io/slidegate/slidegate:latest"
+	// DefaultTargetPort is the port name taken over when Options.TargetPort
+	// is empty: the RateLimitPolicy schema's default targetPort (the
+	// +kubebuilder:default marker cannot name a Go constant).
+	DefaultTargetPort = "http"
+)
 
 // Options shape the injected sidecar. Zero values take the defaults.
 type Options struct {
@@ -88,7 +83,11 @@ type Options struct {
 	TargetPort string
 	ListenPort int32
 	AdminPort  int32
-	Redis      Redis
+	// Redis is the shared Redis. The sidecar gets its topology and TLS
+	// switch (Mode, Addrs, MasterName, TLS, TLSServerName) as flags; its
+	// credentials and TLS files come from the mirrored Secret
+	// (v1alpha1.RedisCredentialsSecretName), the rest is ignored.
+	Redis redisconn.Config
 	// FallbackReplicas is the share divisor of fail-open decisions
 	// (ceil(limit / replicas) per pod while Redis is unreachable).
 	FallbackReplicas int32
@@ -265,7 +264,7 @@ func sidecar(o Options, st Status) corev1.Container {
 		"--fallback-replicas=" + strconv.Itoa(int(o.FallbackReplicas)),
 	}
 	if o.Redis.Mode != "" {
-		args = append(args, "--redis-mode="+o.Redis.Mode)
+		args = append(args, "--redis-mode="+string(o.Redis.Mode))
 	}
 	if len(o.Redis.Addrs) > 0 {
 		args = append(args, "--redis-addrs="+strings.Join(o.Redis.Addrs, ","))
@@ -316,8 +315,8 @@ func sidecar(o Options, st Status) corev1.Container {
 			{Name: AdminPortName, ContainerPort: o.AdminPort, Protocol: corev1.ProtocolTCP},
 		},
 		Env: []corev1.EnvVar{
-			secretEnv(redisUserEnv, v1alpha1.RedisUsernameKey), secretEnv(redisPassEnv, v1alpha1.RedisPasswordKey),
-			secretEnv(sentinelUserEnv, v1alpha1.RedisSentinelUsernameKey), secretEnv(sentinelPassEnv, v1alpha1.RedisSentinelPasswordKey),
+			secretEnv(redisconn.EnvUsername, v1alpha1.RedisUsernameKey), secretEnv(redisconn.EnvPassword, v1alpha1.RedisPasswordKey),
+			secretEnv(redisconn.EnvSentinelUsername, v1alpha1.RedisSentinelUsernameKey), secretEnv(redisconn.EnvSentinelPassword, v1alpha1.RedisSentinelPasswordKey),
 		},
 		Resources: o.Resources,
 		// The app starts once the proxy listens; readiness also needs a
@@ -341,13 +340,13 @@ func sidecar(o Options, st Status) corev1.Container {
 
 func withDefaults(o Options) Options {
 	if o.Image == "" {
-		o.Image = defaultImage
+		o.Image = DefaultImage
 	}
 	if o.ImagePullPolicy == "" {
 		o.ImagePullPolicy = corev1.PullIfNotPresent
 	}
 	if o.TargetPort == "" {
-		o.TargetPort = "http"
+		o.TargetPort = DefaultTargetPort
 	}
 	if o.ListenPort == 0 {
 		o.ListenPort = v1alpha1.SidecarPort

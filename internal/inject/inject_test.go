@@ -11,19 +11,20 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
-	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 var testOptions = Options{
 	Image: "ghcr.io/slidegate/slidegate:v0.1.0",
-	Redis: Redis{Mode: "standalone", Addrs: []string{"redis.slidegate-system.svc:6379"}},
+	Redis: redisconn.Config{Mode: redisconn.Standalone, Addrs: []string{"redis.slidegate-system.svc:6379"}},
 }
 
 func readPod(t *testing.T, path string) *corev1.Pod {
@@ -200,12 +201,12 @@ func TestInjectErrorsAndSkips(t *testing.T) {
 }
 
 // TestTLSFileNames: the injector mounts the Secret's TLS keys as files
-// named after the keys; the sidecar's limiter reads those names.
+// named after the keys; the sidecar's Redis client reads those names.
 func TestTLSFileNames(t *testing.T) {
 	got := []string{v1alpha1.RedisTLSCAKey, v1alpha1.RedisTLSCertKey, v1alpha1.RedisTLSKeyKey}
-	want := []string{limiter.TLSCAFile, limiter.TLSCertFile, limiter.TLSKeyFile}
+	want := []string{redisconn.TLSDirCA, redisconn.TLSDirCert, redisconn.TLSDirKey}
 	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("Secret keys and the files the limiter reads differ (-limiter +keys):\n%s", d)
+		t.Errorf("Secret keys and the files the Redis client reads differ (-client +keys):\n%s", d)
 	}
 }
 
@@ -281,5 +282,23 @@ func TestSidecarGetsNoAPIToken(t *testing.T) {
 		if v.Name == NoAPITokenVolume && (v.EmptyDir == nil || v.Projected != nil || v.Secret != nil) {
 			t.Errorf("volume %s is not an empty directory: %+v", v.Name, v.VolumeSource)
 		}
+	}
+}
+
+// TestDefaultTargetPortIsTheSchemas: DefaultTargetPort stands for the CRD's
+// default targetPort (a +kubebuilder:default marker cannot name the
+// constant), so the two must not drift.
+func TestDefaultTargetPortIsTheSchemas(t *testing.T) {
+	raw, err := os.ReadFile("../../config/crd/bases/ratelimit.slidegate.dev_ratelimitpolicies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	def := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["targetPort"].Default
+	if def == nil || string(def.Raw) != `"`+DefaultTargetPort+`"` {
+		t.Errorf("the schema's default targetPort is %v, DefaultTargetPort %q", def, DefaultTargetPort)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecar"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -206,7 +207,7 @@ func newShop(t *testing.T, ns string) *shop {
 		o.Upstream = "http://" + appLn.Addr().String()
 		o.ListenAddress, o.AdminAddress = "127.0.0.1:0", podIP+":0"
 		o.Redis.Addrs = []string{r.Addr}
-		rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{r.Addr}})
+		rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{r.Addr}})
 		if err != nil {
 			t.Fatal(err)
 		}

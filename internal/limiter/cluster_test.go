@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -27,7 +28,7 @@ func TestClusterMatchesStandalone(t *testing.T) {
 	// The cluster outlives one run (-count=2): fresh keys for each. No deny
 	// cache: every answer is the script's.
 	opts := Options{Timeout: 5 * time.Second, DenyCacheMax: -1, Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
-	cl := newLimiter(t, client(t, RedisConfig{Mode: RedisCluster, Addrs: c.Addrs()}), opts)
+	cl := newLimiter(t, client(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()}), opts)
 	st := newLimiter(t, standalone(t, s.Addr), opts)
 	if cl.grouping != groupSlot || st.grouping != groupAll {
 		t.Fatalf("grouping: cluster %v, standalone %v", cl.grouping, st.grouping)
@@ -97,7 +98,7 @@ func TestClusterMatchesStandalone(t *testing.T) {
 	if want := clients * 3; total < want {
 		t.Errorf("cluster holds %d keys, want at least %d", total, want)
 	}
-	rdb := client(t, RedisConfig{Mode: RedisCluster, Addrs: c.Addrs()})
+	rdb := client(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()})
 	for i := 0; i < clients; i += 97 {
 		reqs := multiRuleRequest("ns/cluster", "client-"+strconv.Itoa(i))
 		if n, err := rdb.ZCard(context.Background(), cl.keyOf(&reqs[0])).Result(); err != nil || n != 2 {
@@ -133,7 +134,7 @@ func TestClusterACLUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l := newLimiter(t, client(t, RedisConfig{Mode: RedisCluster, Addrs: c.Addrs(), Username: "limiter", Password: "s3cret"}), Options{Timeout: 5 * time.Second})
+	l := newLimiter(t, client(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs(), Username: "limiter", Password: "s3cret"}), Options{Timeout: 5 * time.Second})
 	for i := range 20 {
 		reqs := multiRuleRequest("ns/cluster-acl", "client-"+strconv.Itoa(i))
 		for _, d := range l.Decide(context.Background(), reqs) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -178,7 +179,7 @@ func TestHitsUndoAcrossSlots(t *testing.T) {
 	t.Parallel()
 	c := sharedCluster(t)
 	opts := Options{Timeout: 5 * time.Second, DenyCacheMax: -1, Prefix: "h" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
-	l := newLimiter(t, client(t, RedisConfig{Mode: RedisCluster, Addrs: c.Addrs()}), opts)
+	l := newLimiter(t, client(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()}), opts)
 	for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
 		a := Rule{ID: "hits/a/" + string(alg), Limit: 10, Window: time.Minute, Algorithm: alg}
 		b := Rule{ID: "hits/b/" + string(alg), Limit: 2, Window: time.Minute, Algorithm: alg}

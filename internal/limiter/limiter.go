@@ -81,7 +81,7 @@ const (
 // scripts are loaded on first use (and again after a NOSCRIPT), so New
 // succeeds while Redis is down and the first decisions fall back.
 //
-// Give rdb ContextTimeoutEnabled (NewRedisClient does): otherwise go-redis
+// Give rdb ContextTimeoutEnabled (redisconn.NewClient does): otherwise go-redis
 // bounds its socket reads by ReadTimeout, not by the decision's deadline,
 // and a hung Redis holds a connection for ReadTimeout, though callers
 // still get their answer within Timeout.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -56,11 +57,11 @@ func sharedCluster(t *testing.T) *testsupport.Cluster {
 	return cluster
 }
 
-// client returns a go-redis client for addr built by NewRedisClient, the
+// client returns a go-redis client for addr built by redisconn.NewClient, the
 // way the sidecar builds it; closed at the end of the test.
-func client(tb testing.TB, cfg RedisConfig) redis.UniversalClient {
+func client(tb testing.TB, cfg redisconn.Config) redis.UniversalClient {
 	tb.Helper()
-	c, err := NewRedisClient(cfg)
+	c, err := redisconn.NewClient(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func client(tb testing.TB, cfg RedisConfig) redis.UniversalClient {
 }
 
 func standalone(tb testing.TB, addr string) redis.UniversalClient {
-	return client(tb, RedisConfig{Addrs: []string{addr}})
+	return client(tb, redisconn.Config{Addrs: []string{addr}})
 }
 
 func newLimiter(tb testing.TB, rdb redis.UniversalClient, opts Options) *Limiter {

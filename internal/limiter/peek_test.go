@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -318,7 +319,7 @@ func TestPeekWindow(t *testing.T) {
 // wrote, on the node that owns its slot.
 func TestPeekOnCluster(t *testing.T) {
 	c := sharedCluster(t)
-	rdb := client(t, RedisConfig{Mode: RedisCluster, Addrs: c.Addrs()})
+	rdb := client(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()})
 	l := newLimiter(t, rdb, Options{Timeout: 5 * time.Second, DenyCacheMax: -1})
 	// The cluster outlives a test run (-count): a rule of this run only.
 	rule := Rule{ID: "ns/cluster-peek-" + strconv.FormatInt(time.Now().UnixNano(), 36), Limit: 2, Window: time.Minute}

@@ -47,8 +47,10 @@ type Options struct {
 	// Namespace whose policies are rendered. Every policy must be in it.
 	Namespace string
 	// TrustedProxies are the proxy ranges whose X-Forwarded-For header the
-	// sidecars believe (the manager's --trusted-proxies flag). Rendered
-	// masked, sorted and without duplicates.
+	// sidecars believe (the manager's --trusted-proxies flag, parsed by
+	// sidecarconfig.ParseTrustedProxies). Rendered as
+	// sidecarconfig.TrustedProxies returns them: masked, IPv4-mapped
+	// prefixes as IPv4, sorted and without duplicates.
 	TrustedProxies []netip.Prefix
 	// MaxBytes is the size budget of the encoded document that Fit keeps
 	// to; 0 means DefaultMaxBytes.
@@ -189,49 +191,12 @@ func ParseWindow(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// ParseTrustedProxies parses the --trusted-proxies flag: CIDRs or single
-// addresses (taken as /32 or /128). The result is masked, sorted and free of
-// duplicates.
-func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range list {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			a, aerr := netip.ParseAddr(s)
-			if aerr != nil {
-				return nil, fmt.Errorf("trusted proxy %q is neither a CIDR nor an IP address", s)
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
-		}
-		out = append(out, p.Masked())
-	}
-	return normalizePrefixes(out), nil
-}
-
-func normalizePrefixes(in []netip.Prefix) []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(in))
-	for _, p := range in {
-		out = append(out, p.Masked())
-	}
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	return slices.Compact(out)
-}
-
+// trustedProxies is the canonical list of a document's trustedProxies,
+// the form the sidecar reads back unchanged.
 func trustedProxies(in []netip.Prefix) []string {
 	var out []string
-	for _, p := range normalizePrefixes(in) {
-		if p.IsValid() {
-			out = append(out, p.String())
-		}
+	for _, p := range sidecarconfig.TrustedProxies(in) {
+		out = append(out, p.String())
 	}
 	return out
 }

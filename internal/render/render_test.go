@@ -220,38 +220,18 @@ func FuzzParseWindow(f *testing.F) {
 	})
 }
 
-func TestParseTrustedProxies(t *testing.T) {
-	tests := []struct {
-		in      []string
-		want    []string
-		wantErr bool
-	}{
-		{in: nil, want: nil},
-		{in: []string{"10.0.0.0/8"}, want: []string{"10.0.0.0/8"}},
-		{in: []string{" 192.168.1.7 ", "10.9.9.9/8", "10.0.0.0/8", "", "fd00::1/8"}, want: []string{"10.0.0.0/8", "192.168.1.7/32", "fd00::/8"}},
-		{in: []string{"::1"}, want: []string{"::1/128"}},
-		{in: []string{"10.0.0.0/33"}, wantErr: true},
-		{in: []string{"proxy.example"}, wantErr: true},
+// TestRenderTrustedProxies: prefixes handed to Render directly, not
+// through sidecarconfig.ParseTrustedProxies, are rendered canonical too: an
+// IPv4-mapped prefix as the IPv4 prefix the sidecar matches with.
+func TestRenderTrustedProxies(t *testing.T) {
+	cfg, err := render.Render(nil, render.Options{Namespace: "shop", TrustedProxies: []netip.Prefix{
+		netip.MustParsePrefix("::ffff:10.0.0.0/104"), netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8"),
+	}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		got, err := render.ParseTrustedProxies(tt.in)
-		if tt.wantErr {
-			if err == nil {
-				t.Errorf("ParseTrustedProxies(%q) = %v; want an error", tt.in, got)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("ParseTrustedProxies(%q): %v", tt.in, err)
-			continue
-		}
-		var s []string
-		for _, p := range got {
-			s = append(s, p.String())
-		}
-		if diff := cmp.Diff(tt.want, s); diff != "" {
-			t.Errorf("ParseTrustedProxies(%q) (-want +got):\n%s", tt.in, diff)
-		}
+	if diff := cmp.Diff([]string{"10.0.0.0/8", "fd00::/8"}, cfg.TrustedProxies); diff != "" {
+		t.Errorf("trustedProxies (-want +got):\n%s", diff)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
 // TestClusterAllOrNothing: on a Redis Cluster, the descriptors of one
@@ -23,7 +24,7 @@ func TestClusterAllOrNothing(t *testing.T) {
 		pol("big", 5, time.Minute, entry("remote_address")),
 		pol("small", 1, time.Minute, entry("generic_key", "small"), entry("user")),
 	)
-	rep := startReplica(t, limiter.RedisConfig{Mode: limiter.RedisCluster, Addrs: c.Addrs()}, cfg,
+	rep := startReplica(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()}, cfg,
 		limiter.Options{Timeout: 5 * time.Second, Prefix: prefix, DenyCacheMax: -1})
 	// Find a user whose key is in another slot than the address's.
 	ipKey := limiter.Key(prefix, "rls/t/big", mustMatch(t, rep, "remote_address", "192.0.2.9"))

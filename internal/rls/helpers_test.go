@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -99,9 +100,9 @@ type replica struct {
 
 // startReplica starts a server on its own Redis client and limiter (as a
 // separate pod has), loading configFile.
-func startReplica(t *testing.T, rc limiter.RedisConfig, configFile string, lo limiter.Options) *replica {
+func startReplica(t *testing.T, rc redisconn.Config, configFile string, lo limiter.Options) *replica {
 	t.Helper()
-	rdb, err := limiter.NewRedisClient(rc)
+	rdb, err := redisconn.NewClient(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,8 +132,8 @@ func startReplica(t *testing.T, rc limiter.RedisConfig, configFile string, lo li
 	return &replica{srv: s, lim: lim, client: rlsv3.NewRateLimitServiceClient(conn)}
 }
 
-func standaloneConfig(addr string) limiter.RedisConfig {
-	return limiter.RedisConfig{Addrs: []string{addr}}
+func standaloneConfig(addr string) redisconn.Config {
+	return redisconn.Config{Addrs: []string{addr}}
 }
 
 // testPrefix gives each test its own keys on the shared cluster (which

@@ -20,13 +20,15 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
 // RunOptions are the process settings of cmd/rls beyond the Server's.
 type RunOptions struct {
 	Server Options
-	Redis  limiter.RedisConfig
+	// Redis is the shared Redis, the sidecars' (the same --redis-* flags).
+	Redis redisconn.Config
 	// Limiter options (Prefix, Timeout, MaxWait); Replicas is set from the
 	// replicas' own count.
 	Limiter limiter.Options
@@ -51,7 +53,7 @@ func Run(ctx context.Context, o RunOptions, log *slog.Logger) error {
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
 		return errors.New("--tls-cert-file and --tls-key-file go together")
 	}
-	rdb, err := limiter.NewRedisClient(o.Redis)
+	rdb, err := redisconn.NewClient(o.Redis)
 	if err != nil {
 		return err
 	}

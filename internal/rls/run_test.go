@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -127,7 +128,7 @@ func TestTLSListener(t *testing.T) {
 // config file loaded.
 func loadedServer(t *testing.T, redisAddr, configFile string) *Server {
 	t.Helper()
-	rdb, err := limiter.NewRedisClient(standaloneConfig(redisAddr))
+	rdb, err := redisconn.NewClient(standaloneConfig(redisAddr))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -244,7 +245,7 @@ func TestBadRequests(t *testing.T) {
 func TestNoConfigYet(t *testing.T) {
 	t.Parallel()
 	r := testsupport.StartRedis(t)
-	rdb, err := limiter.NewRedisClient(standaloneConfig(r.Addr))
+	rdb, err := redisconn.NewClient(standaloneConfig(r.Addr))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
 // maxForwardedHops bounds how far a forwarding chain is walked: no real
@@ -15,17 +17,16 @@ const maxForwardedHops = 32
 // trustedProxies are the networks whose forwarding headers are believed.
 type trustedProxies []netip.Prefix
 
+// parseTrustedProxies parses a document's trustedProxies with the parser
+// the manager renders them with, so both agree on every entry.
 func parseTrustedProxies(cidrs []string) (trustedProxies, error) {
 	t := make(trustedProxies, 0, len(cidrs))
 	for _, c := range cidrs {
-		p, err := netip.ParsePrefix(c)
+		p, err := sidecarconfig.ParseTrustedProxy(c)
 		if err != nil {
 			return nil, fmt.Errorf("trusted proxy %q: %w", c, err)
 		}
-		if p.Addr().Is4In6() {
-			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
-		}
-		t = append(t, p.Masked())
+		t = append(t, p)
 	}
 	return t, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -56,7 +57,7 @@ func TestRunOnRedisCluster(t *testing.T) {
 	var fronts []string
 	for range 2 {
 		o := testOptions(up.URL, cfg, nil)
-		o.Redis.Mode = RedisCluster
+		o.Redis.Mode = redisconn.Cluster
 		o.Redis.Addrs = cl.Addrs()[:1] // one seed: the client discovers the rest
 		o.KeyPrefix = prefix
 		o.DecisionTimeout = exactTimeout

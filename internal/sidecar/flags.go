@@ -13,17 +13,6 @@ var logOutput = os.Stderr
 // --listen-address is also SLIDEGATE_LISTEN_ADDRESS.
 const EnvPrefix = "SLIDEGATE_"
 
-// Environment variables holding the Redis credentials (from a Secret). They
-// have no flag, so that they never show in a process listing.
-const (
-	EnvRedisUsername = "REDIS_USERNAME"
-	EnvRedisPassword = "REDIS_PASSWORD"
-	// EnvRedisSentinelUsername and EnvRedisSentinelPassword are the
-	// sentinels' own credentials (sentinel mode), when they differ.
-	EnvRedisSentinelUsername = "REDIS_SENTINEL_USERNAME"
-	EnvRedisSentinelPassword = "REDIS_SENTINEL_PASSWORD"
-)
-
 // RegisterFlags defines one flag per option on fs, with o's values as the
 // defaults. The injector relies on these names.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
@@ -47,18 +36,6 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 }
 
-// RegisterFlags defines the --redis-* flags on fs, with r's values as the
-// defaults; shared by every binary that reaches the shared Redis.
-func (r *RedisOptions) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&r.Mode, "redis-mode", r.Mode, "Redis deployment: standalone, cluster or sentinel")
-	fs.Var((*listValue)(&r.Addrs), "redis-addrs", "comma-separated host:port list: the server, cluster seeds or sentinels")
-	fs.StringVar(&r.MasterName, "redis-master-name", r.MasterName, "sentinel master set name (sentinel mode)")
-	fs.BoolVar(&r.TLS, "redis-tls", r.TLS, "connect to Redis over TLS")
-	fs.StringVar(&r.TLSCAFile, "redis-tls-ca-file", r.TLSCAFile, "PEM CA bundle to verify Redis with (default: system roots)")
-	fs.StringVar(&r.TLSDir, "redis-tls-dir", r.TLSDir, "directory with ca.crt, and tls.crt with tls.key for a client certificate (a mounted Secret; read for every new connection)")
-	fs.StringVar(&r.TLSServerName, "redis-tls-server-name", r.TLSServerName, "server name to verify in the Redis certificate")
-}
-
 // EnvName is the environment variable of a flag.
 func EnvName(flagName string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
@@ -67,7 +44,7 @@ func EnvName(flagName string) string {
 // ApplyEnv sets every flag that was not given on the command line from its
 // environment variable, if that is set: a flag beats the environment, which
 // beats the default. Call it after fs.Parse. It also reads the Redis
-// credentials into o.
+// credentials (redisconn.EnvUsername and the others) into o.
 func (o *Options) ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 	if err := ApplyFlagEnv(fs, lookup); err != nil {
 		return err
@@ -93,29 +70,4 @@ func ApplyFlagEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 		}
 	})
 	return err
-}
-
-// ApplyEnvCredentials reads the Redis credentials from the environment
-// (they have no flags, so they never show in a process listing).
-func (r *RedisOptions) ApplyEnvCredentials(lookup func(string) (string, bool)) {
-	r.Username, _ = lookup(EnvRedisUsername)
-	r.Password, _ = lookup(EnvRedisPassword)
-	r.SentinelUsername, _ = lookup(EnvRedisSentinelUsername)
-	r.SentinelPassword, _ = lookup(EnvRedisSentinelPassword)
-}
-
-// listValue is a comma-separated list flag.
-type listValue []string
-
-func (l *listValue) String() string { return strings.Join(*l, ",") }
-
-func (l *listValue) Set(s string) error {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	*l = out
-	return nil
 }

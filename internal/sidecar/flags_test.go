@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
 func TestFlagsAndEnv(t *testing.T) {
@@ -32,7 +34,7 @@ func TestFlagsAndEnv(t *testing.T) {
 	if o.ListenAddress != ":9000" || o.DecisionTimeout != 75*time.Millisecond || o.FallbackReplicas != 3 ||
 		!o.Redis.TLS || o.Redis.Mode != "cluster" || fmt.Sprint(o.Redis.Addrs) != "[a:1 b:2]" ||
 		o.Redis.Username != "slidegate" || o.Redis.Password != "hunter2" || o.Redis.SentinelPassword != "sentinel-hunter3" ||
-		o.redisConfig().SentinelPassword != "sentinel-hunter3" {
+		o.Redis.SentinelUsername != "" {
 		t.Errorf("options %+v", o)
 	}
 	if err := o.Validate(); err != nil {
@@ -76,7 +78,7 @@ func TestValidate(t *testing.T) {
 		{"https upstream", func(o *Options) { o.Upstream = "https://127.0.0.1:8443" }},
 		{"upstream without host", func(o *Options) { o.Upstream = "http://" }},
 		{"unknown upstream protocol", func(o *Options) { o.UpstreamProtocol = "h3" }},
-		{"sentinel without master", func(o *Options) { o.Redis.Mode = RedisSentinel }},
+		{"sentinel without master", func(o *Options) { o.Redis.Mode = redisconn.Sentinel }},
 		{"standalone with two addrs", func(o *Options) { o.Redis.Addrs = []string{"a:1", "b:1"} }},
 		{"no redis", func(o *Options) { o.Redis.Addrs = nil }},
 		{"zero replicas", func(o *Options) { o.FallbackReplicas = 0 }},

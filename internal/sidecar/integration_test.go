@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -26,7 +27,7 @@ const exactTimeout = 10 * time.Second
 // redisLimiter is a limiter on its own Redis client, like one sidecar pod.
 func redisLimiter(t testing.TB, r *testsupport.Redis, replicas int, timeout time.Duration) *limiter.Limiter {
 	t.Helper()
-	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{r.Addr}})
+	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{r.Addr}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
-)
 
-// Redis deployment modes accepted by --redis-mode.
-const (
-	RedisStandalone = "standalone"
-	RedisCluster    = "cluster"
-	RedisSentinel   = "sentinel"
+	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
 // Upstream protocols accepted by --upstream-protocol.
@@ -51,7 +46,9 @@ type Options struct {
 	// a backstop for missed events and for directories that appear late.
 	ConfigResyncInterval time.Duration
 
-	Redis RedisOptions
+	// Redis is the shared Redis, from the --redis-* flags and, for the
+	// credentials, the environment (redisconn.Config.ApplyEnvCredentials).
+	Redis redisconn.Config
 
 	// FallbackReplicas is the number of sidecar replicas sharing a limit;
 	// a fail-open policy enforces Limit/FallbackReplicas locally while
@@ -95,84 +92,6 @@ type Options struct {
 	LogLevel string
 }
 
-// RedisOptions say how to reach the shared Redis.
-type RedisOptions struct {
-	// Mode is standalone, cluster or sentinel.
-	Mode string
-	// Addrs are host:port seeds: the server (standalone), cluster nodes, or
-	// the sentinels.
-	Addrs []string
-	// MasterName is the sentinel master set (sentinel mode only).
-	MasterName string
-	// TLS turns on TLS to Redis, verified against the system roots (or
-	// TLSCAFile).
-	TLS bool
-	// TLSCAFile is a PEM bundle of CAs to verify the Redis server with.
-	TLSCAFile string
-	// TLSServerName overrides the name verified in the server certificate.
-	TLSServerName string
-	// TLSDir, instead of TLSCAFile, is a directory (the injector mounts the
-	// mirrored Redis Secret there) that may hold ca.crt, and tls.crt with
-	// tls.key for a client certificate; read for every new connection.
-	TLSDir string
-	// Username and Password come from the environment only (REDIS_USERNAME,
-	// REDIS_PASSWORD, from a Secret). They are never logged.
-	Username string
-	Password string
-	// SentinelUsername and SentinelPassword authenticate to the sentinels
-	// (REDIS_SENTINEL_USERNAME, REDIS_SENTINEL_PASSWORD); never logged.
-	SentinelUsername string
-	SentinelPassword string
-}
-
-// LogValue keeps the credentials out of every log line.
-func (r RedisOptions) LogValue() slog.Value {
-	return slog.GroupValue(
-		slog.String("mode", r.Mode),
-		slog.Any("addrs", r.Addrs),
-		slog.String("masterName", r.MasterName),
-		slog.Bool("tls", r.TLS),
-		slog.String("tlsDir", r.TLSDir),
-		slog.Bool("username", r.Username != ""),
-		slog.Bool("password", r.Password != ""),
-		slog.Bool("sentinelPassword", r.SentinelPassword != ""),
-	)
-}
-
-// String keeps the credentials out of any %v.
-func (r RedisOptions) String() string {
-	return fmt.Sprintf("{mode=%s addrs=%v masterName=%q tls=%t username=%t password=%t sentinelPassword=%t}",
-		r.Mode, r.Addrs, r.MasterName, r.TLS, r.Username != "", r.Password != "", r.SentinelPassword != "")
-}
-
-// Validate checks the --redis-* flags.
-func (r *RedisOptions) Validate() []error {
-	var errs []error
-	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	switch r.Mode {
-	case RedisStandalone, RedisCluster:
-	case RedisSentinel:
-		if r.MasterName == "" {
-			add("--redis-master-name is required in sentinel mode")
-		}
-	default:
-		add("--redis-mode %q is not standalone, cluster or sentinel", r.Mode)
-	}
-	if len(r.Addrs) == 0 {
-		add("--redis-addrs is required")
-	}
-	if r.Mode == RedisStandalone && len(r.Addrs) > 1 {
-		add("--redis-addrs: standalone mode takes one address, got %d", len(r.Addrs))
-	}
-	if (r.TLSCAFile != "" || r.TLSServerName != "" || r.TLSDir != "") && !r.TLS {
-		add("--redis-tls-ca-file, --redis-tls-dir and --redis-tls-server-name need --redis-tls")
-	}
-	if r.TLSCAFile != "" && r.TLSDir != "" {
-		add("--redis-tls-ca-file and --redis-tls-dir exclude each other")
-	}
-	return errs
-}
-
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
 	return Options{
@@ -183,9 +102,9 @@ func DefaultOptions() Options {
 		ConfigFile:           "/etc/slidegate/config/config.json",
 		PodLabelsFile:        "/etc/slidegate/podinfo/labels",
 		ConfigResyncInterval: 10 * time.Second,
-		Redis: RedisOptions{
-			Mode:  RedisStandalone,
-			Addrs: []string{"redis:6379"},
+		Redis: redisconn.Config{
+			Mode:  redisconn.Standalone,
+			Addrs: []string{redisconn.DefaultAddr},
 		},
 		FallbackReplicas:    1,
 		DecisionTimeout:     time.Second,
@@ -226,7 +145,7 @@ func (o *Options) Validate() error {
 	if o.ConfigResyncInterval <= 0 {
 		add("--config-resync-interval must be positive")
 	}
-	errs = append(errs, o.Redis.Validate()...)
+	errs = append(errs, o.Redis.Validate())
 	if o.FallbackReplicas < 1 {
 		add("--fallback-replicas must be at least 1")
 	}

@@ -7,27 +7,8 @@ import (
 	"net"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 )
-
-// redisConfig is the limiter's description of the shared Redis.
-func (o *Options) redisConfig() limiter.RedisConfig { return o.Redis.Config() }
-
-// Config is the limiter's description of the Redis these flags name.
-func (r *RedisOptions) Config() limiter.RedisConfig {
-	return limiter.RedisConfig{
-		Mode:             limiter.RedisMode(r.Mode),
-		Addrs:            r.Addrs,
-		MasterName:       r.MasterName,
-		Username:         r.Username,
-		Password:         r.Password,
-		SentinelUsername: r.SentinelUsername,
-		SentinelPassword: r.SentinelPassword,
-		TLS:              r.TLS,
-		CAFile:           r.TLSCAFile,
-		ServerName:       r.TLSServerName,
-		TLSDir:           r.TLSDir,
-	}
-}
 
 // limiterOptions are the limiter's options from the sidecar's.
 func (o *Options) limiterOptions() limiter.Options {
@@ -48,7 +29,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	rdb, err := limiter.NewRedisClient(o.redisConfig())
+	rdb, err := redisconn.NewClient(o.Redis)
 	if err != nil {
 		return err
 	}

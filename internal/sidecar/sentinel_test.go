@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -32,10 +33,10 @@ func TestRunThroughSentinel(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	run := func(sentinelPassword string) (front, admin string) {
 		o := testOptions(up.URL, cfg, nil)
-		o.Redis.Mode, o.Redis.Addrs, o.Redis.MasterName = RedisSentinel, []string{sentinel.Addr}, "shop-redis"
+		o.Redis.Mode, o.Redis.Addrs, o.Redis.MasterName = redisconn.Sentinel, []string{sentinel.Addr}, "shop-redis"
 		env := map[string]string{
-			EnvRedisUsername: "sidecar", EnvRedisPassword: masterPW,
-			EnvRedisSentinelPassword: sentinelPassword,
+			redisconn.EnvUsername: "sidecar", redisconn.EnvPassword: masterPW,
+			redisconn.EnvSentinelPassword: sentinelPassword,
 		}
 		fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
 		o.RegisterFlags(fs)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -146,7 +147,7 @@ func slowLoad(t *testing.T, addr string, timeout time.Duration) *slowResult {
 	t.Helper()
 	var lims []Limiter
 	for range 3 {
-		rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{addr}})
+		rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{addr}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -23,7 +24,7 @@ func TestRunOverTLSAsACLUser(t *testing.T) {
 	// The mounted Secret, in the kubelet's layout (links into ..data).
 	secret := newVolume(t)
 	files := map[string][]byte{}
-	for name, src := range map[string]string{limiter.TLSCAFile: pki.CA, limiter.TLSCertFile: pki.ClientCert, limiter.TLSKeyFile: pki.ClientKey} {
+	for name, src := range map[string]string{redisconn.TLSDirCA: pki.CA, redisconn.TLSDirCert: pki.ClientCert, redisconn.TLSDirKey: pki.ClientKey} {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -184,7 +183,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("version %q is not %q", c.Version, Version))
 	}
 	for _, p := range c.TrustedProxies {
-		if _, err := netip.ParsePrefix(p); err != nil {
+		if _, err := ParseTrustedProxy(p); err != nil {
 			errs = append(errs, fmt.Errorf("trustedProxies: %q is not a CIDR", p))
 		}
 	}

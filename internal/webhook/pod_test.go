@@ -34,6 +34,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -88,7 +89,7 @@ func run(m *testing.M, env *envtest.Environment) int {
 	injector = &PodInjector{
 		Reader:  mgr.GetClient(),
 		Decoder: admission.NewDecoder(scheme),
-		Options: inject.Options{Image: "example.com/slidegate:test", Redis: inject.Redis{Mode: "standalone", Addrs: []string{"redis:6379"}}},
+		Options: inject.Options{Image: "example.com/slidegate:test", Redis: redisconn.Config{Mode: redisconn.Standalone, Addrs: []string{"redis:6379"}}},
 	}
 	mgr.GetWebhookServer().Register(Path, &webhook.Admission{Handler: injector})
 	ctx, cancel := context.WithCancel(context.Background())

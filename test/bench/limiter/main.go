@@ -31,6 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/testsupport"
 	"github.com/slidegate/slidegate/test/bench/internal/closedloop"
 )
@@ -150,7 +151,7 @@ func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Alg
 	if err := flush(srv); err != nil {
 		return point{}, err
 	}
-	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{srv.Addr}})
+	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{srv.Addr}})
 	if err != nil {
 		return point{}, err
 	}
@@ -262,7 +263,7 @@ func measureMemory(ctx context.Context, srv *testsupport.Redis) ([]memRow, error
 			if err := flush(srv); err != nil {
 				return nil, err
 			}
-			rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{srv.Addr}})
+			rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{srv.Addr}})
 			if err != nil {
 				return nil, err
 			}
@@ -352,7 +353,7 @@ func write(out string, rows []row, mem []memRow, rep report) error {
 		runtime.Version(), rep.redisVersion, rep.loadBefore, rep.loadAfter, rep.took.Round(time.Second))
 	p("Workload: %d clients chosen at random per decision, limit %d per %v, so nearly every decision admits (the costlier path). ", clients, benchLimit, benchWindow)
 	p("Each point is measured for %v (redis-benchmark: %d requests), one after another against the same server, FLUSHALL in between.\n\n", rep.dur, rep.ceilN)
-	p("- **limiter**: `limiter.Decide` with default Options (decisions coalesced into pipelines: MaxInflight 2, MaxBatch 256; Timeout 1s), client from `NewRedisClient`. Only decisions answered by Redis are counted.\n")
+	p("- **limiter**: `limiter.Decide` with default Options (decisions coalesced into pipelines: MaxInflight 2, MaxBatch 256; Timeout 1s), client from `redisconn.NewClient`. Only decisions answered by Redis are counted.\n")
 	p("- **textbook**: the same Lua script, one `EVAL` round trip per decision, go-redis default options.\n")
 	p("- **ceiling**: `redis-benchmark -P 16 -c <callers>` running the same script by EVALSHA: the server's capacity with the lightest client.\n\n")
 	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter} {

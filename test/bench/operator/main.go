@@ -53,6 +53,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -582,7 +583,7 @@ func churnPod(ns, name string) (*corev1.Pod, error) {
 			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 		}}},
 	}
-	err := inject.Inject(pod, inject.Options{Redis: inject.Redis{Mode: "standalone", Addrs: []string{"redis.slidegate-system:6379"}}})
+	err := inject.Inject(pod, inject.Options{Redis: redisconn.Config{Mode: redisconn.Standalone, Addrs: []string{"redis.slidegate-system:6379"}}})
 	return pod, err
 }
 

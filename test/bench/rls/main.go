@@ -41,6 +41,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rls"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -113,7 +114,7 @@ func run(out string, dur time.Duration, callers []int) error {
 	defer cancel()
 	started, loadBefore := time.Now(), loadAvg()
 
-	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{srv.Addr}})
+	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{srv.Addr}})
 	if err != nil {
 		return err
 	}
@@ -169,7 +170,7 @@ func startServer(ctx context.Context, redisAddr string) (string, func(), error) 
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return "", nil, err
 	}
-	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{redisAddr}})
+	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{redisAddr}})
 	if err != nil {
 		return "", nil, err
 	}

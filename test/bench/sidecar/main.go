@@ -43,6 +43,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecar"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -144,7 +145,7 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 		return fmt.Errorf("redis-server: %w", err)
 	}
 	defer redis.Close()
-	rdb, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{redis.Addr}})
+	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{redis.Addr}})
 	if err != nil {
 		return err
 	}
@@ -208,7 +209,7 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 	}
 	// The same sidecar without the deny cache, on its own client and
 	// limiter: every 429 is Redis's answer to a round trip.
-	rdbNC, err := limiter.NewRedisClient(limiter.RedisConfig{Addrs: []string{redis.Addr}})
+	rdbNC, err := redisconn.NewClient(redisconn.Config{Addrs: []string{redis.Addr}})
 	if err != nil {
 		return err
 	}
