@@ -253,7 +253,7 @@ func causeOf(p *v1alpha1.RateLimitPolicy, pod *metav1.PartialObjectMetadata, inj
 	switch {
 	case injected:
 		return otherPort
-	case strings.EqualFold(pod.Annotations[inject.OptOutAnnotation], "false"), strings.EqualFold(pod.Labels[inject.OptOutAnnotation], "false"):
+	case inject.OptedOut(pod.Annotations, pod.Labels):
 		return optedOut
 	case !nsOptedIn:
 		return nsNotOptedIn

@@ -130,10 +130,17 @@ func SkipReason(pod *corev1.Pod) string {
 	case pod.Spec.HostNetwork:
 		// The sidecar's ports would be the node's ports.
 		return "pod uses hostNetwork"
-	case strings.EqualFold(pod.Annotations[OptOutAnnotation], "false"), strings.EqualFold(pod.Labels[OptOutAnnotation], "false"):
+	case OptedOut(pod.Annotations, pod.Labels):
 		return "pod opted out with " + OptOutAnnotation + "=false"
 	}
 	return ""
+}
+
+// OptedOut reports whether a pod with these annotations and labels opted
+// out of injection (OptOutAnnotation=false as either). The status logic,
+// which sees only the pods' metadata, asks it too, so both agree.
+func OptedOut(annotations, labels map[string]string) bool {
+	return strings.EqualFold(annotations[OptOutAnnotation], "false") || strings.EqualFold(labels[OptOutAnnotation], "false")
 }
 
 // Inject adds the sidecar to pod, in place. Injecting an injected pod
