@@ -207,7 +207,7 @@ func renderRLS(policies []v1alpha1.RateLimitPolicy) (rlsRender, error) {
 	for _, e := range tooLarge {
 		out.notAccepted[types.NamespacedName{Namespace: e.Namespace, Name: e.Name}] = notAcceptedProblem(e)
 	}
-	cfg, err := render.RenderRLS(fit)
+	cfg, err := render.RLS(fit)
 	if err != nil {
 		return out, err
 	}

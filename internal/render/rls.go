@@ -77,10 +77,10 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 	return out, nil
 }
 
-// RenderRLS renders the rate limit service's document from valid policies
+// RLS renders the rate limit service's document from valid policies
 // (see RLSPolicy; the caller leaves out the invalid ones and those FitRLS
 // leaves out). The order of policies does not matter.
-func RenderRLS(policies []v1alpha1.RateLimitPolicy) (*rlsconfig.Config, error) {
+func RLS(policies []v1alpha1.RateLimitPolicy) (*rlsconfig.Config, error) {
 	cfg := &rlsconfig.Config{Version: rlsconfig.Version, Policies: make([]rlsconfig.Policy, 0, len(policies))}
 	var errs []error
 	for i := range policies {

@@ -102,13 +102,13 @@ func TestRLSPolicy(t *testing.T) {
 	}
 }
 
-// TestRenderRLSDeterministic: the same policies in any order give the same
+// TestRLSDeterministic: the same policies in any order give the same
 // bytes; each policy's revision ignores its neighbours.
-func TestRenderRLSDeterministic(t *testing.T) {
+func TestRLSDeterministic(t *testing.T) {
 	a, b, c := rlsPolicy("shop", "a"), rlsPolicy("shop", "b"), rlsPolicy("bank", "a")
 	encode := func(ps ...v1alpha1.RateLimitPolicy) ([]byte, map[string]string) {
 		t.Helper()
-		cfg, err := render.RenderRLS(ps)
+		cfg, err := render.RLS(ps)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestFitRLS(t *testing.T) {
 		p.CreationTimestamp = metav1.NewTime(now.Add(time.Duration(i) * time.Second))
 		ps = append(ps, p)
 	}
-	all, err := render.RenderRLS(ps)
+	all, err := render.RLS(ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestFitRLS(t *testing.T) {
 	if msg := tooLarge[0].Error(); !strings.Contains(msg, rlsconfig.ConfigMapName) || !strings.Contains(msg, "rate limit service") {
 		t.Errorf("message %q does not name the rate limit service's ConfigMap", msg)
 	}
-	cfg, err := render.RenderRLS(fit)
+	cfg, err := render.RLS(fit)
 	if err != nil {
 		t.Fatal(err)
 	}
