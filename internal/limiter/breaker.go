@@ -1,9 +1,12 @@
 package limiter
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // breaker is a circuit breaker over the whole Redis client. It opens after
@@ -68,4 +71,40 @@ func (b *breaker) err() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.lastErr
+}
+
+// prober closes the breaker again: while it is open, it PINGs Redis (every
+// master of a cluster) each ProbeInterval and closes it on success.
+func (l *Limiter) prober() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.br.wake:
+		}
+		for !l.br.allow() {
+			select {
+			case <-l.ctx.Done():
+				return
+			case <-t.C:
+			}
+			if l.ping() == nil {
+				l.br.close()
+			}
+		}
+	}
+}
+
+func (l *Limiter) ping() error {
+	ctx, cancel := context.WithTimeout(l.ctx, max(l.opts.Timeout, 100*time.Millisecond))
+	defer cancel()
+	if c, ok := l.rdb.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.Ping(ctx).Err()
+		})
+	}
+	return l.rdb.Ping(ctx).Err()
 }

@@ -385,3 +385,10 @@ func (f *fallback) size() (tracked, overflow int) {
 	defer f.mu.Unlock()
 	return len(f.entries), len(f.overflow)
 }
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return a
+	}
+	return (a + b - 1) / b
+}
