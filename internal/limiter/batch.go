@@ -14,17 +14,16 @@ import (
 // op is one script call waiting for, or riding in, a pipelined round trip.
 type op struct {
 	state    atomic.Int32
-	args     []any // the whole EVALSHA command
-	nkeys    int
+	script   *script   // what args call, for a NOSCRIPT resend
+	args     []any     // the whole EVALSHA command
 	start    time.Time // when its decision began (zero for an undo)
 	deadline time.Time
-	reply    []int64
+	reply    any // the script's reply, undecoded
 	err      error
 	done     chan struct{}
-	// Inline room for a one-key decision, so the hot path allocates
-	// neither its arguments nor its reply.
-	argsBuf  [11]any
-	replyBuf [2 + replyPerKey]int64
+	// Inline room for a one-key decision's command, so the hot path does
+	// not allocate it.
+	argsBuf [oneKeyDecideLen]any
 }
 
 const (
@@ -53,97 +52,42 @@ func (o *op) finish(c *redis.Cmd, err error) {
 		return
 	}
 	if err == nil {
-		o.reply, o.err = parseReply(c, o.replyBuf[:0])
+		o.reply = c.Val()
 	} else {
 		o.err = err
 	}
 	o.done <- struct{}{}
 }
 
-// parseReply reads a script's array of integers into buf.
-func parseReply(c *redis.Cmd, buf []int64) ([]int64, error) {
-	vals, ok := c.Val().([]any)
-	if !ok {
-		return nil, fmt.Errorf("limiter: unexpected reply %T", c.Val())
+// abandon gives up on o with err, unless it finished meanwhile: its answer
+// is then used.
+func (o *op) abandon(err error) {
+	if prev := o.state.Swap(opAbandoned); prev == opDone {
+		<-o.done
+		return
 	}
-	for _, v := range vals {
-		n, ok := v.(int64)
-		if !ok {
-			return nil, fmt.Errorf("limiter: unexpected reply element %T", v)
-		}
-		buf = append(buf, n)
-	}
-	return buf, nil
+	o.err = err
 }
 
-// run queues the ops and waits for them until the deadline, or on until
-// hard while Redis is answering (see giveUp). It returns the error of the
-// ops that did not finish (nil when all did).
-func (l *Limiter) run(ctx context.Context, groups []group, start, deadline, hard time.Time) error {
-	if len(groups) == 1 && l.direct && len(l.queue) == 0 && l.waiting.Load() == 0 {
-		// Idle: nothing to coalesce with and a connection free. The caller
-		// makes the round trip itself, saving two goroutine hand-offs.
-		// Under load the flushers always wait for tokens, so this path
-		// turns itself off and decisions are batched.
-		select {
-		case l.tokens <- struct{}{}:
-			o := groups[0].op
-			o.state.Store(opInflight)
-			// Bounded by the budget: the idle path has no one to tell a
-			// slow Redis from a hung one.
-			l.exec([]*op{o}, make([]*redis.Cmd, 0, 1), deadline)
-			<-l.tokens
-			if o.err != nil && !time.Now().Before(deadline) {
-				o.err = fmt.Errorf("%w: %w", ErrTimeout, o.err)
-				l.stats.timeouts.Add(1)
-				return o.err
-			}
-			return nil
-		default:
-		}
+// submitAndWait queues the ops of groups and waits for them until the
+// deadline, or on until hard while Redis is answering (see
+// patience.exhausted). An op that did not finish carries the reason in its
+// err.
+func (l *Limiter) submitAndWait(ctx context.Context, groups []group, start, deadline, hard time.Time) {
+	if len(groups) == 1 && l.roundTripNow(groups[0].op, deadline) {
+		return
 	}
-	timer := timerPool.Get().(*time.Timer)
-	timer.Reset(time.Until(deadline))
+	p := patience{l: l, start: start, hard: hard, timer: timerPool.Get().(*time.Timer)}
+	p.timer.Reset(time.Until(deadline))
 	defer func() {
-		timer.Stop() // Go ≥1.23: no stale tick is left for the next user
-		timerPool.Put(timer)
+		p.timer.Stop() // Go ≥1.23: no stale tick is left for the next user
+		timerPool.Put(p.timer)
 	}()
-	graced := false
-	// giveUp is asked when the timer fires: past the budget, a decision
-	// waits on until hard if Redis has answered anyone since it began.
-	// Before judging that it has not, it waits a twentieth of the timeout
-	// once more: a process starved of CPU may hold answers it has not read.
-	giveUp := func() bool {
-		now := time.Now()
-		if !now.Before(hard) {
-			return true
-		}
-		if l.lastAnswer.Load() > start.UnixNano() {
-			timer.Reset(hard.Sub(now))
-			return false
-		}
-		if !graced {
-			graced = true
-			timer.Reset(min(l.opts.Timeout/20, hard.Sub(now)))
-			return false
-		}
-		return true
-	}
 	var err error
 	for gi := range groups {
 		o := groups[gi].op
-	send:
-		for err == nil {
-			select {
-			case l.queue <- o:
-				break send
-			case <-timer.C:
-				if giveUp() {
-					err = ErrTimeout
-				}
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
+		if err == nil {
+			err = p.enqueue(ctx, o)
 		}
 		if err != nil {
 			o.state.Store(opAbandoned) // never queued
@@ -152,27 +96,12 @@ func (l *Limiter) run(ctx context.Context, groups []group, start, deadline, hard
 	}
 	for gi := range groups {
 		o := groups[gi].op
-	wait:
-		for err == nil {
-			select {
-			case <-o.done:
-				break wait
-			case <-timer.C:
-				if giveUp() {
-					err = ErrTimeout
-				}
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-		}
 		if err == nil {
-			continue
+			err = p.await(ctx, o)
 		}
-		if prev := o.state.Swap(opAbandoned); prev == opDone {
-			<-o.done // it finished as we gave up: use the answer
-			continue
+		if err != nil {
+			o.abandon(err)
 		}
-		o.err = err
 	}
 	if err != nil {
 		l.stats.timeouts.Add(1)
@@ -180,7 +109,95 @@ func (l *Limiter) run(ctx context.Context, groups []group, start, deadline, hard
 			l.br.failure(err)
 		}
 	}
-	return err
+}
+
+// roundTripNow makes o's round trip on the caller's goroutine when the
+// limiter is idle: nothing to coalesce with and a connection free, which
+// saves two goroutine hand-offs. Under load the flushers always wait for
+// tokens, so this path turns itself off and decisions are batched. It
+// reports whether it made the round trip.
+func (l *Limiter) roundTripNow(o *op, deadline time.Time) bool {
+	if !l.direct || len(l.queue) != 0 || l.waiting.Load() != 0 {
+		return false
+	}
+	select {
+	case l.tokens <- struct{}{}:
+	default:
+		return false
+	}
+	o.state.Store(opInflight)
+	// Bounded by the budget: the idle path has no one to tell a slow Redis
+	// from a hung one.
+	l.exec([]*op{o}, make([]*redis.Cmd, 0, 1), deadline)
+	<-l.tokens
+	if o.err != nil && !time.Now().Before(deadline) {
+		o.err = fmt.Errorf("%w: %w", ErrTimeout, o.err)
+		l.stats.timeouts.Add(1)
+	}
+	return true
+}
+
+// patience is a decision's wait for Redis. When its timer fires (first at
+// the budget), the decision waits on until hard if Redis has answered
+// anyone since the decision began. Before judging that it has not, it
+// waits a twentieth of the timeout once more: a process starved of CPU may
+// hold answers it has not read.
+type patience struct {
+	l           *Limiter
+	timer       *time.Timer
+	start, hard time.Time
+	graced      bool
+}
+
+// exhausted is asked when the timer fires; it rearms the timer when the
+// decision waits on.
+func (p *patience) exhausted() bool {
+	now := time.Now()
+	if !now.Before(p.hard) {
+		return true
+	}
+	if p.l.lastAnswer.Load() > p.start.UnixNano() {
+		p.timer.Reset(p.hard.Sub(now))
+		return false
+	}
+	if !p.graced {
+		p.graced = true
+		p.timer.Reset(min(p.l.opts.Timeout/20, p.hard.Sub(now)))
+		return false
+	}
+	return true
+}
+
+// enqueue puts o in the queue, waiting for room while patience lasts.
+func (p *patience) enqueue(ctx context.Context, o *op) error {
+	for {
+		select {
+		case p.l.queue <- o:
+			return nil
+		case <-p.timer.C:
+			if p.exhausted() {
+				return ErrTimeout
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// await waits for o's answer while patience lasts.
+func (p *patience) await(ctx context.Context, o *op) error {
+	for {
+		select {
+		case <-o.done:
+			return nil
+		case <-p.timer.C:
+			if p.exhausted() {
+				return ErrTimeout
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 var timerPool = sync.Pool{New: func() any {
@@ -208,53 +225,68 @@ func (l *Limiter) flusher() {
 		case <-l.ctx.Done():
 			return
 		}
-		// A connection token; meanwhile more decisions queue up.
-		l.waiting.Add(1)
-		select {
-		case l.tokens <- struct{}{}:
-			l.waiting.Add(-1)
-		case <-l.ctx.Done():
-			l.waiting.Add(-1)
-			if first.take(time.Time{}) {
-				first.finish(nil, ErrClosed)
-			}
+		if !l.acquireToken(first) {
 			return
 		}
-		now := time.Now()
-		batch = batch[:0]
-		if first.take(now) {
-			batch = append(batch, first)
-		}
-		lingered := linger == nil
-	fill:
-		for len(batch) < l.opts.MaxBatch {
-			select {
-			case o := <-l.queue:
-				if o.take(now) {
-					batch = append(batch, o)
-				}
-			default:
-				if lingered {
-					break fill
-				}
-				lingered = true
-				linger.Reset(l.opts.MaxWait)
-				select {
-				case o := <-l.queue:
-					if o.take(now) {
-						batch = append(batch, o)
-					}
-					linger.Stop() // Go ≥1.23: no stale tick survives Stop
-				case <-linger.C:
-					break fill
-				}
-			}
-		}
+		batch = l.fillBatch(batch[:0], first, linger)
 		if len(batch) > 0 {
 			cmds = l.exec(batch, cmds[:0], time.Time{})
 		}
 		<-l.tokens
 	}
+}
+
+// acquireToken waits for a connection token for the batch that first
+// starts; meanwhile more decisions queue up. It reports false when the
+// limiter closes first, after failing first.
+func (l *Limiter) acquireToken(first *op) bool {
+	l.waiting.Add(1)
+	select {
+	case l.tokens <- struct{}{}:
+		l.waiting.Add(-1)
+		return true
+	case <-l.ctx.Done():
+		l.waiting.Add(-1)
+		if first.take(time.Time{}) {
+			first.finish(nil, ErrClosed)
+		}
+		return false
+	}
+}
+
+// fillBatch appends first and whatever else is queued, up to MaxBatch, to
+// batch; when the queue runs dry and linger is set, it waits up to MaxWait
+// once for one more. Ops whose deadline has passed are left out.
+func (l *Limiter) fillBatch(batch []*op, first *op, linger *time.Timer) []*op {
+	now := time.Now()
+	if first.take(now) {
+		batch = append(batch, first)
+	}
+	lingered := linger == nil
+	for len(batch) < l.opts.MaxBatch {
+		select {
+		case o := <-l.queue:
+			if o.take(now) {
+				batch = append(batch, o)
+			}
+		default:
+			if lingered {
+				return batch
+			}
+			lingered = true
+			linger.Reset(l.opts.MaxWait)
+			select {
+			case o := <-l.queue:
+				if o.take(now) {
+					batch = append(batch, o)
+				}
+				linger.Stop() // Go ≥1.23: no stale tick survives Stop
+			case <-linger.C:
+				return batch
+			}
+		}
+	}
+	return batch
 }
 
 // send makes one round trip: a pipeline, or for a single command the plain
@@ -275,10 +307,10 @@ func isNoScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// exec sends one batch as one pipeline. Scripts the server does not know
-// (restart, failover, SCRIPT FLUSH: the cache is gone) come back NOSCRIPT
-// without having run, so they are resent as EVAL, which also caches them
-// again; go-redis's Script.Run cannot do this inside a pipeline.
+// exec sends one batch as one pipeline, with the batch's latest deadline
+// unless dl is set, and hands each op its answer. Scripts the server does
+// not know come back NOSCRIPT without having run, so they are resent as
+// EVAL (asEval); go-redis's Script.Run cannot do this inside a pipeline.
 func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cmd {
 	if dl.IsZero() {
 		for _, o := range batch {
@@ -299,30 +331,38 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cm
 	execErr := l.send(ctx, cmds)
 	l.stats.roundTrips.Add(1)
 	l.stats.ops.Add(int64(len(batch)))
+	if err := l.resendUnknown(ctx, batch, cmds); err != nil {
+		execErr = err
+	}
+	l.deliver(batch, cmds, execErr)
+	clear(cmds)
+	return cmds[:0]
+}
 
+// resendUnknown resends as EVAL, in one more round trip, the commands of
+// batch that came back NOSCRIPT, replacing them in cmds. It returns that
+// round trip's error.
+func (l *Limiter) resendUnknown(ctx context.Context, batch []*op, cmds []*redis.Cmd) error {
 	var again []*redis.Cmd
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
-			args := make([]any, len(batch[i].args))
-			copy(args, batch[i].args)
-			args[0] = "eval"
-			if args[1] == argDecide {
-				args[1] = decideLua.src
-			} else {
-				args[1] = undoLua.src
-			}
-			cmds[i] = redis.NewCmd(ctx, args...)
+			cmds[i] = redis.NewCmd(ctx, asEval(batch[i].args, batch[i].script)...)
 			again = append(again, cmds[i])
 		}
 	}
-	if len(again) > 0 {
-		l.stats.noScript.Add(1)
-		if err := l.send(ctx, again); err != nil {
-			execErr = err
-		}
-		l.stats.roundTrips.Add(1)
+	if len(again) == 0 {
+		return nil
 	}
+	l.stats.noScript.Add(1)
+	err := l.send(ctx, again)
+	l.stats.roundTrips.Add(1)
+	return err
+}
 
+// deliver hands each op of batch the answer of its command in cmds, and
+// tells the breaker and the budget how the round trip went. execErr stands
+// in for an answer go-redis left empty.
+func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
 	var firstErr error
 	answered := time.Now()
 	anyAnswer := false
@@ -356,6 +396,4 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cm
 	} else {
 		l.br.success()
 	}
-	clear(cmds)
-	return cmds[:0]
 }

@@ -3,30 +3,9 @@ package limiter
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 )
-
-// validRequest checks r's rule and hits.
-func validRequest(r *Request) error {
-	if r.Hits < 0 || r.Hits > MaxHits {
-		return fmt.Errorf("%w: %q hits %d outside [0, %d]", ErrInvalidRule, r.Rule.ID, r.Hits, MaxHits)
-	}
-	return validRule(&r.Rule)
-}
-
-func validRule(r *Rule) error {
-	if r.Window < minWindow || r.Window > maxWindow {
-		return fmt.Errorf("%w: %q window %v outside [%v, %v]", ErrInvalidRule, r.ID, r.Window, minWindow, maxWindow)
-	}
-	switch r.Algorithm {
-	case SlidingLog, SlidingWindowCounter, "":
-	default:
-		return fmt.Errorf("%w: %q algorithm %q", ErrInvalidRule, r.ID, r.Algorithm)
-	}
-	return nil
-}
 
 // Decide decides every rule one HTTP request must pass; see the contract in
 // api.go. Rules whose keys share a slot (all of them on a standalone Redis)
@@ -42,148 +21,101 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 	if len(reqs) == 0 {
 		return out
 	}
-	// Two deadlines: the budget, after which a decision falls back unless
-	// Redis has answered anyone since it began (then it is slow, not down,
-	// and the decision waits on), and MaxTimeout, after which it falls back
-	// in any case.
-	start := time.Now()
-	deadline, hard := start.Add(l.budget(start)), start.Add(l.opts.MaxTimeout)
-	if d, ok := ctx.Deadline(); ok {
-		deadline, hard = minTime(deadline, d), minTime(hard, d)
-	}
-
-	valid := true
+	c := call{l: l, reqs: reqs, out: out, pass: true}
+	c.setDeadlines(ctx, time.Now())
+	// keys[i] is the key of reqs[i], "" when it is invalid. For a single
+	// request it lives in this frame; inside call it would not, since
+	// escape analysis sees call's fields as one.
 	var keyBuf [1]string
-	keys := keyBuf[:0]
-	if len(reqs) > 1 {
-		keys = make([]string, 0, len(reqs))
-	}
-	for i := range reqs {
-		if err := validRequest(&reqs[i]); err != nil {
-			valid = false
-			out[i] = Decision{Limit: reqs[i].Rule.Limit, RetryAfter: failedClosedRetry, Source: SourceFailedClosed, Err: err}
-			keys = append(keys, "")
-			continue
-		}
-		keys = append(keys, l.keyOf(&reqs[i]))
-	}
-	if l.view != nil && l.deniedByCache(reqs, keys, start, out) {
+	keys := c.validate(keyBuf[:0])
+	if l.view != nil && l.deniedByCache(reqs, keys, c.start, out) {
 		l.stats.denyCache.Add(1)
 		return out
 	}
-
-	var groups []group
-	var failErr error
-	switch {
-	case l.closed.Load():
-		failErr = ErrClosed
-	case !l.br.allow():
-		failErr = ErrCircuitOpen
-		if last := l.br.err(); last != nil {
-			failErr = fmt.Errorf("%w (last error: %w)", ErrCircuitOpen, last)
-		}
-	default:
-		groups = l.groups(reqs, keys, valid)
-		member := l.nextMember()
-		for gi := range groups {
-			g := &groups[gi]
-			g.op = l.decideOp(reqs, g, member, valid || l.invalidAreDry(reqs), start, hard)
-		}
-		failErr = l.run(ctx, groups, start, deadline, hard)
+	c.askRedis(ctx, keys)
+	c.collect(ctx)
+	c.fallBack(keys)
+	if !c.pass && c.admitted {
+		c.undo()
 	}
+	c.count()
+	return out
+}
 
-	// Redis answers.
-	var failed []int
-	var committed []*group
-	for gi := range groups {
-		g := &groups[gi]
-		if g.op.err != nil || len(g.op.reply) != 2+replyPerKey*len(g.idx) {
-			if g.op.err == nil {
-				g.op.err = fmt.Errorf("limiter: malformed reply of %d values", len(g.op.reply))
-			}
-			failed = append(failed, g.idx...)
+// call is one Decide in progress. Its phases, in order: validate, (the
+// deny cache), askRedis, collect, fallBack, undo, count.
+type call struct {
+	l    *Limiter
+	reqs []Request
+	out  []Decision // out[i] is the decision of reqs[i]
+
+	// start is when the decision began. Past deadline (the budget) it
+	// falls back unless Redis has answered anyone since start (then Redis
+	// is slow, not down, and the decision waits on); past hard it falls
+	// back in any case.
+	start, deadline, hard time.Time
+
+	member string  // what the scripts admit under (nextMember)
+	groups []group // nil when Redis was not asked
+	// notAsked is why Redis was not asked at all (closed, breaker open).
+	notAsked error
+	// pass says no non-dry-run request is denied so far; admitted, that
+	// some group admitted into Redis.
+	pass, admitted bool
+	// replicas is Options.Replicas, read once the first request fails
+	// over (0 until then).
+	replicas int64
+}
+
+// setDeadlines sets the decision's two deadlines (see call.start), neither
+// past ctx's.
+func (c *call) setDeadlines(ctx context.Context, start time.Time) {
+	c.start = start
+	c.deadline, c.hard = start.Add(c.l.budget(start)), start.Add(c.l.opts.MaxTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		c.deadline, c.hard = minTime(c.deadline, d), minTime(c.hard, d)
+	}
+}
+
+// validate fails the invalid requests closed and returns each request's
+// key ("" for an invalid one), in buf when it is long enough.
+func (c *call) validate(buf []string) []string {
+	keys := buf
+	if len(c.reqs) > cap(buf) {
+		keys = make([]string, 0, len(c.reqs))
+	}
+	for i := range c.reqs {
+		r := &c.reqs[i]
+		if err := validRequest(r); err != nil {
+			c.out[i] = Decision{Limit: r.Rule.Limit, RetryAfter: failedClosedRetry, Source: SourceFailedClosed, Err: err}
+			c.pass = c.pass && r.DryRun
+			keys = append(keys, "")
 			continue
 		}
-		if l.fillRedis(ctx, reqs, g, start, out) {
-			committed = append(committed, g)
-		}
+		keys = append(keys, c.l.keyOf(r))
 	}
-	if failErr != nil && groups == nil {
-		for i := range reqs {
-			if out[i].Err == nil {
-				failed = append(failed, i)
-			}
-		}
-	}
+	return keys
+}
 
-	pass := true
-	for i := range reqs {
-		if !reqs[i].DryRun && !slices.Contains(failed, i) && !out[i].Allowed {
-			pass = false
-		}
+// validRequest checks r's rule and hits.
+func validRequest(r *Request) error {
+	if r.Hits < 0 || r.Hits > MaxHits {
+		return fmt.Errorf("%w: %q hits %d outside [0, %d]", ErrInvalidRule, r.Rule.ID, r.Hits, MaxHits)
 	}
+	return validRule(&r.Rule)
+}
 
-	// Requests Redis could not decide: fail closed, or the local fallback.
-	if len(failed) > 0 {
-		var fbReqs []fbReq
-		replicas := l.opts.replicas()
-		for _, i := range failed {
-			r := &reqs[i]
-			err := failErr
-			for gi := range groups {
-				if slices.Contains(groups[gi].idx, i) {
-					err = groups[gi].op.err
-				}
-			}
-			if r.Rule.FailMode == FailClosed {
-				out[i] = Decision{Limit: r.Rule.Limit, RetryAfter: failedClosedRetry, Source: SourceFailedClosed, Err: err}
-				if !r.DryRun {
-					pass = false
-				}
-				continue
-			}
-			out[i].Err = err
-			n := replicas
-			if r.Rule.Replicas > 0 {
-				n = int64(r.Rule.Replicas)
-			}
-			fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, hits: r.hits(), share: ceilDiv(r.Rule.Limit, n), out: &out[i]}
-			if l.view != nil && keys[i] != "" {
-				if e, ok := l.view.get(keys[i], &r.Rule); ok {
-					fr.seed = l.fb.seedOf(e, n)
-				}
-			}
-			fbReqs = append(fbReqs, fr)
-		}
-		if len(fbReqs) > 0 {
-			errs := make([]error, len(fbReqs))
-			for k := range fbReqs {
-				errs[k] = fbReqs[k].out.Err
-			}
-			if !l.fb.decide(fbReqs, pass) {
-				pass = false
-			}
-			for k := range fbReqs {
-				fbReqs[k].out.Err = errs[k]
-			}
-		}
+// validRule checks that r's window and algorithm can be enforced.
+func validRule(r *Rule) error {
+	if r.Window < minWindow || r.Window > maxWindow {
+		return fmt.Errorf("%w: %q window %v outside [%v, %v]", ErrInvalidRule, r.ID, r.Window, minWindow, maxWindow)
 	}
-
-	if !pass && len(committed) > 0 {
-		l.undo(reqs, committed, out, deadline)
+	switch r.Algorithm {
+	case SlidingLog, SlidingWindowCounter, "":
+	default:
+		return fmt.Errorf("%w: %q algorithm %q", ErrInvalidRule, r.ID, r.Algorithm)
 	}
-
-	for i := range out {
-		switch out[i].Source {
-		case SourceRedis:
-			l.stats.redis.Add(1)
-		case SourceFallback:
-			l.stats.fallback.Add(1)
-		case SourceFailedClosed:
-			l.stats.failedClosed.Add(1)
-		}
-	}
-	return out
+	return nil
 }
 
 // deniedByCache answers reqs from the deny cache when a non-dry-run rule
@@ -232,148 +164,192 @@ func (l *Limiter) nextMember() string {
 	return string(buf)
 }
 
-var (
-	argEvalSha = any("evalsha")
-	argDecide  = any(decideLua.sha)
-	argUndo    = any(undoLua.sha)
-	argFlags   = [4]any{"0", "1", "2", "3"}
-	argOneHit  = any("1")
-)
-
-// invalidAreDry: the invalid rules of reqs are all dry-run, so the request
-// may still pass.
-func (l *Limiter) invalidAreDry(reqs []Request) bool {
-	for i := range reqs {
-		if !reqs[i].DryRun && validRequest(&reqs[i]) != nil {
-			return false
+// askRedis sends the valid requests to Redis, one script per group, and
+// waits for the answers; unless Redis is known not to answer (the limiter
+// is closed, the breaker open): then notAsked says why.
+func (c *call) askRedis(ctx context.Context, keys []string) {
+	l := c.l
+	switch {
+	case l.closed.Load():
+		c.notAsked = ErrClosed
+		return
+	case !l.br.allow():
+		c.notAsked = ErrCircuitOpen
+		if last := l.br.err(); last != nil {
+			c.notAsked = fmt.Errorf("%w (last error: %w)", ErrCircuitOpen, last)
 		}
+		return
 	}
-	return true
+	c.groups = l.grouping.split(keys)
+	c.member = l.nextMember()
+	// An invalid non-dry-run request already fails the request: Redis then
+	// only decides, admitting nothing.
+	commit := c.pass
+	for gi := range c.groups {
+		g := &c.groups[gi]
+		g.op = &op{script: &decideLua, start: c.start, deadline: c.hard, done: make(chan struct{}, 1)}
+		g.op.args = decideArgs(g.op.argsBuf[:0], c.reqs, g.idx, g.keys, c.member, l.marginMs, commit)
+	}
+	l.submitAndWait(ctx, c.groups, c.start, c.deadline, c.hard)
 }
 
-// decideOp builds the script call of one group. commit false only decides:
-// the request is known to fail already, so nothing is admitted.
-func (l *Limiter) decideOp(reqs []Request, g *group, member string, commit bool, start, deadline time.Time) *op {
-	n := len(g.idx)
-	o := &op{nkeys: n, start: start, deadline: deadline, done: make(chan struct{}, 1)}
-	args := o.argsBuf[:0]
-	if size := 3 + n + 3 + 4*n; size > len(o.argsBuf) {
-		args = make([]any, 0, size)
-	}
-	args = append(args, argEvalSha, argDecide, n)
-	for _, k := range g.keys {
-		args = append(args, k)
-	}
-	c := argFlags[0]
-	if commit {
-		c = argFlags[1]
-	}
-	args = append(args, member, l.marginMs, c)
-	for _, i := range g.idx {
-		r := &reqs[i]
-		f := 0
-		if r.Rule.Algorithm == SlidingWindowCounter {
-			f |= flagCounter
+// collect turns each group's reply into decisions; a group Redis did not
+// decide keeps its err for fallBack.
+func (c *call) collect(ctx context.Context) {
+	for gi := range c.groups {
+		g := &c.groups[gi]
+		if g.err = g.op.err; g.err == nil {
+			g.reply, g.err = decodeDecide(g.op.reply, len(g.idx), g.replyBuf[:0])
 		}
-		if r.DryRun {
-			f |= flagDryRun
-		}
-		win := (r.Rule.Window + time.Microsecond - 1) / time.Microsecond
-		args = append(args, r.Rule.Limit, int64(win), argFlags[f])
-		if h := r.hits(); h == 1 {
-			args = append(args, argOneHit)
-		} else {
-			args = append(args, h)
+		if g.err == nil {
+			c.fillRedis(ctx, g)
 		}
 	}
-	o.args = args
-	return o
 }
 
-// fillRedis turns a group's reply into decisions, and caches the denials
-// of a decision that started at start; it reports whether the group
-// admitted anything that an overall denial must undo.
-func (l *Limiter) fillRedis(ctx context.Context, reqs []Request, g *group, start time.Time, out []Decision) bool {
-	rep := g.op.reply
-	now, committed := rep[0], rep[1] == 1
-	admitted := false
+// fillRedis writes the decisions of g's reply, and caches the denials of
+// a decision that started at c.start.
+func (c *call) fillRedis(ctx context.Context, g *group) {
+	rep := &g.reply
 	for k, i := range g.idx {
-		v := rep[2+replyPerKey*k : 2+replyPerKey*(k+1)]
-		out[i] = Decision{
-			Allowed:    v[0] == 1,
-			Limit:      reqs[i].Rule.Limit,
-			Remaining:  v[1],
-			RetryAfter: time.Duration(v[2]) * time.Microsecond,
-			ResetAfter: time.Duration(v[3]) * time.Microsecond,
+		r, v := &c.reqs[i], &rep.keys[k]
+		c.out[i] = Decision{
+			Allowed:    v.allowed,
+			Limit:      r.Rule.Limit,
+			Remaining:  v.remaining,
+			RetryAfter: v.retryAfter,
+			ResetAfter: v.resetAfter,
 			Source:     SourceRedis,
 		}
-		if committed && v[0] == 1 {
-			admitted = true
-		}
+		g.admitted = g.admitted || (rep.committed && v.allowed)
+		c.pass = c.pass && (r.DryRun || v.allowed)
 		// A denial of several hits says nothing about one hit: it is not
 		// cached, or the deny cache would refuse what Redis admits.
-		if l.view != nil && (reqs[i].hits() == 1 || out[i].Allowed) {
-			l.view.put(g.keys[k], &reqs[i].Rule, start, &out[i])
+		if c.l.view != nil && (r.hits() == 1 || v.allowed) {
+			c.l.view.put(g.keys[k], &r.Rule, c.start, &c.out[i])
 		}
 	}
-	if l.observe != nil {
-		l.observe(ctx, now, reqs, g.idx, out)
+	c.admitted = c.admitted || g.admitted
+	if c.l.observe != nil {
+		c.l.observe(ctx, rep.now, c.reqs, g.idx, c.out)
 	}
-	return admitted
 }
 
-// undo is the compensating call: it removes the admits of the committed
-// groups, waiting for it at most until the decision's deadline (it still
-// runs after that: a late undo only returns budget late).
-func (l *Limiter) undo(reqs []Request, committed []*group, out []Decision, deadline time.Time) {
-	member := ""
-	ops := make([]*op, 0, len(committed))
-	for _, g := range committed {
-		args := []any{argEvalSha, argUndo, 0}
-		var fields []any
-		for k, i := range g.idx {
-			if !out[i].Allowed {
-				continue
+// fallBack decides the requests Redis did not: a FailClosed rule denies,
+// the others are decided together by the local fallback, which admits
+// only if the request still passes.
+func (c *call) fallBack(keys []string) {
+	var fbReqs []fbReq
+	for gi := range c.groups {
+		if g := &c.groups[gi]; g.err != nil {
+			for _, i := range g.idx {
+				fbReqs = c.failOver(fbReqs, i, keys[i], g.err)
 			}
-			args = append(args, g.keys[k])
-			if reqs[i].Rule.Algorithm == SlidingWindowCounter {
-				fields = append(fields, strconv.FormatInt(g.op.reply[2+replyPerKey*k+4], 10))
-			} else {
-				fields = append(fields, "")
-			}
-			h := reqs[i].hits()
-			fields = append(fields, strconv.FormatInt(h, 10))
-			out[i].Remaining = min(out[i].Remaining+h, max(out[i].Limit, 0))
-		}
-		if member == "" {
-			member = g.op.args[3+g.op.nkeys].(string)
-		}
-		args[2] = len(fields) / 2
-		args = append(args, member)
-		args = append(args, fields...)
-		// An undo gets a full timeout of its own: it must not be dropped
-		// because the decision that needs it is about to give up.
-		o := &op{args: args, nkeys: len(fields) / 2, deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
-		ops = append(ops, o)
-		l.stats.undos.Add(1)
-		select {
-		case l.queue <- o:
-		default:
-			go func() {
-				select {
-				case l.queue <- o:
-				case <-l.ctx.Done():
-				}
-			}()
 		}
 	}
-	timer := time.NewTimer(time.Until(deadline))
+	if c.notAsked != nil {
+		for i, k := range keys {
+			if k != "" {
+				fbReqs = c.failOver(fbReqs, i, k, c.notAsked)
+			}
+		}
+	}
+	if len(fbReqs) > 0 && !c.l.fb.decide(fbReqs, c.pass) {
+		c.pass = false
+	}
+}
+
+// failOver decides request i (of key), which Redis did not decide because
+// of err, if its rule fails closed; else it appends it to fbReqs for the
+// fallback, with its share of the limit.
+func (c *call) failOver(fbReqs []fbReq, i int, key string, err error) []fbReq {
+	if c.replicas == 0 {
+		c.replicas = c.l.opts.replicas()
+	}
+	r := &c.reqs[i]
+	if r.Rule.FailMode == FailClosed {
+		c.out[i] = Decision{Limit: r.Rule.Limit, RetryAfter: failedClosedRetry, Source: SourceFailedClosed, Err: err}
+		c.pass = c.pass && r.DryRun
+		return fbReqs
+	}
+	n := c.replicas
+	if r.Rule.Replicas > 0 {
+		n = int64(r.Rule.Replicas)
+	}
+	fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, hits: r.hits(), share: ceilDiv(r.Rule.Limit, n), out: &c.out[i], err: err}
+	if c.l.view != nil {
+		if e, ok := c.l.view.get(key, &r.Rule); ok {
+			fr.seed = c.l.fb.seedOf(e, n)
+		}
+	}
+	return append(fbReqs, fr)
+}
+
+// undo is the compensating call: it takes back the admits of the groups
+// that admitted, waiting for it at most until the decision's deadline (it
+// still runs after that: a late undo only returns budget late). Each
+// allowed decision it undoes gets its hits back in Remaining.
+func (c *call) undo() {
+	l := c.l
+	ops := make([]*op, 0, len(c.groups))
+	for gi := range c.groups {
+		g := &c.groups[gi]
+		if !g.admitted {
+			continue
+		}
+		var keys []undoKey
+		for k, i := range g.idx {
+			if !g.reply.keys[k].allowed {
+				continue
+			}
+			r := &c.reqs[i]
+			h := r.hits()
+			keys = append(keys, undoKey{key: g.keys[k], counter: r.Rule.Algorithm == SlidingWindowCounter, field: g.reply.keys[k].field, hits: h})
+			c.out[i].Remaining = min(c.out[i].Remaining+h, max(c.out[i].Limit, 0))
+		}
+		// An undo gets a full timeout of its own: it must not be dropped
+		// because the decision that needs it is about to give up.
+		o := &op{script: &undoLua, args: undoArgs(c.member, keys), deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
+		ops = append(ops, o)
+		l.stats.undos.Add(1)
+		l.enqueueUndo(o)
+	}
+	timer := time.NewTimer(time.Until(c.deadline))
 	defer timer.Stop()
 	for _, o := range ops {
 		select {
 		case <-o.done:
 		case <-timer.C:
 			return
+		}
+	}
+}
+
+// enqueueUndo queues o without blocking the decision: when the queue is
+// full, a goroutine waits for room (or for Close).
+func (l *Limiter) enqueueUndo(o *op) {
+	select {
+	case l.queue <- o:
+	default:
+		go func() {
+			select {
+			case l.queue <- o:
+			case <-l.ctx.Done():
+			}
+		}()
+	}
+}
+
+// count adds the decisions to the stats, by source.
+func (c *call) count() {
+	for i := range c.out {
+		switch c.out[i].Source {
+		case SourceRedis:
+			c.l.stats.redis.Add(1)
+		case SourceFallback:
+			c.l.stats.fallback.Add(1)
+		case SourceFailedClosed:
+			c.l.stats.failedClosed.Add(1)
 		}
 	}
 }

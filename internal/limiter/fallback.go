@@ -109,6 +109,7 @@ type fbReq struct {
 	share  int64
 	seed   fbSeed
 	out    *Decision
+	err    error // why Redis did not decide it, for out.Err
 }
 
 // decide decides reqs together: it admits into every allowed one only if
@@ -149,6 +150,7 @@ func (f *fallback) decide(reqs []fbReq, commit bool) bool {
 			RetryAfter: time.Duration(retry),
 			ResetAfter: e.resetAfter(now),
 			Source:     SourceFallback,
+			Err:        r.err,
 		}
 	}
 	return pass

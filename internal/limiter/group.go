@@ -1,5 +1,7 @@
 package limiter
 
+import "github.com/redis/go-redis/v9"
+
 // grouping says which keys one script may touch together.
 type grouping int
 
@@ -9,34 +11,56 @@ const (
 	groupTag                  // other sharded clients: keys of one hash tag
 )
 
-// group is the requests of one Decide whose keys one script may touch.
+// groupingOf is the grouping rdb's kind of client needs.
+func groupingOf(rdb redis.UniversalClient) grouping {
+	switch rdb.(type) {
+	case *redis.Client:
+		return groupAll
+	case *redis.ClusterClient:
+		return groupSlot
+	default:
+		return groupTag
+	}
+}
+
+// group is the requests of one Decide whose keys one script may touch,
+// and what Redis said about them.
 type group struct {
 	slot int    // for groupSlot
 	tag  string // for groupTag
-	idx  []int
+	idx  []int  // the requests, by index in the Decide call
 	keys []string
 	op   *op
+	// reply is the decoded reply of op; err, when set, is why Redis did
+	// not decide the group (reply is then unset).
+	reply decideReply
+	err   error
+	// admitted says the group admitted into some key, which an overall
+	// denial must undo.
+	admitted bool
 	// room for the common one-request Decide
-	idxBuf [1]int
-	keyBuf [1]string
+	idxBuf   [1]int
+	keyBuf   [1]string
+	replyBuf [1]keyReply
 }
 
-// groups splits the valid requests by what one script may touch; keys[i]
-// is the key of reqs[i].
-func (l *Limiter) groups(reqs []Request, keys []string, allValid bool) []group {
-	if len(reqs) == 1 && allValid {
+// split groups the valid requests by what one script may touch: keys[i]
+// is the key of request i, "" when the request is invalid (it is in no
+// group).
+func (gr grouping) split(keys []string) []group {
+	if len(keys) == 1 && keys[0] != "" {
 		gs := make([]group, 1)
 		g := &gs[0]
 		g.idxBuf[0], g.keyBuf[0] = 0, keys[0]
 		g.idx, g.keys = g.idxBuf[:], g.keyBuf[:]
 		return gs
 	}
-	if l.grouping == groupAll || len(reqs) == 1 {
-		g := group{idx: make([]int, 0, len(reqs)), keys: make([]string, 0, len(reqs))}
-		for i := range reqs {
-			if allValid || validRequest(&reqs[i]) == nil {
+	if gr == groupAll || len(keys) == 1 {
+		g := group{idx: make([]int, 0, len(keys)), keys: make([]string, 0, len(keys))}
+		for i, k := range keys {
+			if k != "" {
 				g.idx = append(g.idx, i)
-				g.keys = append(g.keys, keys[i])
+				g.keys = append(g.keys, k)
 			}
 		}
 		if len(g.idx) == 0 {
@@ -45,13 +69,12 @@ func (l *Limiter) groups(reqs []Request, keys []string, allValid bool) []group {
 		return []group{g}
 	}
 	var gs []group
-	for i := range reqs {
-		if !allValid && validRequest(&reqs[i]) != nil {
+	for i, k := range keys {
+		if k == "" {
 			continue
 		}
-		k := keys[i]
 		s, tag := 0, ""
-		if l.grouping == groupSlot {
+		if gr == groupSlot {
 			s = slot(k)
 		} else {
 			tag = hashTag(k)

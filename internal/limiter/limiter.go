@@ -91,6 +91,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	l := &Limiter{
 		rdb:          rdb,
 		opts:         opts,
+		grouping:     groupingOf(rdb),
 		marginMs:     strconv.FormatInt(max(1, opts.ExpiryMargin.Milliseconds()), 10),
 		memberPrefix: base64.RawURLEncoding.EncodeToString(id[:]),
 		queue:        make(chan *op, opts.QueueSize),
@@ -103,14 +104,6 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	}
 	if opts.DenyCacheMax > 0 {
 		l.view = newView(opts.DenyCacheMax)
-	}
-	switch rdb.(type) {
-	case *redis.Client:
-		l.grouping = groupAll
-	case *redis.ClusterClient:
-		l.grouping = groupSlot
-	default:
-		l.grouping = groupTag
 	}
 	l.wg.Add(opts.MaxInflight + 1)
 	for range opts.MaxInflight {
