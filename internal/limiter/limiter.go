@@ -55,7 +55,7 @@ type Limiter struct {
 	ctx        context.Context
 	cancel     context.CancelFunc
 	closed     atomic.Bool
-	closeMu    sync.Once
+	closeOnce  sync.Once
 	wg         sync.WaitGroup
 
 	stats stats
@@ -134,7 +134,7 @@ func (l *Limiter) Healthy() bool { return l.br.allow() && !l.closed.Load() }
 // their timeout; later Decide calls act as if Redis were down (ErrClosed).
 // It does not close the Redis client, which the caller owns.
 func (l *Limiter) Close() error {
-	l.closeMu.Do(func() {
+	l.closeOnce.Do(func() {
 		l.closed.Store(true)
 		l.cancel()
 		l.wg.Wait()
