@@ -12,7 +12,7 @@ import (
 // breaker is a circuit breaker over the whole Redis client. It opens after
 // `threshold` consecutive failures (failed round trips or decisions that
 // timed out), so that no decision waits on a Redis already known to be
-// down; while open, a prober (see Limiter.probe) PINGs Redis and closes it
+// down; while open, a prober (Limiter.prober) PINGs Redis and closes it
 // on the first success. Successes reset the count, so sporadic errors never
 // open it.
 type breaker struct {

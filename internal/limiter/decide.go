@@ -56,7 +56,7 @@ type call struct {
 	start, deadline, hard time.Time
 
 	member string  // what the scripts admit under (nextMember)
-	groups []group // nil when Redis was not asked
+	groups []group // nil when Redis was not asked or nothing was valid
 	// notAsked is why Redis was not asked at all (closed, breaker open).
 	notAsked error
 	// pass says no non-dry-run request is denied so far; admitted, that
@@ -87,7 +87,7 @@ func (c *call) validate(buf []string) []string {
 	for i := range c.reqs {
 		r := &c.reqs[i]
 		if err := validRequest(r); err != nil {
-			c.out[i] = Decision{Limit: r.Rule.Limit, RetryAfter: failedClosedRetry, Source: SourceFailedClosed, Err: err}
+			c.out[i] = failedClosed(r, err)
 			c.pass = c.pass && r.DryRun
 			keys = append(keys, "")
 			continue
@@ -95,6 +95,11 @@ func (c *call) validate(buf []string) []string {
 		keys = append(keys, c.l.keyOf(r))
 	}
 	return keys
+}
+
+// failedClosed is the decision of r when it is denied for err, uncounted.
+func failedClosed(r *Request, err error) Decision {
+	return Decision{Limit: r.Rule.Limit, RetryAfter: failedClosedRetry, Source: SourceFailedClosed, Err: err}
 }
 
 // validRequest checks r's rule and hits.
@@ -268,7 +273,7 @@ func (c *call) failOver(fbReqs []fbReq, i int, key string, err error) []fbReq {
 	}
 	r := &c.reqs[i]
 	if r.Rule.FailMode == FailClosed {
-		c.out[i] = Decision{Limit: r.Rule.Limit, RetryAfter: failedClosedRetry, Source: SourceFailedClosed, Err: err}
+		c.out[i] = failedClosed(r, err)
 		c.pass = c.pass && r.DryRun
 		return fbReqs
 	}

@@ -16,17 +16,20 @@ import (
 
 // Errors carried in Decision.Err.
 var (
-	// ErrTimeout: Redis did not answer within Options.Timeout.
+	// ErrTimeout means Redis did not answer within the decision's budget
+	// (Options.Timeout, stretched up to MaxTimeout while Redis is slow).
 	ErrTimeout = errors.New("limiter: redis did not answer in time")
-	// ErrCircuitOpen: the breaker is open; Redis was not asked.
+	// ErrCircuitOpen means the breaker is open; Redis was not asked.
 	ErrCircuitOpen = errors.New("limiter: circuit breaker open")
-	// ErrClosed: Decide was called after Close.
+	// ErrClosed means Decide was called after Close.
 	ErrClosed = errors.New("limiter: closed")
-	// ErrInvalidRule: the rule cannot be enforced (window outside
+	// ErrInvalidRule means the rule cannot be enforced (window outside
 	// [1ms, 1 year], unknown algorithm) or the request's Hits is outside
 	// [0, MaxHits]; such a request is always denied.
 	ErrInvalidRule = errors.New("limiter: invalid rule")
 
+	// errNoReply stands for an answer go-redis left empty without an
+	// error of its own.
 	errNoReply = errors.New("limiter: no reply from redis")
 )
 
