@@ -170,25 +170,22 @@ func (p *patience) exhausted() bool {
 
 // enqueue puts o in the queue, waiting for room while patience lasts.
 func (p *patience) enqueue(ctx context.Context, o *op) error {
-	for {
-		select {
-		case p.l.queue <- o:
-			return nil
-		case <-p.timer.C:
-			if p.exhausted() {
-				return ErrTimeout
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return p.wait(ctx, p.l.queue, o, nil)
 }
 
 // await waits for o's answer while patience lasts.
 func (p *patience) await(ctx context.Context, o *op) error {
+	return p.wait(ctx, nil, nil, o.done)
+}
+
+// wait sends o on queue or receives from done, whichever of the two is
+// not nil (a nil channel is never ready), while patience lasts.
+func (p *patience) wait(ctx context.Context, queue chan<- *op, o *op, done <-chan struct{}) error {
 	for {
 		select {
-		case <-o.done:
+		case queue <- o:
+			return nil
+		case <-done:
 			return nil
 		case <-p.timer.C:
 			if p.exhausted() {
