@@ -106,7 +106,7 @@ func (l *Limiter) submitAndWait(ctx context.Context, groups []group, start, dead
 	if err != nil {
 		l.stats.timeouts.Add(1)
 		if errors.Is(err, ErrTimeout) {
-			l.br.failure(err)
+			l.breaker.failure(err)
 		}
 	}
 }
@@ -117,7 +117,7 @@ func (l *Limiter) submitAndWait(ctx context.Context, groups []group, start, dead
 // tokens, so this path turns itself off and decisions are batched. It
 // reports whether it made the round trip.
 func (l *Limiter) roundTripNow(o *op, deadline time.Time) bool {
-	if !l.direct || len(l.queue) != 0 || l.waiting.Load() != 0 {
+	if !l.honorsDeadlines || len(l.queue) != 0 || l.waiting.Load() != 0 {
 		return false
 	}
 	select {
@@ -380,7 +380,7 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
 			continue
 		}
 		if !o.start.IsZero() {
-			l.lat.observe(answered.Sub(o.start), answered)
+			l.latency.observe(answered.Sub(o.start), answered)
 		}
 		anyAnswer = true
 		o.finish(c, nil)
@@ -389,8 +389,8 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
 		l.lastAnswer.Store(answered.UnixNano())
 	}
 	if firstErr != nil {
-		l.br.failure(firstErr)
+		l.breaker.failure(firstErr)
 	} else {
-		l.br.success()
+		l.breaker.success()
 	}
 }

@@ -83,16 +83,16 @@ func (l *Limiter) prober() {
 		select {
 		case <-l.ctx.Done():
 			return
-		case <-l.br.wake:
+		case <-l.breaker.wake:
 		}
-		for !l.br.allow() {
+		for !l.breaker.allow() {
 			select {
 			case <-l.ctx.Done():
 				return
 			case <-t.C:
 			}
 			if l.ping() == nil {
-				l.br.close()
+				l.breaker.close()
 			}
 		}
 	}

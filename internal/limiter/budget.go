@@ -12,7 +12,7 @@ import (
 // admits). A Redis that hangs stops producing answers, so within two
 // seconds the budget is Timeout again and the breaker takes over.
 func (l *Limiter) budget(now time.Time) time.Duration {
-	return min(max(l.opts.Timeout, 2*l.lat.recent(now)), l.opts.MaxTimeout)
+	return min(max(l.opts.Timeout, 2*l.latency.recent(now)), l.opts.MaxTimeout)
 }
 
 // latencyWindow keeps the slowest answer of the current and the previous

@@ -178,9 +178,9 @@ func (c *call) askRedis(ctx context.Context, keys []string) {
 	case l.closed.Load():
 		c.notAsked = ErrClosed
 		return
-	case !l.br.allow():
+	case !l.breaker.allow():
 		c.notAsked = ErrCircuitOpen
-		if last := l.br.err(); last != nil {
+		if last := l.breaker.err(); last != nil {
 			c.notAsked = fmt.Errorf("%w (last error: %w)", ErrCircuitOpen, last)
 		}
 		return
@@ -259,7 +259,7 @@ func (c *call) fallBack(keys []string) {
 			}
 		}
 	}
-	if len(fbReqs) > 0 && !c.l.fb.decide(fbReqs, c.pass) {
+	if len(fbReqs) > 0 && !c.l.fallback.decide(fbReqs, c.pass) {
 		c.pass = false
 	}
 }
@@ -284,7 +284,7 @@ func (c *call) failOver(fbReqs []fbReq, i int, key string, err error) []fbReq {
 	fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, hits: r.hits(), share: ceilDiv(r.Rule.Limit, n), out: &c.out[i], err: err}
 	if c.l.view != nil {
 		if e, ok := c.l.view.get(key, &r.Rule); ok {
-			fr.seed = c.l.fb.seedOf(e, n)
+			fr.seed = c.l.fallback.seedOf(e, n)
 		}
 	}
 	return append(fbReqs, fr)

@@ -45,15 +45,15 @@ type Limiter struct {
 	memberPrefix string
 	seq          atomic.Uint64
 
-	queue   chan *op
-	tokens  chan struct{} // one per round trip in flight (MaxInflight)
-	waiting atomic.Int32  // flushers holding a batch, waiting for a token
-	direct  bool          // the client bounds socket I/O by the deadline
-	br      *breaker
-	lat     latencyWindow // how long Redis's answers took lately
+	queue           chan *op
+	tokens          chan struct{} // one per round trip in flight (MaxInflight)
+	waiting         atomic.Int32  // flushers holding a batch, waiting for a token
+	honorsDeadlines bool          // so a caller may make its round trip itself (roundTripNow)
+	breaker         *breaker
+	latency         latencyWindow // how long Redis's answers took lately
 	// lastAnswer is when Redis last answered a round trip (UnixNano).
 	lastAnswer atomic.Int64
-	fb         *fallback
+	fallback   *fallback
 	view       *view // what Redis last said per key; nil: disabled
 	ctx        context.Context
 	cancel     context.CancelFunc
@@ -92,18 +92,18 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Limiter{
-		rdb:          rdb,
-		opts:         opts,
-		grouping:     groupingOf(rdb),
-		marginMs:     strconv.FormatInt(max(1, opts.ExpiryMargin.Milliseconds()), 10),
-		memberPrefix: base64.RawURLEncoding.EncodeToString(id[:]),
-		queue:        make(chan *op, opts.QueueSize),
-		tokens:       make(chan struct{}, opts.MaxInflight),
-		direct:       honorsDeadlines(rdb),
-		br:           newBreaker(opts.BreakerFailures),
-		fb:           newFallback(opts.FallbackMaxClients),
-		ctx:          ctx,
-		cancel:       cancel,
+		rdb:             rdb,
+		opts:            opts,
+		grouping:        groupingOf(rdb),
+		marginMs:        strconv.FormatInt(max(1, opts.ExpiryMargin.Milliseconds()), 10),
+		memberPrefix:    base64.RawURLEncoding.EncodeToString(id[:]),
+		queue:           make(chan *op, opts.QueueSize),
+		tokens:          make(chan struct{}, opts.MaxInflight),
+		honorsDeadlines: honorsDeadlines(rdb),
+		breaker:         newBreaker(opts.BreakerFailures),
+		fallback:        newFallback(opts.FallbackMaxClients),
+		ctx:             ctx,
+		cancel:          cancel,
 	}
 	if opts.DenyCacheMax > 0 {
 		l.view = newView(opts.DenyCacheMax)
@@ -131,7 +131,7 @@ func honorsDeadlines(rdb redis.UniversalClient) bool {
 
 // Healthy reports whether decisions go to Redis: false while the circuit
 // breaker is open (decisions are then made by each rule's fail mode).
-func (l *Limiter) Healthy() bool { return l.br.allow() && !l.closed.Load() }
+func (l *Limiter) Healthy() bool { return l.breaker.allow() && !l.closed.Load() }
 
 // Close stops the limiter's goroutines. Decisions in flight end within
 // their timeout; later Decide calls act as if Redis were down (ErrClosed).
@@ -177,7 +177,7 @@ func (l *Limiter) Stats() Stats {
 	return Stats{
 		Redis: l.stats.redis.Load(), Fallback: l.stats.fallback.Load(), FailedClosed: l.stats.failedClosed.Load(),
 		Timeouts: l.stats.timeouts.Load(), RoundTrips: l.stats.roundTrips.Load(), Ops: l.stats.ops.Load(),
-		NoScript: l.stats.noScript.Load(), Undos: l.stats.undos.Load(), BreakerOpens: l.br.opens.Load(),
+		NoScript: l.stats.noScript.Load(), Undos: l.stats.undos.Load(), BreakerOpens: l.breaker.opens.Load(),
 		DenyCache: l.stats.denyCache.Load(),
 	}
 }

@@ -579,7 +579,7 @@ func TestMaxWait(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLimiter(t, standalone(t, r.Addr), Options{MaxWait: tc.maxWait, MaxInflight: 1, Timeout: 10 * time.Second})
-			l.direct = false
+			l.honorsDeadlines = false
 			first := make(chan Decision, 1)
 			go func() { first <- one(l, rule, "a") }()
 			var a Decision
@@ -628,7 +628,7 @@ func TestBudgetFollowsSlowAnswers(t *testing.T) {
 	for _, s := range steps {
 		now := t0.Add(s.at)
 		if s.observe > 0 {
-			l.lat.observe(s.observe, now)
+			l.latency.observe(s.observe, now)
 		}
 		if got := l.budget(now); got != s.want {
 			t.Errorf("at %v: budget %v, want %v", s.at, got, s.want)
