@@ -269,8 +269,7 @@ func decideArgs(buf []any, reqs []Request, idx []int, keys []string, member, mar
 		if r.DryRun {
 			f |= flagDryRun
 		}
-		win := (r.Rule.Window + time.Microsecond - 1) / time.Microsecond
-		args = append(args, r.Rule.Limit, int64(win), argKeyFlags[f])
+		args = append(args, r.Rule.Limit, windowMicros(r.Rule.Window), argKeyFlags[f])
 		if h := r.hits(); h == 1 {
 			args = append(args, argOneHit)
 		} else {
@@ -278,6 +277,12 @@ func decideArgs(buf []any, reqs []Request, idx []int, keys []string, member, mar
 		}
 	}
 	return args
+}
+
+// windowMicros is a window as the scripts take it: in whole µs, rounded
+// up, so a window is never shorter than the rule says.
+func windowMicros(w time.Duration) int64 {
+	return int64((w + time.Microsecond - 1) / time.Microsecond)
 }
 
 // undoKey is one key whose admit the undo script takes back.
