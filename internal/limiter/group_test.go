@@ -1,9 +1,8 @@
 package limiter
 
 import (
+	"reflect"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 // TestSplit: which requests one script decides together. keys[i] == ""
@@ -37,8 +36,8 @@ func TestSplit(t *testing.T) {
 			for _, g := range tc.gr.split(tc.keys) {
 				got = append(got, grp{g.idx, g.keys})
 			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("groups (-want +got):\n%s", diff)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("groups:\n got %+v\nwant %+v", got, tc.want)
 			}
 		})
 	}

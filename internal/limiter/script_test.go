@@ -1,11 +1,10 @@
 package limiter
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 // Table tests of the one place that knows the scripts' command and reply
@@ -56,8 +55,8 @@ func TestDecodeDecide(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(decideReply{}, keyReply{})); diff != "" {
-				t.Errorf("reply (-want +got):\n%s", diff)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("reply:\n got %+v\nwant %+v", got, tc.want)
 			}
 		})
 	}
@@ -101,8 +100,8 @@ func TestDecideArgs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := decideArgs(nil, reqs, tc.idx, tc.keys, "m", "1000", tc.commit)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("args (-want +got):\n%s", diff)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("args:\n got %+v\nwant %+v", got, tc.want)
 			}
 		})
 	}
@@ -118,8 +117,8 @@ func TestUndoArgs(t *testing.T) {
 		{key: "ctr", counter: true, field: 42, hits: 7},
 	})
 	want := []any{"evalsha", undoLua.sha, 2, "log", "ctr", "m", "", "1", "42", "7"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("args (-want +got):\n%s", diff)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("args:\n got %+v\nwant %+v", got, want)
 	}
 }
 
@@ -127,8 +126,8 @@ func TestAsEval(t *testing.T) {
 	args := []any{"evalsha", undoLua.sha, 1, "k", "m", "", "1"}
 	got := asEval(args, &undoLua)
 	want := []any{"eval", undoScript, 1, "k", "m", "", "1"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("args (-want +got):\n%s", diff)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("args:\n got %+v\nwant %+v", got, want)
 	}
 	if args[0] != "evalsha" || args[1] != undoLua.sha {
 		t.Error("asEval modified the EVALSHA command")
