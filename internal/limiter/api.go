@@ -4,8 +4,9 @@ import (
 	"time"
 )
 
-// This file is the contract between the limiter and its callers (the
-// sidecar). Change it only together with every caller.
+// The types below are what the limiter's callers (the sidecar and the RLS
+// server) exchange with it; the Limiter methods they call are listed at
+// the end of the file.
 
 // Algorithm selects how a rule counts requests.
 type Algorithm string
@@ -32,11 +33,18 @@ const (
 // Source says which path produced a decision.
 type Source string
 
+// Sources of a Decision.
 const (
-	SourceRedis        Source = "redis"
-	SourceFallback     Source = "fallback"
+	// SourceRedis means Redis decided, with the shared count.
+	SourceRedis Source = "redis"
+	// SourceFallback means Redis could not decide in time and the rule
+	// fails open: the local fallback decided, with this replica's share.
+	SourceFallback Source = "fallback"
+	// SourceFailedClosed means the request was denied without a count:
+	// Redis could not decide in time and the rule fails closed, or the
+	// rule or the request is invalid (Decision.Err says which).
 	SourceFailedClosed Source = "failed-closed"
-	// SourceDenyCache: Redis reported the key exhausted for this rule
+	// SourceDenyCache means Redis reported the key exhausted for this rule
 	// earlier, and its retry time has not come (see Options.DenyCacheMax).
 	// A request denied this way asked Redis nothing; its other rules are
 	// reported Allowed, uncounted.

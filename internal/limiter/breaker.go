@@ -1,15 +1,18 @@
 package limiter
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // breaker is a circuit breaker over the whole Redis client. It opens after
 // `threshold` consecutive failures (failed round trips or decisions that
 // timed out), so that no decision waits on a Redis already known to be
-// down; while open, a prober (see Limiter.probe) PINGs Redis and closes it
+// down; while open, a prober (Limiter.prober) PINGs Redis and closes it
 // on the first success. Successes reset the count, so sporadic errors never
 // open it.
 type breaker struct {
@@ -68,4 +71,40 @@ func (b *breaker) err() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.lastErr
+}
+
+// prober closes the breaker again: while it is open, it PINGs Redis (every
+// master of a cluster) each ProbeInterval and closes it on success.
+func (l *Limiter) prober() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.breaker.wake:
+		}
+		for !l.breaker.allow() {
+			select {
+			case <-l.ctx.Done():
+				return
+			case <-t.C:
+			}
+			if l.ping() == nil {
+				l.breaker.close()
+			}
+		}
+	}
+}
+
+func (l *Limiter) ping() error {
+	ctx, cancel := context.WithTimeout(l.ctx, max(l.opts.Timeout, 100*time.Millisecond))
+	defer cancel()
+	if c, ok := l.rdb.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.Ping(ctx).Err()
+		})
+	}
+	return l.rdb.Ping(ctx).Err()
 }

@@ -109,6 +109,7 @@ type fbReq struct {
 	share  int64
 	seed   fbSeed
 	out    *Decision
+	err    error // why Redis did not decide it, for out.Err
 }
 
 // decide decides reqs together: it admits into every allowed one only if
@@ -149,6 +150,7 @@ func (f *fallback) decide(reqs []fbReq, commit bool) bool {
 			RetryAfter: time.Duration(retry),
 			ResetAfter: e.resetAfter(now),
 			Source:     SourceFallback,
+			Err:        r.err,
 		}
 	}
 	return pass
@@ -384,4 +386,11 @@ func (f *fallback) size() (tracked, overflow int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.entries), len(f.overflow)
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return a
+	}
+	return (a + b - 1) / b
 }

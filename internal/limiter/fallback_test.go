@@ -235,7 +235,7 @@ func TestFallbackStartsFromRedis(t *testing.T) {
 		var lims []*Limiter
 		for range n {
 			l := newLimiter(t, standalone(t, r.Addr), Options{Timeout: 2 * time.Second, ProbeInterval: time.Hour})
-			l.fb.blind = blind
+			l.fallback.blind = blind
 			lims = append(lims, l)
 		}
 		heard = make([]int64, n)

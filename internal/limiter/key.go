@@ -148,3 +148,10 @@ var crc16tab = func() (t [256]uint16) {
 	}
 	return t
 }()
+
+func (l *Limiter) keyOf(r *Request) string {
+	if r.Rule.Algorithm == SlidingWindowCounter {
+		return counterKey(l.opts.Prefix, r.Rule.ID, r.Client)
+	}
+	return Key(l.opts.Prefix, r.Rule.ID, r.Client)
+}

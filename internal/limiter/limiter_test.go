@@ -84,10 +84,8 @@ func TestSameMillisecondBurst(t *testing.T) {
 	pipe := rdb.Pipeline()
 	cmds := make([]*redis.Cmd, 1001)
 	for i := range cmds {
-		g := l.groups(reqs, []string{l.keyOf(&reqs[0])}, true)[0]
-		args := l.decideOp(reqs, &g, l.nextMember(), true, time.Now(), time.Now().Add(time.Minute)).args
-		args[0], args[1] = "eval", decideScript
-		cmds[i] = redis.NewCmd(ctx, args...)
+		args := decideArgs(nil, reqs, []int{0}, []string{l.keyOf(&reqs[0])}, l.nextMember(), l.marginMs, true)
+		cmds[i] = redis.NewCmd(ctx, asEval(args, &decideLua)...)
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -95,13 +93,13 @@ func TestSameMillisecondBurst(t *testing.T) {
 	}
 	allowed, perMs := 0, map[int64]int{}
 	for i, c := range cmds {
-		v, err := c.Int64Slice()
+		rep, err := decodeDecide(c.Val(), 1, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v[2] == 1 {
+		if rep.keys[0].allowed {
 			allowed++
-			perMs[v[0]/1000]++
+			perMs[rep.now/1000]++
 		} else if i != 1000 {
 			t.Errorf("decision %d denied", i)
 		}
@@ -581,7 +579,7 @@ func TestMaxWait(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLimiter(t, standalone(t, r.Addr), Options{MaxWait: tc.maxWait, MaxInflight: 1, Timeout: 10 * time.Second})
-			l.direct = false
+			l.honorsDeadlines = false
 			first := make(chan Decision, 1)
 			go func() { first <- one(l, rule, "a") }()
 			var a Decision
@@ -630,7 +628,7 @@ func TestBudgetFollowsSlowAnswers(t *testing.T) {
 	for _, s := range steps {
 		now := t0.Add(s.at)
 		if s.observe > 0 {
-			l.lat.observe(s.observe, now)
+			l.latency.observe(s.observe, now)
 		}
 		if got := l.budget(now); got != s.want {
 			t.Errorf("at %v: budget %v, want %v", s.at, got, s.want)

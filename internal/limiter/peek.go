@@ -157,12 +157,12 @@ func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, e
 	defer cancel()
 	r := Request{Rule: rule, Client: client}
 	key := l.keyOf(&r)
-	win := (rule.Window + time.Microsecond - 1) / time.Microsecond
+	win := windowMicros(rule.Window)
 	ctr := "0"
 	if rule.Algorithm == SlidingWindowCounter {
 		ctr = "1"
 	}
-	v, err := peekLua.Run(ctx, l.rdb, []string{key}, rule.Limit, int64(win), ctr).Result()
+	v, err := peekLua.Run(ctx, l.rdb, []string{key}, rule.Limit, win, ctr).Result()
 	if err != nil {
 		return Window{}, fmt.Errorf("limiter: peek: %w", err)
 	}

@@ -3,6 +3,8 @@ package limiter
 import (
 	"crypto/sha1" //nolint:gosec // SHA-1 is what Redis names scripts by, not a security measure.
 	"encoding/hex"
+	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -16,12 +18,6 @@ const scoreEpoch = 1577836800
 func serverTime(us int64) time.Time {
 	return time.Unix(scoreEpoch, 0).Add(time.Duration(us) * time.Microsecond)
 }
-
-// Flags of one key in the decide script's arguments.
-const (
-	flagCounter = 1 // SlidingWindowCounter instead of SlidingLog
-	flagDryRun  = 2 // a denial here does not stop the group's commit
-)
 
 // decideScript decides every rule of one request whose keys share a slot,
 // in one atomic step, with the time of the Redis server (TIME), never the
@@ -193,9 +189,6 @@ end
 return 1
 `
 
-// Results per key in a decide reply, after the two leading values.
-const replyPerKey = 5
-
 type script struct {
 	src string
 	sha string
@@ -215,3 +208,164 @@ var (
 // benchmark can run the very same script outside the limiter (e.g. with
 // redis-benchmark) to measure the server's ceiling.
 func DecideScript() string { return decideScript }
+
+// The layout of the two scripts' commands and of the decide reply, as the
+// comments on decideScript and undoScript document it. Nothing outside the
+// functions below indexes into a command or a reply.
+//
+//	EVALSHA sha numkeys KEYS[1..n] ARGV[1..]
+const (
+	cmdHead         = 3 // "evalsha", sha, numkeys
+	decideHead      = 3 // ARGV[1..3]: member, margin, commit
+	decidePerKey    = 4 // limit, window µs, flags, hits
+	replyHead       = 2 // now, committed
+	replyPerKey     = 5 // allowed, remaining, retry-after, reset-after, field
+	oneKeyDecideLen = cmdHead + 1 + decideHead + decidePerKey
+)
+
+// Flags of one key in the decide script's arguments.
+const (
+	flagCounter = 1 // SlidingWindowCounter instead of SlidingLog
+	flagDryRun  = 2 // a denial here does not stop the group's commit
+)
+
+// Arguments boxed once: converting a string to any allocates, and these
+// recur in every command.
+var (
+	argEvalSha = any("evalsha")
+	argDecide  = any(decideLua.sha)
+	argUndo    = any(undoLua.sha)
+	// argCommit is ARGV[3], indexed by whether the script may admit.
+	argCommit = [2]any{"0", "1"}
+	// argKeyFlags is a key's flags argument, indexed by its flags.
+	argKeyFlags = [flagCounter | flagDryRun + 1]any{"0", "1", "2", "3"}
+	argOneHit   = any("1")
+)
+
+// decideArgs lays out the decide script's command for the requests
+// reqs[idx[k]] under keys[k], appending to buf (grown when too short).
+// commit false only decides: nothing is admitted.
+func decideArgs(buf []any, reqs []Request, idx []int, keys []string, member, marginMs string, commit bool) []any {
+	n := len(idx)
+	args := buf[:0]
+	if size := cmdHead + n + decideHead + decidePerKey*n; size > cap(buf) {
+		args = make([]any, 0, size)
+	}
+	args = append(args, argEvalSha, argDecide, n)
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	c := argCommit[0]
+	if commit {
+		c = argCommit[1]
+	}
+	args = append(args, member, marginMs, c)
+	for _, i := range idx {
+		r := &reqs[i]
+		f := 0
+		if r.Rule.Algorithm == SlidingWindowCounter {
+			f |= flagCounter
+		}
+		if r.DryRun {
+			f |= flagDryRun
+		}
+		args = append(args, r.Rule.Limit, windowMicros(r.Rule.Window), argKeyFlags[f])
+		if h := r.hits(); h == 1 {
+			args = append(args, argOneHit)
+		} else {
+			args = append(args, h)
+		}
+	}
+	return args
+}
+
+// windowMicros is a window as the scripts take it: in whole µs, rounded
+// up, so a window is never shorter than the rule says.
+func windowMicros(w time.Duration) int64 {
+	return int64((w + time.Microsecond - 1) / time.Microsecond)
+}
+
+// undoKey is one key whose admit the undo script takes back.
+type undoKey struct {
+	key     string
+	counter bool  // a SlidingWindowCounter key
+	field   int64 // the counter field it incremented (counter only)
+	hits    int64
+}
+
+// undoArgs lays out the undo script's command taking back the admits of keys,
+// all made under member.
+func undoArgs(member string, keys []undoKey) []any {
+	args := make([]any, 0, cmdHead+len(keys)+1+2*len(keys))
+	args = append(args, argEvalSha, argUndo, len(keys))
+	for _, k := range keys {
+		args = append(args, k.key)
+	}
+	args = append(args, member)
+	for _, k := range keys {
+		field := ""
+		if k.counter {
+			field = strconv.FormatInt(k.field, 10)
+		}
+		args = append(args, field, strconv.FormatInt(k.hits, 10))
+	}
+	return args
+}
+
+// asEval turns the EVALSHA command args of s into an EVAL of its source,
+// for a server that answered NOSCRIPT (its script cache is gone after a
+// restart, a failover or SCRIPT FLUSH); running it caches the script again.
+// args is not modified.
+func asEval(args []any, s *script) []any {
+	ev := make([]any, len(args))
+	copy(ev, args)
+	ev[0], ev[1] = "eval", s.src
+	return ev
+}
+
+// decideReply is a decide script's reply, decoded.
+type decideReply struct {
+	now       int64 // Redis's clock, µs since scoreEpoch
+	committed bool  // the allowed keys were admitted into
+	keys      []keyReply
+}
+
+// keyReply is what a decide reply says about one key.
+type keyReply struct {
+	allowed    bool
+	remaining  int64
+	retryAfter time.Duration
+	resetAfter time.Duration
+	field      int64 // the counter field an admit incremented, for undo
+}
+
+// decodeDecide decodes v, the reply of a decide script over nkeys keys,
+// appending the keys' parts to buf.
+func decodeDecide(v any, nkeys int, buf []keyReply) (decideReply, error) {
+	vals, ok := v.([]any)
+	if !ok {
+		return decideReply{}, fmt.Errorf("limiter: unexpected reply %T", v)
+	}
+	for _, x := range vals {
+		if _, ok := x.(int64); !ok {
+			return decideReply{}, fmt.Errorf("limiter: unexpected reply element %T", x)
+		}
+	}
+	if len(vals) != replyHead+replyPerKey*nkeys {
+		return decideReply{}, fmt.Errorf("limiter: malformed reply of %d values", len(vals))
+	}
+	n := func(i int) int64 { return vals[i].(int64) }
+	us := func(i int) time.Duration { return time.Duration(n(i)) * time.Microsecond }
+	rep := decideReply{now: n(0), committed: n(1) == 1, keys: buf[:0]}
+	for k := range nkeys {
+		b := replyHead + replyPerKey*k
+		rep.keys = append(rep.keys, keyReply{
+			allowed:    n(b) == 1,
+			remaining:  n(b + 1),
+			retryAfter: us(b + 2),
+			resetAfter: us(b + 3),
+			field:      n(b + 4),
+		})
+	}
+	return rep, nil
+}

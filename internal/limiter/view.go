@@ -18,7 +18,7 @@ import (
 //     window.
 //   - The fallback's starting point: while Redis cannot answer, a key's
 //     local window starts from what Redis last said about it (see
-//     fallback.seed), not from empty.
+//     fallback.seedOf), not from empty.
 //
 // An entry holds the rule's limit, window and algorithm and applies only to
 // the same ones: a reload that changes the policy makes it miss.

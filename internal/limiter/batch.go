@@ -1,0 +1,396 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// op is one script call waiting for, or riding in, a pipelined round trip.
+type op struct {
+	state    atomic.Int32
+	script   *script   // what args call, for a NOSCRIPT resend
+	args     []any     // the whole EVALSHA command
+	start    time.Time // when its decision began (zero for an undo)
+	deadline time.Time
+	reply    any // the script's reply, undecoded
+	err      error
+	done     chan struct{}
+	// Inline room for a one-key decision's command, so the hot path does
+	// not allocate it.
+	argsBuf [oneKeyDecideLen]any
+}
+
+const (
+	opQueued int32 = iota
+	opInflight
+	opAbandoned
+	opDone
+)
+
+// take moves a queued op into a batch; false if its caller gave up or its
+// deadline passed (it is then never sent: Redis must not count an admit
+// whose caller already decided otherwise).
+func (o *op) take(now time.Time) bool {
+	if !now.IsZero() && !now.Before(o.deadline) {
+		o.state.CompareAndSwap(opQueued, opAbandoned)
+		return false
+	}
+	return o.state.CompareAndSwap(opQueued, opInflight)
+}
+
+// finish hands the result to the caller unless it gave up. The fields are
+// written only after winning the state, and read by the caller only after
+// receiving from done, so the two never race.
+func (o *op) finish(c *redis.Cmd, err error) {
+	if !o.state.CompareAndSwap(opInflight, opDone) {
+		return
+	}
+	if err == nil {
+		o.reply = c.Val()
+	} else {
+		o.err = err
+	}
+	o.done <- struct{}{}
+}
+
+// abandon gives up on o with err, unless it finished meanwhile: its answer
+// is then used.
+func (o *op) abandon(err error) {
+	if prev := o.state.Swap(opAbandoned); prev == opDone {
+		<-o.done
+		return
+	}
+	o.err = err
+}
+
+// submitAndWait queues the ops of groups and waits for them until the
+// deadline, or on until hard while Redis is answering (see
+// patience.exhausted). An op that did not finish carries the reason in its
+// err.
+func (l *Limiter) submitAndWait(ctx context.Context, groups []group, start, deadline, hard time.Time) {
+	if len(groups) == 1 && l.roundTripNow(groups[0].op, deadline) {
+		return
+	}
+	p := patience{l: l, start: start, hard: hard, timer: timerPool.Get().(*time.Timer)}
+	p.timer.Reset(time.Until(deadline))
+	defer func() {
+		p.timer.Stop() // Go ≥1.23: no stale tick is left for the next user
+		timerPool.Put(p.timer)
+	}()
+	var err error
+	for gi := range groups {
+		o := groups[gi].op
+		if err == nil {
+			err = p.enqueue(ctx, o)
+		}
+		if err != nil {
+			o.state.Store(opAbandoned) // never queued
+			o.err = err
+		}
+	}
+	for gi := range groups {
+		o := groups[gi].op
+		if err == nil {
+			err = p.await(ctx, o)
+		}
+		if err != nil {
+			o.abandon(err)
+		}
+	}
+	if err != nil {
+		l.stats.timeouts.Add(1)
+		if errors.Is(err, ErrTimeout) {
+			l.breaker.failure(err)
+		}
+	}
+}
+
+// roundTripNow makes o's round trip on the caller's goroutine when the
+// limiter is idle: nothing to coalesce with and a connection free, which
+// saves two goroutine hand-offs. Under load the flushers always wait for
+// tokens, so this path turns itself off and decisions are batched. It
+// reports whether it made the round trip.
+func (l *Limiter) roundTripNow(o *op, deadline time.Time) bool {
+	if !l.honorsDeadlines || len(l.queue) != 0 || l.waiting.Load() != 0 {
+		return false
+	}
+	select {
+	case l.tokens <- struct{}{}:
+	default:
+		return false
+	}
+	o.state.Store(opInflight)
+	// Bounded by the budget: the idle path has no one to tell a slow Redis
+	// from a hung one.
+	l.exec([]*op{o}, make([]*redis.Cmd, 0, 1), deadline)
+	<-l.tokens
+	if o.err != nil && !time.Now().Before(deadline) {
+		o.err = fmt.Errorf("%w: %w", ErrTimeout, o.err)
+		l.stats.timeouts.Add(1)
+	}
+	return true
+}
+
+// patience is a decision's wait for Redis. When its timer fires (first at
+// the budget), the decision waits on until hard if Redis has answered
+// anyone since the decision began. Before judging that it has not, it
+// waits a twentieth of the timeout once more: a process starved of CPU may
+// hold answers it has not read.
+type patience struct {
+	l           *Limiter
+	timer       *time.Timer
+	start, hard time.Time
+	graced      bool
+}
+
+// exhausted is asked when the timer fires; it rearms the timer when the
+// decision waits on.
+func (p *patience) exhausted() bool {
+	now := time.Now()
+	if !now.Before(p.hard) {
+		return true
+	}
+	if p.l.lastAnswer.Load() > p.start.UnixNano() {
+		p.timer.Reset(p.hard.Sub(now))
+		return false
+	}
+	if !p.graced {
+		p.graced = true
+		p.timer.Reset(min(p.l.opts.Timeout/20, p.hard.Sub(now)))
+		return false
+	}
+	return true
+}
+
+// enqueue puts o in the queue, waiting for room while patience lasts.
+func (p *patience) enqueue(ctx context.Context, o *op) error {
+	return p.wait(ctx, p.l.queue, o, nil)
+}
+
+// await waits for o's answer while patience lasts.
+func (p *patience) await(ctx context.Context, o *op) error {
+	return p.wait(ctx, nil, nil, o.done)
+}
+
+// wait sends o on queue or receives from done, whichever of the two is
+// not nil (a nil channel is never ready), while patience lasts.
+func (p *patience) wait(ctx context.Context, queue chan<- *op, o *op, done <-chan struct{}) error {
+	for {
+		select {
+		case queue <- o:
+			return nil
+		case <-done:
+			return nil
+		case <-p.timer.C:
+			if p.exhausted() {
+				return ErrTimeout
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// flusher owns one pipelined round trip at a time: it takes whatever
+// decisions are queued (up to MaxBatch, waiting up to MaxWait for more when
+// the batch is short) and sends them together.
+func (l *Limiter) flusher() {
+	defer l.wg.Done()
+	batch := make([]*op, 0, l.opts.MaxBatch)
+	cmds := make([]*redis.Cmd, 0, l.opts.MaxBatch)
+	var linger *time.Timer
+	if l.opts.MaxWait > 0 {
+		linger = time.NewTimer(time.Hour)
+		linger.Stop()
+	}
+	for {
+		var first *op
+		select {
+		case first = <-l.queue:
+		case <-l.ctx.Done():
+			return
+		}
+		if !l.acquireToken(first) {
+			return
+		}
+		batch = l.fillBatch(batch[:0], first, linger)
+		if len(batch) > 0 {
+			cmds = l.exec(batch, cmds[:0], time.Time{})
+		}
+		<-l.tokens
+	}
+}
+
+// acquireToken waits for a connection token for the batch that first
+// starts; meanwhile more decisions queue up. It reports false when the
+// limiter closes first, after failing first.
+func (l *Limiter) acquireToken(first *op) bool {
+	l.waiting.Add(1)
+	select {
+	case l.tokens <- struct{}{}:
+		l.waiting.Add(-1)
+		return true
+	case <-l.ctx.Done():
+		l.waiting.Add(-1)
+		if first.take(time.Time{}) {
+			first.finish(nil, ErrClosed)
+		}
+		return false
+	}
+}
+
+// fillBatch appends first and whatever else is queued, up to MaxBatch, to
+// batch; when the queue runs dry and linger is set, it waits up to MaxWait
+// once for one more. Ops whose deadline has passed are left out.
+func (l *Limiter) fillBatch(batch []*op, first *op, linger *time.Timer) []*op {
+	now := time.Now()
+	if first.take(now) {
+		batch = append(batch, first)
+	}
+	lingered := linger == nil
+	for len(batch) < l.opts.MaxBatch {
+		select {
+		case o := <-l.queue:
+			if o.take(now) {
+				batch = append(batch, o)
+			}
+		default:
+			if lingered {
+				return batch
+			}
+			lingered = true
+			linger.Reset(l.opts.MaxWait)
+			select {
+			case o := <-l.queue:
+				if o.take(now) {
+					batch = append(batch, o)
+				}
+				linger.Stop() // Go ≥1.23: no stale tick survives Stop
+			case <-linger.C:
+				return batch
+			}
+		}
+	}
+	return batch
+}
+
+// send makes one round trip: a pipeline, or for a single command the plain
+// path, which go-redis makes cheaper than a pipeline of one.
+func (l *Limiter) send(ctx context.Context, cmds []*redis.Cmd) error {
+	if len(cmds) == 1 {
+		return l.rdb.Process(ctx, cmds[0])
+	}
+	pipe := l.rdb.Pipeline()
+	for _, c := range cmds {
+		_ = pipe.Process(ctx, c) // queues; errors come from Exec
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// exec sends one batch as one pipeline, with the batch's latest deadline
+// unless dl is set, and hands each op its answer. Scripts the server does
+// not know come back NOSCRIPT without having run, so they are resent as
+// EVAL (asEval); go-redis's Script.Run cannot do this inside a pipeline.
+func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cmd {
+	if dl.IsZero() {
+		for _, o := range batch {
+			if o.deadline.After(dl) {
+				dl = o.deadline
+			}
+		}
+	}
+	ctx, cancel := context.WithDeadline(l.ctx, dl)
+	defer cancel()
+	for _, o := range batch {
+		cmds = append(cmds, redis.NewCmd(ctx, o.args...))
+	}
+	// Per-command errors are read below. Exec's own error matters when the
+	// connection could not be set up with a Redis error (WRONGPASS,
+	// NOPERM on HELLO): go-redis then leaves the commands without error
+	// and without value.
+	execErr := l.send(ctx, cmds)
+	l.stats.roundTrips.Add(1)
+	l.stats.ops.Add(int64(len(batch)))
+	if err := l.resendUnknown(ctx, batch, cmds); err != nil {
+		execErr = err
+	}
+	l.deliver(batch, cmds, execErr)
+	clear(cmds)
+	return cmds[:0]
+}
+
+// resendUnknown resends as EVAL, in one more round trip, the commands of
+// batch that came back NOSCRIPT, replacing them in cmds. It returns that
+// round trip's error.
+func (l *Limiter) resendUnknown(ctx context.Context, batch []*op, cmds []*redis.Cmd) error {
+	var again []*redis.Cmd
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			cmds[i] = redis.NewCmd(ctx, asEval(batch[i].args, batch[i].script)...)
+			again = append(again, cmds[i])
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	l.stats.noScript.Add(1)
+	err := l.send(ctx, again)
+	l.stats.roundTrips.Add(1)
+	return err
+}
+
+// deliver hands each op of batch the answer of its command in cmds, and
+// tells the breaker and the budget how the round trip went. execErr stands
+// in for an answer go-redis left empty.
+func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
+	var firstErr error
+	answered := time.Now()
+	anyAnswer := false
+	for i, o := range batch {
+		c := cmds[i]
+		err := c.Err()
+		if err == nil && c.Val() == nil {
+			err = execErr
+			if err == nil {
+				err = errNoReply
+			}
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			o.finish(nil, err)
+			continue
+		}
+		if !o.start.IsZero() {
+			l.latency.observe(answered.Sub(o.start), answered)
+		}
+		anyAnswer = true
+		o.finish(c, nil)
+	}
+	if anyAnswer {
+		l.lastAnswer.Store(answered.UnixNano())
+	}
+	if firstErr != nil {
+		l.breaker.failure(firstErr)
+	} else {
+		l.breaker.success()
+	}
+}

@@ -1,0 +1,360 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Decide decides every rule one HTTP request must pass; see the contract in
+// api.go. Rules whose keys share a slot (all of them on a standalone Redis)
+// are decided by one atomic script that admits into none of them unless
+// all non-dry-run rules allow. Across slots, a denial in one group undoes
+// the admits of the others with a compensating call. A rule that allowed
+// but whose admit was undone keeps Allowed true with Remaining as if the
+// request had not come.
+//
+// FailMode "" counts as FailOpen.
+func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
+	out := make([]Decision, len(reqs))
+	if len(reqs) == 0 {
+		return out
+	}
+	c := call{l: l, reqs: reqs, out: out, pass: true}
+	c.setDeadlines(ctx, time.Now())
+	// keys[i] is the key of reqs[i], "" when it is invalid. For a single
+	// request it lives in this frame; inside call it would not, since
+	// escape analysis sees call's fields as one.
+	var keyBuf [1]string
+	keys := c.validate(keyBuf[:0])
+	if l.view != nil && l.deniedByCache(reqs, keys, c.start, out) {
+		l.stats.denyCache.Add(1)
+		return out
+	}
+	c.askRedis(ctx, keys)
+	c.collect(ctx)
+	c.fallBack(keys)
+	if !c.pass && c.admitted {
+		c.undo()
+	}
+	c.count()
+	return out
+}
+
+// call is one Decide in progress. Its phases, in order: validate, (the
+// deny cache), askRedis, collect, fallBack, undo, count.
+type call struct {
+	l    *Limiter
+	reqs []Request
+	out  []Decision // out[i] is the decision of reqs[i]
+
+	// start is when the decision began. Past deadline (the budget) it
+	// falls back unless Redis has answered anyone since start (then Redis
+	// is slow, not down, and the decision waits on); past hard it falls
+	// back in any case.
+	start, deadline, hard time.Time
+
+	member string  // what the scripts admit under (nextMember)
+	groups []group // nil when Redis was not asked or nothing was valid
+	// notAsked is why Redis was not asked at all (closed, breaker open).
+	notAsked error
+	// pass says no non-dry-run request is denied so far; admitted, that
+	// some group admitted into Redis.
+	pass, admitted bool
+	// replicas is Options.Replicas, read once the first request fails
+	// over (0 until then).
+	replicas int64
+}
+
+// setDeadlines sets the decision's two deadlines (see call.start), neither
+// past ctx's.
+func (c *call) setDeadlines(ctx context.Context, start time.Time) {
+	c.start = start
+	c.deadline, c.hard = start.Add(c.l.budget(start)), start.Add(c.l.opts.MaxTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		c.deadline, c.hard = minTime(c.deadline, d), minTime(c.hard, d)
+	}
+}
+
+// validate fails the invalid requests closed and returns each request's
+// key ("" for an invalid one), in buf when it is long enough.
+func (c *call) validate(buf []string) []string {
+	keys := buf
+	if len(c.reqs) > cap(buf) {
+		keys = make([]string, 0, len(c.reqs))
+	}
+	for i := range c.reqs {
+		r := &c.reqs[i]
+		if err := validRequest(r); err != nil {
+			c.out[i] = failedClosed(r, err)
+			c.pass = c.pass && r.DryRun
+			keys = append(keys, "")
+			continue
+		}
+		keys = append(keys, c.l.keyOf(r))
+	}
+	return keys
+}
+
+// failedClosed is the decision of r when it is denied for err, uncounted.
+func failedClosed(r *Request, err error) Decision {
+	return Decision{Limit: r.Rule.Limit, RetryAfter: failedClosedRetry, Source: SourceFailedClosed, Err: err}
+}
+
+// validRequest checks r's rule and hits.
+func validRequest(r *Request) error {
+	if r.Hits < 0 || r.Hits > MaxHits {
+		return fmt.Errorf("%w: %q hits %d outside [0, %d]", ErrInvalidRule, r.Rule.ID, r.Hits, MaxHits)
+	}
+	return validRule(&r.Rule)
+}
+
+// validRule checks that r's window and algorithm can be enforced.
+func validRule(r *Rule) error {
+	if r.Window < minWindow || r.Window > maxWindow {
+		return fmt.Errorf("%w: %q window %v outside [%v, %v]", ErrInvalidRule, r.ID, r.Window, minWindow, maxWindow)
+	}
+	switch r.Algorithm {
+	case SlidingLog, SlidingWindowCounter, "":
+	default:
+		return fmt.Errorf("%w: %q algorithm %q", ErrInvalidRule, r.ID, r.Algorithm)
+	}
+	return nil
+}
+
+// deniedByCache answers reqs from the deny cache when a non-dry-run rule
+// of the request is cached as exhausted: the request is denied whatever the
+// others say, and Redis would have admitted into none of them. A request
+// with a dry-run rule not in the cache still goes to Redis, which decides
+// (and counts) that rule.
+func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, out []Decision) bool {
+	hit, dryMiss := false, false
+	for i := range reqs {
+		if keys[i] == "" { // invalid: already failed closed
+			dryMiss = dryMiss || reqs[i].DryRun
+			continue
+		}
+		d, ok := l.view.denied(keys[i], &reqs[i].Rule, now)
+		switch {
+		case ok:
+			out[i] = d
+			hit = hit || !reqs[i].DryRun
+		case reqs[i].DryRun:
+			dryMiss = true
+		default:
+			out[i] = Decision{Allowed: true, Limit: reqs[i].Rule.Limit, Source: SourceDenyCache}
+		}
+	}
+	if hit && !dryMiss {
+		return true
+	}
+	for i := range reqs { // Redis decides: undo the answers filled in above
+		if keys[i] != "" {
+			out[i] = Decision{}
+		}
+	}
+	return false
+}
+
+// nextMember is unique per decision across every process sharing Redis:
+// a random process id and a sequence number. Because it comes from the
+// caller, a script that go-redis runs twice (a retried pipeline) adds the
+// same member again instead of a second admit.
+func (l *Limiter) nextMember() string {
+	n := l.seq.Add(1)
+	var b [8 + 13]byte
+	buf := append(b[:0], l.memberPrefix...)
+	buf = strconv.AppendUint(buf, n, 36)
+	return string(buf)
+}
+
+// askRedis sends the valid requests to Redis, one script per group, and
+// waits for the answers; unless Redis is known not to answer (the limiter
+// is closed, the breaker open): then notAsked says why.
+func (c *call) askRedis(ctx context.Context, keys []string) {
+	l := c.l
+	switch {
+	case l.closed.Load():
+		c.notAsked = ErrClosed
+		return
+	case !l.breaker.allow():
+		c.notAsked = ErrCircuitOpen
+		if last := l.breaker.err(); last != nil {
+			c.notAsked = fmt.Errorf("%w (last error: %w)", ErrCircuitOpen, last)
+		}
+		return
+	}
+	c.groups = l.grouping.split(keys)
+	c.member = l.nextMember()
+	// An invalid non-dry-run request already fails the request: Redis then
+	// only decides, admitting nothing.
+	commit := c.pass
+	for gi := range c.groups {
+		g := &c.groups[gi]
+		g.op = &op{script: &decideLua, start: c.start, deadline: c.hard, done: make(chan struct{}, 1)}
+		g.op.args = decideArgs(g.op.argsBuf[:0], c.reqs, g.idx, g.keys, c.member, l.marginMs, commit)
+	}
+	l.submitAndWait(ctx, c.groups, c.start, c.deadline, c.hard)
+}
+
+// collect turns each group's reply into decisions; a group Redis did not
+// decide keeps its err for fallBack.
+func (c *call) collect(ctx context.Context) {
+	for gi := range c.groups {
+		g := &c.groups[gi]
+		if g.err = g.op.err; g.err == nil {
+			g.reply, g.err = decodeDecide(g.op.reply, len(g.idx), g.replyBuf[:0])
+		}
+		if g.err == nil {
+			c.fillRedis(ctx, g)
+		}
+	}
+}
+
+// fillRedis writes the decisions of g's reply, and caches the denials of
+// a decision that started at c.start.
+func (c *call) fillRedis(ctx context.Context, g *group) {
+	rep := &g.reply
+	for k, i := range g.idx {
+		r, v := &c.reqs[i], &rep.keys[k]
+		c.out[i] = Decision{
+			Allowed:    v.allowed,
+			Limit:      r.Rule.Limit,
+			Remaining:  v.remaining,
+			RetryAfter: v.retryAfter,
+			ResetAfter: v.resetAfter,
+			Source:     SourceRedis,
+		}
+		g.admitted = g.admitted || (rep.committed && v.allowed)
+		c.pass = c.pass && (r.DryRun || v.allowed)
+		// A denial of several hits says nothing about one hit: it is not
+		// cached, or the deny cache would refuse what Redis admits.
+		if c.l.view != nil && (r.hits() == 1 || v.allowed) {
+			c.l.view.put(g.keys[k], &r.Rule, c.start, &c.out[i])
+		}
+	}
+	c.admitted = c.admitted || g.admitted
+	if c.l.observe != nil {
+		c.l.observe(ctx, rep.now, c.reqs, g.idx, c.out)
+	}
+}
+
+// fallBack decides the requests Redis did not: a FailClosed rule denies,
+// the others are decided together by the local fallback, which admits
+// only if the request still passes.
+func (c *call) fallBack(keys []string) {
+	var fbReqs []fbReq
+	for gi := range c.groups {
+		if g := &c.groups[gi]; g.err != nil {
+			for _, i := range g.idx {
+				fbReqs = c.failOver(fbReqs, i, keys[i], g.err)
+			}
+		}
+	}
+	if c.notAsked != nil {
+		for i, k := range keys {
+			if k != "" {
+				fbReqs = c.failOver(fbReqs, i, k, c.notAsked)
+			}
+		}
+	}
+	if len(fbReqs) > 0 && !c.l.fallback.decide(fbReqs, c.pass) {
+		c.pass = false
+	}
+}
+
+// failOver decides request i (of key), which Redis did not decide because
+// of err, if its rule fails closed; else it appends it to fbReqs for the
+// fallback, with its share of the limit.
+func (c *call) failOver(fbReqs []fbReq, i int, key string, err error) []fbReq {
+	if c.replicas == 0 {
+		c.replicas = c.l.opts.replicas()
+	}
+	r := &c.reqs[i]
+	if r.Rule.FailMode == FailClosed {
+		c.out[i] = failedClosed(r, err)
+		c.pass = c.pass && r.DryRun
+		return fbReqs
+	}
+	n := c.replicas
+	if r.Rule.Replicas > 0 {
+		n = int64(r.Rule.Replicas)
+	}
+	fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, hits: r.hits(), share: ceilDiv(r.Rule.Limit, n), out: &c.out[i], err: err}
+	if c.l.view != nil {
+		if e, ok := c.l.view.get(key, &r.Rule); ok {
+			fr.seed = c.l.fallback.seedOf(e, n)
+		}
+	}
+	return append(fbReqs, fr)
+}
+
+// undo is the compensating call: it takes back the admits of the groups
+// that admitted, waiting for it at most until the decision's deadline (it
+// still runs after that: a late undo only returns budget late). Each
+// allowed decision it undoes gets its hits back in Remaining.
+func (c *call) undo() {
+	l := c.l
+	ops := make([]*op, 0, len(c.groups))
+	for gi := range c.groups {
+		g := &c.groups[gi]
+		if !g.admitted {
+			continue
+		}
+		var keys []undoKey
+		for k, i := range g.idx {
+			if !g.reply.keys[k].allowed {
+				continue
+			}
+			r := &c.reqs[i]
+			h := r.hits()
+			keys = append(keys, undoKey{key: g.keys[k], counter: r.Rule.Algorithm == SlidingWindowCounter, field: g.reply.keys[k].field, hits: h})
+			c.out[i].Remaining = min(c.out[i].Remaining+h, max(c.out[i].Limit, 0))
+		}
+		// An undo gets a full timeout of its own: it must not be dropped
+		// because the decision that needs it is about to give up.
+		o := &op{script: &undoLua, args: undoArgs(c.member, keys), deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
+		ops = append(ops, o)
+		l.stats.undos.Add(1)
+		l.enqueueUndo(o)
+	}
+	timer := time.NewTimer(time.Until(c.deadline))
+	defer timer.Stop()
+	for _, o := range ops {
+		select {
+		case <-o.done:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// enqueueUndo queues o without blocking the decision: when the queue is
+// full, a goroutine waits for room (or for Close).
+func (l *Limiter) enqueueUndo(o *op) {
+	select {
+	case l.queue <- o:
+	default:
+		go func() {
+			select {
+			case l.queue <- o:
+			case <-l.ctx.Done():
+			}
+		}()
+	}
+}
+
+// count adds the decisions to the stats, by source.
+func (c *call) count() {
+	for i := range c.out {
+		switch c.out[i].Source {
+		case SourceRedis:
+			c.l.stats.redis.Add(1)
+		case SourceFallback:
+			c.l.stats.fallback.Add(1)
+		case SourceFailedClosed:
+			c.l.stats.failedClosed.Add(1)
+		}
+	}
+}
