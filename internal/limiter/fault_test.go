@@ -16,7 +16,8 @@ import (
 //     2-core machine shared with compilers and the race detector, a single
 //     goroutine can be descheduled for tens of ms, which says nothing
 //     about the limiter. For the same reason the bound adds the p99
-//     lateness of a plain timer measured at the same time (a decision
+//     lateness of plain timers, slept by as many goroutines as there are
+//     callers during the same interval (a decision
 //     cannot return before the runtime wakes the goroutine whose timeout
 //     fired; on an idle machine that is well under 1ms). The maximum is
 //     only checked against a gross bound (a decision waiting for a socket
@@ -69,24 +70,31 @@ func runFault(t *testing.T, inject, repair func(*testsupport.Redis) error, mode 
 	var samples []sample
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	// The scheduler's lateness in waking a goroutine whose timer fired.
-	var lateness []time.Duration
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
+	// The scheduler's lateness in waking a goroutine whose timer fired,
+	// measured by as many goroutines as there are callers, paced like them,
+	// and kept for the same interval as the decisions: the decisions' p99 is
+	// compared with the p99 of a sample of the same size and period.
+	var lateness []sample
+	const callers = 8
+	for range callers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s := sample{start: time.Now()}
+				time.Sleep(timeout)
+				s.end = time.Now()
+				mu.Lock()
+				lateness = append(lateness, s)
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
 			}
-			start := time.Now()
-			time.Sleep(timeout)
-			late := time.Since(start) - timeout
-			mu.Lock()
-			lateness = append(lateness, late)
-			mu.Unlock()
-		}
-	})
-	for w := range 8 {
+		})
+	}
+	for w := range callers {
 		wg.Go(func() {
 			client := string(rune('a' + w))
 			for {
@@ -157,10 +165,16 @@ func runFault(t *testing.T, inject, repair func(*testsupport.Redis) error, mode 
 
 	mu.Lock()
 	defer mu.Unlock()
-	var lat []time.Duration
+	during := func(s sample) bool { return s.start.After(faultAt) && s.end.Before(backAt) }
+	var lat, late []time.Duration
+	for _, s := range lateness {
+		if during(s) {
+			late = append(late, s.end.Sub(s.start)-timeout)
+		}
+	}
 	admitted := 0
 	for _, s := range samples {
-		if !s.start.After(faultAt) || !s.end.Before(backAt) {
+		if !during(s) {
 			continue
 		}
 		lat = append(lat, s.end.Sub(s.start))
@@ -179,9 +193,12 @@ func runFault(t *testing.T, inject, repair func(*testsupport.Redis) error, mode 
 		t.Fatalf("only %d decisions during the fault", len(lat))
 	}
 	slices.Sort(lat)
-	slices.Sort(lateness)
+	if len(late) < 40 {
+		t.Fatalf("only %d timer samples during the fault", len(late))
+	}
+	slices.Sort(late)
 	p50, p99, worst := lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
-	noise := lateness[len(lateness)*99/100]
+	noise := late[len(late)*99/100]
 	t.Logf("fault: fallback engaged after %v; redis answered %v after the repair began, decisions from redis again %v later; %d decisions during the fault, latency p50 %v p99 %v max %v; timer lateness p99 %v; breaker opened %d times",
 		engaged, backAt.Sub(repairAt), back, len(lat), p50, p99, worst, noise, l.Stats().BreakerOpens)
 	if bound := timeout + 10*time.Millisecond + noise; p99 > bound {
