@@ -25,6 +25,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -52,86 +53,118 @@ func main() {
 	}
 }
 
-func run() error {
-	var (
-		metricsAddr, probeAddr string
-		leaderElect, secure    bool
-		trustedProxies         string
-		redis                  controllers.RedisConnection
-		wh                     webhook.Options
-		webhookHost            string
-		webhookPort            int
-		rlsService             string
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (with --metrics-secure=false); 0 disables it.")
-	flag.BoolVar(&secure, "metrics-secure", true, "Serve metrics over HTTPS, to scrapers authenticated and authorized by the API server.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect one active manager among the replicas (a Lease in the manager's namespace).")
-	flag.StringVar(&trustedProxies, "trusted-proxies", "",
-		"Comma-separated CIDRs (or addresses) of the proxies, e.g. the ingress, whose X-Forwarded-For header sidecars believe for RemoteAddress keys. Empty: none.")
-	redis.BindFlags(flag.CommandLine)
-	// Flags that the install sets per deployment come from the environment
-	// too (config/default), so kustomize can patch them by name.
-	flag.StringVar(&webhookHost, "webhook-host", "", "Address the injection webhook listens on; empty: all.")
-	flag.IntVar(&webhookPort, "webhook-port", 9443, "Port of the injection webhook.")
-	flag.StringVar(&rlsService, "rls-service-name", controllers.DefaultRLSServiceName,
-		"Service, in the manager's namespace, in front of the rate limit service's servers (config/components/rls); the controller asks its ready endpoints what they loaded.")
-	flag.StringVar(&wh.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with the webhook's tls.crt and tls.key (the mounted Secret).")
-	flag.StringVar(&wh.CertMode, "cert-mode", envOr("SLIDEGATE_CERT_MODE", webhook.CertModeSelf),
-		"Webhook certificate: self (the manager issues and rotates it, and the caBundle) or external (cert-manager does). Env SLIDEGATE_CERT_MODE.")
-	flag.StringVar(&wh.SecretName, "webhook-secret-name", envOr("SLIDEGATE_WEBHOOK_SECRET_NAME", "slidegate-webhook-server-cert"), "Secret holding the webhook certificate (cert-mode self).")
-	flag.StringVar(&wh.ServiceName, "webhook-service-name", envOr("SLIDEGATE_WEBHOOK_SERVICE_NAME", "slidegate-webhook-service"), "Service in front of the webhook (cert-mode self).")
-	flag.StringVar(&wh.ConfigurationName, "webhook-configuration-name", envOr("SLIDEGATE_WEBHOOK_CONFIGURATION_NAME", "slidegate-mutating-webhook-configuration"),
-		"MutatingWebhookConfiguration whose caBundle the manager keeps (cert-mode self).")
-	flag.StringVar(&wh.Inject.Image, "sidecar-image", envOr("SLIDEGATE_SIDECAR_IMAGE", inject.DefaultImage), "Image of the injected sidecar. Env SLIDEGATE_SIDECAR_IMAGE.")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(flag.CommandLine)
-	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+// options are the manager's flags.
+type options struct {
+	metricsAddr, probeAddr string
+	leaderElect, secure    bool
+	trustedProxies         string
+	redis                  controllers.RedisConnection
+	webhook                webhook.Options
+	webhookHost            string
+	webhookPort            int
+	rlsService             string
+	zap                    zap.Options
+}
 
-	proxies, err := sidecarconfig.ParseTrustedProxies(strings.Split(trustedProxies, ","))
+// run reads the flags, builds the manager, adds the controllers, the webhook
+// and the probes to it, and runs it until a signal comes.
+func run() error {
+	var o options
+	o.bindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+
+	proxies, err := sidecarconfig.ParseTrustedProxies(strings.Split(o.trustedProxies, ","))
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	namespace := managerNamespace()
-	if err := redis.Complete(namespace); err != nil {
+	if err := o.redis.Complete(namespace); err != nil {
+		return err
+	}
+	mgr, err := newManager(o, namespace)
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := addControllers(ctx, mgr, o, proxies, namespace); err != nil {
+		return err
+	}
+	if err := addWebhook(mgr, o, namespace); err != nil {
 		return err
 	}
 
+	ctrl.Log.WithName("setup").Info("starting the manager",
+		"trustedProxies", len(proxies), "redisMode", o.redis.Config.Mode, "redisCredentialsSecret", o.redis.CredentialsSecret.String())
+	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func (o *options) bindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (with --metrics-secure=false); 0 disables it.")
+	fs.BoolVar(&o.secure, "metrics-secure", true, "Serve metrics over HTTPS, to scrapers authenticated and authorized by the API server.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect one active manager among the replicas (a Lease in the manager's namespace).")
+	fs.StringVar(&o.trustedProxies, "trusted-proxies", "",
+		"Comma-separated CIDRs (or addresses) of the proxies, e.g. the ingress, whose X-Forwarded-For header sidecars believe for RemoteAddress keys. Empty: none.")
+	o.redis.BindFlags(fs)
+	// Flags that the install sets per deployment come from the environment
+	// too (config/default), so kustomize can patch them by name.
+	fs.StringVar(&o.webhookHost, "webhook-host", "", "Address the injection webhook listens on; empty: all.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the injection webhook.")
+	fs.StringVar(&o.rlsService, "rls-service-name", controllers.DefaultRLSServiceName,
+		"Service, in the manager's namespace, in front of the rate limit service's servers (config/components/rls); the controller asks its ready endpoints what they loaded.")
+	wh := &o.webhook
+	fs.StringVar(&wh.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with the webhook's tls.crt and tls.key (the mounted Secret).")
+	fs.StringVar(&wh.CertMode, "cert-mode", envOr("SLIDEGATE_CERT_MODE", webhook.CertModeSelf),
+		"Webhook certificate: self (the manager issues and rotates it, and the caBundle) or external (cert-manager does). Env SLIDEGATE_CERT_MODE.")
+	fs.StringVar(&wh.SecretName, "webhook-secret-name", envOr("SLIDEGATE_WEBHOOK_SECRET_NAME", "slidegate-webhook-server-cert"), "Secret holding the webhook certificate (cert-mode self).")
+	fs.StringVar(&wh.ServiceName, "webhook-service-name", envOr("SLIDEGATE_WEBHOOK_SERVICE_NAME", "slidegate-webhook-service"), "Service in front of the webhook (cert-mode self).")
+	fs.StringVar(&wh.ConfigurationName, "webhook-configuration-name", envOr("SLIDEGATE_WEBHOOK_CONFIGURATION_NAME", "slidegate-mutating-webhook-configuration"),
+		"MutatingWebhookConfiguration whose caBundle the manager keeps (cert-mode self).")
+	fs.StringVar(&wh.Inject.Image, "sidecar-image", envOr("SLIDEGATE_SIDECAR_IMAGE", inject.DefaultImage), "Image of the injected sidecar. Env SLIDEGATE_SIDECAR_IMAGE.")
+	o.zap.BindFlags(fs)
+}
+
+// newManager builds the manager: its cache, metrics and probe endpoints,
+// leader election in namespace, and the webhook server.
+func newManager(o options, namespace string) (ctrl.Manager, error) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
 	metricsOpts := metricsserver.Options{
-		BindAddress:   metricsAddr,
-		SecureServing: secure,
+		BindAddress:   o.metricsAddr,
+		SecureServing: o.secure,
 		// HTTP/2 off: CVE-2023-44487 and CVE-2023-39325 (rapid reset).
 		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
 	}
-	if secure {
+	if o.secure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	return ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         controllers.CacheOptions(),
 		Metrics:                       metricsOpts,
-		HealthProbeBindAddress:        probeAddr,
-		LeaderElection:                leaderElect,
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              "slidegate-controller.ratelimit.slidegate.dev",
 		LeaderElectionNamespace:       namespace,
 		LeaderElectionReleaseOnCancel: true,
-		WebhookServer:                 ctrlwebhook.NewServer(ctrlwebhook.Options{Host: webhookHost, Port: webhookPort, CertDir: wh.CertDir}),
+		WebhookServer:                 ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhook.CertDir}),
 	})
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
+}
 
-	ctx := ctrl.SetupSignalHandler()
+// addControllers adds the RateLimitPolicy and the rate limit service
+// controllers to mgr.
+func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []netip.Prefix, namespace string) error {
 	r := &controllers.RateLimitPolicyReconciler{
 		Client:           mgr.GetClient(),
 		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
 		TrustedProxies:   proxies,
-		RedisCredentials: redis.CredentialsSecret,
+		RedisCredentials: o.redis.CredentialsSecret,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)
@@ -140,13 +173,21 @@ func run() error {
 		Client:      mgr.GetClient(),
 		Recorder:    mgr.GetEventRecorder("slidegate-controller"),
 		Namespace:   namespace,
-		ServiceName: rlsService,
+		ServiceName: o.rlsService,
 	}
 	if err := rls.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the rate limit service controller: %w", err)
 	}
-	wh.Namespace = managerNamespace()
-	wh.Inject.Redis = redis.Config
+	return nil
+}
+
+// addWebhook adds the injection webhook and the probes to mgr: ready once
+// the webhook serves, since with failurePolicy Fail, traffic to a replica
+// without a certificate would fail pod creations.
+func addWebhook(mgr ctrl.Manager, o options, namespace string) error {
+	wh := o.webhook
+	wh.Namespace = namespace
+	wh.Inject.Redis = o.redis.Config
 	webhookReady, err := webhook.Setup(mgr, wh)
 	if err != nil {
 		return fmt.Errorf("setting up the injection webhook: %w", err)
@@ -154,18 +195,7 @@ func run() error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	// Ready once the webhook serves: with failurePolicy Fail, traffic to a
-	// replica without a certificate would fail pod creations.
-	if err := mgr.AddReadyzCheck("webhook", webhookReady); err != nil {
-		return err
-	}
-
-	ctrl.Log.WithName("setup").Info("starting the manager",
-		"trustedProxies", len(proxies), "redisMode", redis.Config.Mode, "redisCredentialsSecret", redis.CredentialsSecret.String())
-	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return mgr.AddReadyzCheck("webhook", webhookReady)
 }
 
 func envOr(key, def string) string {
