@@ -38,17 +38,47 @@ func (s *Sidecar) Reload() error {
 	return err
 }
 
+// reload reads both files and puts a changed, valid pair in force: read →
+// unchanged? → parse → publish, or report the failure.
 func (s *Sidecar) reload() error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 
-	cfgData, cfgErr := readBounded(s.opts.ConfigFile, maxConfigFileBytes)
-	var labelsData []byte
-	var labelsErr error
-	if s.opts.PodLabelsFile != "" {
-		labelsData, labelsErr = readBounded(s.opts.PodLabelsFile, maxLabelsFileBytes)
-	}
 	cur := s.state.Load()
+	in := s.readFiles(cur)
+	if in.cfgErr == nil && in.labelsErr == nil && cur != nil && cur.configSum == in.cfgSum && cur.labelsSum == in.labelsSum {
+		if s.lastFailure != "" {
+			// The files went back to the config in force.
+			s.lastFailure = ""
+			s.metrics.lastReloadOK.Set(1)
+		}
+		return errUnchanged
+	}
+	st, err := in.parse(cur, s.opts.PodLabelsFile)
+	if err != nil {
+		s.reportFailure(err, in, cur)
+		return err
+	}
+	s.publish(st, cur)
+	return nil
+}
+
+// files are the config and labels files as read once, with their digests.
+type files struct {
+	cfgData, labelsData []byte
+	cfgErr, labelsErr   error
+	// noPolicies: the config file is gone and means "no policies".
+	noPolicies        bool
+	cfgSum, labelsSum [sha256.Size]byte
+}
+
+// readFiles reads the config and labels files; cur is the state in force.
+func (s *Sidecar) readFiles(cur *state) files {
+	var in files
+	in.cfgData, in.cfgErr = readBounded(s.opts.ConfigFile, maxConfigFileBytes)
+	if s.opts.PodLabelsFile != "" {
+		in.labelsData, in.labelsErr = readBounded(s.opts.PodLabelsFile, maxLabelsFileBytes)
+	}
 	// The controller deletes the ConfigMap with the namespace's last policy,
 	// and the kubelet then empties the (optional) volume. A missing file
 	// therefore means "no policies": forward everything, instead of
@@ -57,67 +87,68 @@ func (s *Sidecar) reload() error {
 	// one resync interval (unready) before it concludes so; a sidecar
 	// restarted after the last policy went must not stay unready forever.
 	// A ConfigMap that is there but lacks the file is a bad config instead.
-	missing := errors.Is(cfgErr, fs.ErrNotExist)
+	missing := errors.Is(in.cfgErr, fs.ErrNotExist)
 	if missing {
 		if err := configMapGone(s.opts.ConfigFile); err != nil {
-			cfgErr, missing = err, false
+			in.cfgErr, missing = err, false
 		}
 	}
-	noPolicies := missing &&
+	in.noPolicies = missing &&
 		(cur != nil || time.Since(s.created) >= s.opts.ConfigResyncInterval)
-	if noPolicies {
-		cfgData, cfgErr = nil, nil
+	if in.noPolicies {
+		in.cfgData, in.cfgErr = nil, nil
 	}
-	cfgSum, labelsSum := sha256.Sum256(cfgData), sha256.Sum256(labelsData)
+	in.cfgSum, in.labelsSum = sha256.Sum256(in.cfgData), sha256.Sum256(in.labelsData)
+	return in
+}
 
-	if cfgErr == nil && labelsErr == nil && cur != nil && cur.configSum == cfgSum && cur.labelsSum == labelsSum {
-		if s.lastFailure != "" {
-			// The files went back to the config in force.
-			s.lastFailure = ""
-			s.metrics.lastReloadOK.Set(1)
-		}
-		return errUnchanged
+// parse turns the files into the state to put in force; cur is the state
+// in force (its namespace stays when there are no policies).
+func (in files) parse(cur *state, labelsFile string) (*state, error) {
+	if in.cfgErr != nil {
+		return nil, fmt.Errorf("reading config: %w", in.cfgErr)
 	}
-
-	st, err := func() (*state, error) {
-		if cfgErr != nil {
-			return nil, fmt.Errorf("reading config: %w", cfgErr)
+	if in.labelsErr != nil {
+		return nil, fmt.Errorf("reading pod labels: %w", in.labelsErr)
+	}
+	cfg := &sidecarconfig.Config{Version: sidecarconfig.Version, Namespace: cur.namespaceOrEmpty()}
+	if !in.noPolicies {
+		var err error
+		if cfg, err = sidecarconfig.Parse(in.cfgData); err != nil {
+			return nil, err
 		}
-		if labelsErr != nil {
-			return nil, fmt.Errorf("reading pod labels: %w", labelsErr)
-		}
-		cfg := &sidecarconfig.Config{Version: sidecarconfig.Version, Namespace: cur.namespaceOrEmpty()}
-		if !noPolicies {
-			var err error
-			if cfg, err = sidecarconfig.Parse(cfgData); err != nil {
-				return nil, err
-			}
-		}
-		labels, err := ParseLabels(labelsData)
-		if err != nil {
-			return nil, fmt.Errorf("pod labels %s: %w", s.opts.PodLabelsFile, err)
-		}
-		return compile(cfg, labels, cfgSum, labelsSum)
-	}()
+	}
+	labels, err := ParseLabels(in.labelsData)
 	if err != nil {
-		// One log line and one count per distinct failure, not one per resync.
-		key := err.Error() + "/" + hex.EncodeToString(cfgSum[:8]) + hex.EncodeToString(labelsSum[:8])
-		if key != s.lastFailure {
-			s.lastFailure = key
-			s.metrics.reloads.WithLabelValues("failure").Inc()
-			s.metrics.lastReloadOK.Set(0)
-			if cur != nil {
-				s.log.Error("config not loaded; the last good config stays in force",
-					"configFile", s.opts.ConfigFile, "revision", cur.revision, "error", err)
-			} else {
-				s.log.Error("config not loaded; no config yet, not ready",
-					"configFile", s.opts.ConfigFile, "error", err)
-			}
-		}
-		return err
+		return nil, fmt.Errorf("pod labels %s: %w", labelsFile, err)
 	}
+	return compile(cfg, labels, in.cfgSum, in.labelsSum)
+}
+
+// reportFailure logs and counts a failed reload once per distinct failure,
+// not once per resync; the state in force, cur, stays.
+func (s *Sidecar) reportFailure(err error, in files, cur *state) {
+	key := err.Error() + "/" + hex.EncodeToString(in.cfgSum[:8]) + hex.EncodeToString(in.labelsSum[:8])
+	if key == s.lastFailure {
+		return
+	}
+	s.lastFailure = key
+	s.metrics.reloads.WithLabelValues("failure").Inc()
+	s.metrics.lastReloadOK.Set(0)
+	if cur != nil {
+		s.log.Error("config not loaded; the last good config stays in force",
+			"configFile", s.opts.ConfigFile, "revision", cur.revision, "error", err)
+	} else {
+		s.log.Error("config not loaded; no config yet, not ready",
+			"configFile", s.opts.ConfigFile, "error", err)
+	}
+}
+
+// publish puts st in force in place of old, and says so in the metrics and
+// the log.
+func (s *Sidecar) publish(st, old *state) {
 	s.lastFailure = ""
-	s.bindCounters(st, cur)
+	s.bindCounters(st, old)
 	s.state.Store(st)
 
 	s.metrics.reloads.WithLabelValues("success").Inc()
@@ -134,7 +165,6 @@ func (s *Sidecar) reload() error {
 	}
 	s.log.Info("config loaded", "revision", st.revision, "namespace", st.namespace,
 		"policiesActive", names, "policiesInConfig", st.total, "trustedProxies", len(st.trusted))
-	return nil
 }
 
 // bindCounters gives each policy of st its request counters, and drops the
@@ -211,38 +241,9 @@ func (s *Sidecar) WatchConfig(ctx context.Context) { s.watchFiles(ctx) }
 // volume changes by renaming its ..data symlink, which replaces the file
 // a file watch would hold. It returns when ctx ends.
 func (s *Sidecar) watchFiles(ctx context.Context) {
-	dirs := []string{filepath.Dir(s.opts.ConfigFile)}
-	if s.opts.PodLabelsFile != "" {
-		if d := filepath.Dir(s.opts.PodLabelsFile); d != dirs[0] {
-			dirs = append(dirs, d)
-		}
-	}
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		s.log.Warn("cannot watch the config directory; relying on the periodic resync", "error", err)
-	} else {
-		defer func() { _ = w.Close() }()
-		events, errs = w.Events, w.Errors
-	}
-	watching := map[string]bool{}
-	addWatches := func() {
-		if w == nil {
-			return
-		}
-		for _, d := range dirs {
-			if watching[d] {
-				continue
-			}
-			if err := w.Add(d); err != nil {
-				s.log.Debug("cannot watch directory yet", "dir", d, "error", err)
-				continue
-			}
-			watching[d] = true
-		}
-	}
-	addWatches()
+	w := s.newDirWatch()
+	defer w.close()
+	w.addMissing()
 	// The directory may have changed between the first load and the watch.
 	_ = s.reload()
 
@@ -252,50 +253,105 @@ func (s *Sidecar) watchFiles(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-events:
+		case ev, ok := <-w.events:
 			if !ok {
-				events = nil
+				w.events = nil
 				continue
 			}
-			s.noteEvent(ev, watching)
-			// Coalesce a burst (a symlink swap is several events) into one read.
-			for drained := false; !drained; {
-				select {
-				case ev, ok := <-events:
-					if !ok {
-						events = nil
-						drained = true
-					} else {
-						s.noteEvent(ev, watching)
-					}
-				default:
-					drained = true
-				}
-			}
+			w.note(ev)
+			w.drain()
 			_ = s.reload()
-		case err, ok := <-errs:
+		case err, ok := <-w.errs:
 			if !ok {
-				errs = nil
+				w.errs = nil
 				continue
 			}
 			s.log.Warn("config watch error; the periodic resync still runs", "error", err)
 		case <-tick.C:
-			addWatches()
+			w.addMissing()
 			_ = s.reload()
 		}
 	}
 }
 
-// noteEvent forgets the watch of a directory that was itself removed, so the
-// resync adds it again when it comes back.
-func (s *Sidecar) noteEvent(ev fsnotify.Event, watching map[string]bool) {
-	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-		if watching[ev.Name] {
-			watching[ev.Name] = false
+// dirWatch watches the directories of the config and labels files. Without
+// a watcher (fsnotify failed) its channels are nil and only the resync runs.
+type dirWatch struct {
+	w        *fsnotify.Watcher
+	events   <-chan fsnotify.Event
+	errs     <-chan error
+	dirs     []string
+	watching map[string]bool
+	log      *slog.Logger
+}
+
+func (s *Sidecar) newDirWatch() *dirWatch {
+	d := &dirWatch{dirs: []string{filepath.Dir(s.opts.ConfigFile)}, watching: map[string]bool{}, log: s.log}
+	if s.opts.PodLabelsFile != "" {
+		if l := filepath.Dir(s.opts.PodLabelsFile); l != d.dirs[0] {
+			d.dirs = append(d.dirs, l)
 		}
 	}
-	if s.log.Enabled(context.Background(), slog.LevelDebug) {
-		s.log.Debug("config directory event", "event", ev.String())
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		s.log.Warn("cannot watch the config directory; relying on the periodic resync", "error", err)
+		return d
+	}
+	d.w, d.events, d.errs = w, w.Events, w.Errors
+	return d
+}
+
+func (d *dirWatch) close() {
+	if d.w != nil {
+		_ = d.w.Close()
+	}
+}
+
+// addMissing watches the directories not watched yet (one may not exist
+// yet, or may have been removed and come back).
+func (d *dirWatch) addMissing() {
+	if d.w == nil {
+		return
+	}
+	for _, dir := range d.dirs {
+		if d.watching[dir] {
+			continue
+		}
+		if err := d.w.Add(dir); err != nil {
+			d.log.Debug("cannot watch directory yet", "dir", dir, "error", err)
+			continue
+		}
+		d.watching[dir] = true
+	}
+}
+
+// drain takes the events already queued, so that a burst (a symlink swap is
+// several events) costs one read.
+func (d *dirWatch) drain() {
+	for {
+		select {
+		case ev, ok := <-d.events:
+			if !ok {
+				d.events = nil
+				return
+			}
+			d.note(ev)
+		default:
+			return
+		}
+	}
+}
+
+// note forgets the watch of a directory that was itself removed, so the
+// resync adds it again when it comes back.
+func (d *dirWatch) note(ev fsnotify.Event) {
+	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+		if d.watching[ev.Name] {
+			d.watching[ev.Name] = false
+		}
+	}
+	if d.log.Enabled(context.Background(), slog.LevelDebug) {
+		d.log.Debug("config directory event", "event", ev.String())
 	}
 }
 
