@@ -70,48 +70,36 @@ func runFault(t *testing.T, inject, repair func(*testsupport.Redis) error, mode 
 	var samples []sample
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	// measure runs f in a loop until stop and appends each call's sample to
+	// *into; 1ms between calls paces the load, it does not synchronise.
+	measure := func(into *[]sample, f func() Decision) {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s := sample{start: time.Now()}
+				s.d = f()
+				s.end = time.Now()
+				mu.Lock()
+				*into = append(*into, s)
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
 	// The scheduler's lateness in waking a goroutine whose timer fired,
 	// measured by as many goroutines as there are callers, paced like them,
 	// and kept for the same interval as the decisions: the decisions' p99 is
 	// compared with the p99 of a sample of the same size and period.
 	var lateness []sample
 	const callers = 8
-	for range callers {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				s := sample{start: time.Now()}
-				time.Sleep(timeout)
-				s.end = time.Now()
-				mu.Lock()
-				lateness = append(lateness, s)
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-			}
-		})
-	}
 	for w := range callers {
-		wg.Go(func() {
-			client := string(rune('a' + w))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				s := sample{start: time.Now()}
-				s.d = one(l, rule, client)
-				s.end = time.Now()
-				mu.Lock()
-				samples = append(samples, s)
-				mu.Unlock()
-				time.Sleep(time.Millisecond) // pacing the load, not synchronising
-			}
-		})
+		measure(&lateness, func() Decision { time.Sleep(timeout); return Decision{} })
+		client := string(rune('a' + w))
+		measure(&samples, func() Decision { return one(l, rule, client) })
 	}
 	defer func() {
 		close(stop)
