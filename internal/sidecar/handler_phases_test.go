@@ -23,7 +23,7 @@ func gatherSidecar(t *testing.T, policies ...sidecarconfig.Policy) (*Sidecar, *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Sidecar{metrics: newMetrics(func() float64 { return 0 })}
+	s := &Sidecar{metrics: newMetrics(func() float64 { return 0 }, func(func(string, int)) {})}
 	s.bindCounters(st, nil)
 	return s, st
 }

@@ -80,7 +80,7 @@ const (
 	outcomeNoConfig     = "no_config"
 )
 
-func newMetrics(fallbackActive func() float64) *metrics {
+func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(policy string, n int))) *metrics {
 	const ns, sub = "slidegate", "sidecar"
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -144,12 +144,34 @@ func newMetrics(fallbackActive func() float64) *metrics {
 		Namespace: ns, Subsystem: sub, Name: "policies_in_config",
 		Help: "Policies in the namespace's config.",
 	})
+	replicas := replicasCollector{
+		desc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "policy_replicas"),
+			"Sidecars that enforce the policy, as last counted through Redis (else --fallback-replicas): while Redis is away a fail-open policy admits ceil(limit / this) here.",
+			[]string{"policy"}, nil),
+		each: policyReplicas,
+	}
 	m.reg.MustRegister(
 		m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
-		m.upstreamErrors, m.inflight, fallback, m.reloads, m.revision, m.lastReloadOK,
+		m.upstreamErrors, m.inflight, fallback, replicas, m.reloads, m.revision, m.lastReloadOK,
 		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// replicasCollector reports slidegate_sidecar_policy_replicas at scrape
+// time from the counts the sidecar keeps, so a policy that goes leaves no
+// series behind.
+type replicasCollector struct {
+	desc *prometheus.Desc
+	each func(yield func(policy string, n int))
+}
+
+func (c replicasCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c replicasCollector) Collect(ch chan<- prometheus.Metric) {
+	c.each(func(policy string, n int) {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), policy)
+	})
 }

@@ -48,3 +48,23 @@ func (s *Sidecar) peerCount(id string) int {
 	}
 	return 0
 }
+
+// eachPolicyReplicas calls yield with each active policy and the replicas
+// its fail-open share divides the limit by: the sidecars' own count, else
+// the config's, else --fallback-replicas (the limiter's order).
+func (s *Sidecar) eachPolicyReplicas(yield func(policy string, n int)) {
+	st := s.state.Load()
+	if st == nil {
+		return
+	}
+	for _, p := range st.policies {
+		n := s.peerCount(p.rule.ID)
+		if n == 0 {
+			n = p.rule.Replicas
+		}
+		if n == 0 {
+			n = s.opts.FallbackReplicas
+		}
+		yield(p.name, n)
+	}
+}

@@ -2,8 +2,12 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -35,6 +39,17 @@ func TestPeersDivideTheFallback(t *testing.T) {
 				}
 				return true
 			})
+		}
+		// The metric says the share each sidecar falls back to.
+		want := 1 // --fallback-replicas
+		if announce {
+			want = 3
+		}
+		for _, s := range f.sidecars {
+			exp := fmt.Sprintf("# HELP %[1]s %[2]s\n# TYPE %[1]s gauge\n%[1]s{policy=\"global\"} %[3]d\n", replicasMetric, replicasHelp(t, s), want)
+			if err := testutil.GatherAndCompare(s.metrics.reg, strings.NewReader(exp), replicasMetric); err != nil {
+				t.Error(err)
+			}
 		}
 		if err := r.Kill(); err != nil {
 			t.Fatal(err)
@@ -89,4 +104,22 @@ func TestPeerCountFollowsTheFleet(t *testing.T) {
 	start := time.Now()
 	eventually(t, 5*time.Second, "the gone sidecar dropped", func() bool { return f.sidecars[0].peerCount(id) == 1 })
 	t.Logf("count went from 2 to 1 %v after a sidecar stopped announcing (ttl 300 ms)", time.Since(start).Round(time.Millisecond))
+}
+
+const replicasMetric = "slidegate_sidecar_policy_replicas"
+
+// replicasHelp is the help text of replicasMetric as s registers it.
+func replicasHelp(t *testing.T, s *Sidecar) string {
+	t.Helper()
+	mfs, err := s.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == replicasMetric {
+			return mf.GetHelp()
+		}
+	}
+	t.Fatalf("%s not registered", replicasMetric)
+	return ""
 }

@@ -96,7 +96,7 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 			return 0
 		}
 		return 1
-	})
+	}, s.eachPolicyReplicas)
 	s.proxy = newProxy(upstream, newUpstreamTransport(&opts), newBufferPool(), log, s.metrics.upstreamErrors)
 	s.respForwarded = s.metrics.responses.WithLabelValues(outcomeForwarded)
 	s.respRejected = s.metrics.responses.WithLabelValues(outcomeRejected)

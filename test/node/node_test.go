@@ -406,6 +406,24 @@ func testFailModes(ctx context.Context, t *testing.T, n *node) {
 	const limit = 8 // since testLimitChange
 	share := (limit + demoReplicas - 1) / demoReplicas
 	pods := demoPods(ctx, t)
+	// The share is ceil(limit / the replicas each sidecar last counted
+	// through Redis). A sidecar that started before the other counted
+	// itself alone until its next announcement, one PeerInterval later; the
+	// steps before this one can take less than that.
+	for _, p := range pods {
+		want := fmt.Sprintf("slidegate_sidecar_policy_replicas{policy=%q} %d", userPolicy, demoReplicas)
+		metrics := fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, sidecarAdminPort(t, &p))
+		eventually(t, time.Minute, 100*time.Millisecond, "pod "+p.Name+" counting "+strconv.Itoa(demoReplicas)+" sidecars", func() error {
+			a, err := request(ctx, "GET", metrics, nil)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(a.body, want+"\n") {
+				return fmt.Errorf("no %q in its metrics", want)
+			}
+			return nil
+		})
+	}
 	n.redis.stop()
 	for _, p := range pods {
 		url := fmt.Sprintf("http://%s:%d/", p.Status.PodIP, v1alpha1.SidecarPort)
@@ -876,4 +894,19 @@ func keys(m map[string][]byte) []string {
 		k = append(k, key)
 	}
 	return k
+}
+
+// sidecarAdminPort is the port of the injected sidecar's admin endpoint
+// (/metrics) in pod p.
+func sidecarAdminPort(t *testing.T, p *corev1.Pod) int32 {
+	t.Helper()
+	for _, c := range p.Spec.InitContainers {
+		for _, port := range c.Ports {
+			if c.Name == inject.ContainerName && port.Name == inject.AdminPortName {
+				return port.ContainerPort
+			}
+		}
+	}
+	t.Fatalf("pod %s has no %s port on its %s container", p.Name, inject.AdminPortName, inject.ContainerName)
+	return 0
 }
