@@ -78,14 +78,9 @@ func runMain(m *testing.M) int {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
-	env, err := testsupport.NewEnvironment()
+	env, c, err := testsupport.StartControlPlane(scheme)
 	if err != nil {
-		testsupport.MissingInMain("envtest control plane", testsupport.EnvtestUnavailable(err))
-	}
-	env.ErrorIfCRDPathMissing = true
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer func() {
@@ -93,10 +88,8 @@ func runMain(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
 		}
 	}()
-	if k, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	k = c
+	cfg := env.Config
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -38,24 +38,16 @@ import (
 var k client.Client
 
 func TestMain(m *testing.M) {
-	env, err := testsupport.NewEnvironment()
-	if err != nil {
-		testsupport.MissingInMain("envtest control plane", testsupport.EnvtestUnavailable(err))
-	}
-	env.ErrorIfCRDPathMissing = true
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
-		os.Exit(1)
-	}
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
-	k, err = client.New(cfg, client.Options{Scheme: scheme})
+	env, c, err := testsupport.StartControlPlane(scheme)
 	if err != nil {
-		panic(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
+	k = c
 	code := m.Run()
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the control plane:", err)

@@ -64,20 +64,11 @@ func runMain(m *testing.M) int {
 		testsupport.MissingInMain(podIP+" on the loopback interface", err)
 	}
 	defer undo()
-	if env, err = testsupport.NewEnvironment(); err != nil {
-		testsupport.MissingInMain("envtest control plane", testsupport.EnvtestUnavailable(err))
-	}
-	env.ErrorIfCRDPathMissing = true
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	if env, admin, err = testsupport.StartControlPlane(scheme); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer func() { _ = env.Stop() }()
 	if err := installDebuggerRole(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "installing the debugger ClusterRole:", err)
 		return 1

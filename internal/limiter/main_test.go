@@ -23,12 +23,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if _, err := testsupport.RedisServerPath(); err != nil {
-		testsupport.MissingInMain("redis-server", err)
-	}
-	if _, err := testsupport.RedisCLIPath(); err != nil {
-		testsupport.MissingInMain("redis-cli", err)
-	}
+	testsupport.RedisInMain()
 	// go-redis logs every failed dial; the fault tests cause thousands.
 	redis.SetLogger(quietLogger{})
 	clusterOnce.Add(1)

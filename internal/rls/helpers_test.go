@@ -31,12 +31,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if _, err := testsupport.RedisServerPath(); err != nil {
-		testsupport.MissingInMain("redis-server", err)
-	}
-	if _, err := testsupport.RedisCLIPath(); err != nil {
-		testsupport.MissingInMain("redis-cli", err)
-	}
+	testsupport.RedisInMain()
 	redis.SetLogger(quietLogger{})
 	code := m.Run()
 	if cluster != nil {

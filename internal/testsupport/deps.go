@@ -86,3 +86,14 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// RedisInMain is, for a TestMain, the check that redis-server and
+// redis-cli are installed (MissingInMain when one is not).
+func RedisInMain() {
+	if _, err := RedisServerPath(); err != nil {
+		MissingInMain("redis-server", err)
+	}
+	if _, err := RedisCLIPath(); err != nil {
+		MissingInMain("redis-cli", err)
+	}
+}

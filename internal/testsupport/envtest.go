@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -31,4 +33,26 @@ func NewEnvironment() (*envtest.Environment, error) {
 // EnvtestUnavailable formats the reason envtest cannot run for MissingInMain.
 func EnvtestUnavailable(err error) error {
 	return fmt.Errorf("%w (run hack/envtest.sh, or set KUBEBUILDER_ASSETS)", err)
+}
+
+// StartControlPlane starts an envtest API server with the project's CRDs,
+// for a TestMain, and returns it with a client using scheme (its rest config
+// is env.Config). A missing control plane goes through MissingInMain: it
+// fails under CI=true. The caller stops env.
+func StartControlPlane(scheme *runtime.Scheme) (*envtest.Environment, client.Client, error) {
+	env, err := NewEnvironment()
+	if err != nil {
+		MissingInMain("envtest control plane", EnvtestUnavailable(err))
+	}
+	env.ErrorIfCRDPathMissing = true
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting the control plane: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, nil, err
+	}
+	return env, c, nil
 }

@@ -95,21 +95,14 @@ func runMain(m *testing.M) int {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
-	env, err := testsupport.NewEnvironment()
+	env, c, err := testsupport.StartControlPlane(scheme)
 	if err != nil {
-		testsupport.MissingInMain("envtest control plane", testsupport.EnvtestUnavailable(err))
-	}
-	env.ErrorIfCRDPathMissing = true
-	cfg, err := env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the control plane:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer func() { _ = env.Stop() }()
+	admin = c
+	cfg := env.Config
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := checkRBACAuthorizer(ctx); err != nil {
