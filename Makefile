@@ -154,6 +154,7 @@ bench: ## Run the limiter, sidecar, operator and RLS benchmarks side by side and
 	go run ./test/bench/limiter -out docs/bench/limiter.md
 	go run ./test/bench/sidecar -out docs/bench/sidecar.md
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./test/bench/operator -out docs/bench/operator.md
+	@command -v h2load >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nghttp2-client; }
 	go run ./test/bench/rls -out docs/bench/rls.md
 	go run ./test/bench/report -limiter docs/bench/limiter.md -sidecar docs/bench/sidecar.md -operator docs/bench/operator.md -rls docs/bench/rls.md -out docs/benchmarks.md
 

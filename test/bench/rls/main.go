@@ -5,29 +5,37 @@
 //
 //	go run ./test/bench/rls -out docs/bench/rls.md
 //
-// For each number of concurrent callers it measures, back to back, (a) the
-// limiter deciding in-process (one Decide per call, the reference) and (b)
-// gRPC callers sending ShouldRateLimit to one RLS server on loopback, each
-// request one descriptor (remote_address) matching one SlidingLog policy,
-// over a few shared HTTP/2 connections as a gateway's Envoys keep. Both
-// loops are closed (each caller waits for its answer) and count only
-// decisions Redis made. The gRPC clients run in this process too, so (b)
-// also pays the load generator's CPU: the ratio is a lower bound. It needs
-// redis-server in PATH.
+// For each number of concurrent callers it measures three sides, in
+// alternating slices so that a machine whose speed drifts (a shared VM)
+// slows them alike:
 //
-// The driver is hand-written (the limiter benchmark's closed loop): no gRPC
-// load library (ghz) is among the modules this project's machines are known
-// to reach.
+//   - the limiter deciding in-process (one Decide per call): the reference;
+//   - h2load (nghttp2's HTTP/2 load generator, C; nghttp2 was Envoy's
+//     HTTP/2 codec) sending ShouldRateLimit as a gateway does: a few
+//     connections, many streams each, one gRPC request body;
+//   - gRPC-go clients in this process, each request one of 10,000 client
+//     addresses: the load generator's CPU is charged to the server here,
+//     so this side is a lower bound.
+//
+// Each request is one descriptor matching one SlidingLog policy. Loops are
+// closed (a caller sends its next request when the last one is answered)
+// and count only decisions Redis made. It needs redis-server and h2load
+// (Debian's nghttp2-client) in PATH.
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -39,6 +47,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
@@ -49,29 +58,89 @@ import (
 )
 
 const (
-	clients = 10000 // distinct client addresses
+	clients = 10000 // distinct client addresses of the gRPC-go side
 	limit   = 1_000_000
 	window  = time.Minute
-	conns   = 4 // gRPC connections shared by the callers
+	conns   = 4 // connections of either gRPC side, as a gateway's Envoys keep
 	goalAt  = 64
 	goal    = 0.5
+	method  = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 )
 
+// side is one measured side of a point.
+type side struct {
+	closedloop.Point
+	// CPU per counted decision: this process (limiter, server, and the
+	// gRPC-go clients on that side), redis-server, and h2load.
+	self, redis, client time.Duration
+}
+
 type row struct {
-	callers  int
-	lim, rls closedloop.Point
+	callers      int
+	lim, h2, goc side
+}
+
+func (r row) ratio(s side) float64 {
+	if r.lim.DPS == 0 {
+		return 0
+	}
+	return s.DPS / r.lim.DPS
+}
+
+// slice is what one side returns for one slice of a point.
+type slice struct {
+	lat       []time.Duration
+	elapsed   time.Duration
+	clientCPU time.Duration // of a child process (h2load)
+}
+
+// phase drives callers for d; n numbers the slice.
+type phase func(callers, n int, d time.Duration) (slice, error)
+
+// tally sums the slices of one side.
+type tally struct {
+	slice
+	self, redis time.Duration
+}
+
+func (t *tally) run(redisPid, callers, n int, d time.Duration, f phase) error {
+	s0 := closedloop.SelfCPU()
+	r0, err := closedloop.ProcCPU(redisPid)
+	if err != nil {
+		return err
+	}
+	s, err := f(callers, n, d)
+	if err != nil {
+		return err
+	}
+	r1, err := closedloop.ProcCPU(redisPid)
+	if err != nil {
+		return err
+	}
+	t.lat = append(t.lat, s.lat...)
+	t.elapsed += s.elapsed
+	t.clientCPU += s.clientCPU
+	t.self += closedloop.SelfCPU() - s0
+	t.redis += r1 - r0
+	return nil
+}
+
+func (t *tally) result() side {
+	n := time.Duration(max(len(t.lat), 1))
+	return side{Point: closedloop.Summarize(t.lat, t.elapsed), self: t.self / n, redis: t.redis / n, client: t.clientCPU / n}
 }
 
 func main() { os.Exit(mainCode()) }
 
 func mainCode() int {
 	out := flag.String("out", "", "Markdown section to write (required)")
-	dur := flag.Duration("duration", 3*time.Second, "measuring time per point")
+	dur := flag.Duration("duration", 4*time.Second, "measuring time per point and side")
+	rounds := flag.Int("rounds", 4, "slices per point: the sides take turns this many times")
 	callersFlag := flag.String("callers", "1,16,64,256", "concurrent callers to measure")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
-	if *out == "" {
-		fmt.Fprintln(os.Stderr, "rls bench: -out is required")
+	if *out == "" || *rounds < 1 {
+		fmt.Fprintln(os.Stderr, "rls bench: -out is required, -rounds at least 1")
 		return 2
 	}
 	var callers []int
@@ -83,6 +152,10 @@ func mainCode() int {
 		}
 		callers = append(callers, n)
 	}
+	if _, err := exec.LookPath("h2load"); err != nil {
+		fmt.Fprintln(os.Stderr, "rls bench: h2load is not in PATH (Debian: apt-get install nghttp2-client; make bench installs it)")
+		return 1
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -92,7 +165,7 @@ func mainCode() int {
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*out, *dur, callers); err != nil {
+	if err := run(*out, *dur, *rounds, callers); err != nil {
 		fmt.Fprintf(os.Stderr, "rls bench: %v\n", err)
 		return 1
 	}
@@ -103,13 +176,16 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
-func run(out string, dur time.Duration, callers []int) error {
+func run(out string, dur time.Duration, rounds int, callers []int) error {
 	srv, err := testsupport.NewRedis()
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 	redis.SetLogger(quiet{})
+	// The server's garbage collector setting, as cmd/rls runs it; it is the
+	// process's, so the in-process limiter runs with it too.
+	rls.TuneGC()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	started, loadBefore := time.Now(), loadAvg()
@@ -119,43 +195,73 @@ func run(out string, dur time.Duration, callers []int) error {
 		return err
 	}
 	defer func() { _ = rdb.Close() }()
-
-	addr, stopServer, err := startServer(ctx, srv.Addr)
+	lim, err := limiter.New(rdb, limiter.Options{})
 	if err != nil {
 		return err
 	}
-	defer stopServer()
+	defer func() { _ = lim.Close() }()
+
+	sv, err := startServer(ctx, srv.Addr)
+	if err != nil {
+		return err
+	}
+	defer sv.stop()
 	var cs []rlsv3.RateLimitServiceClient
 	for range conns {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(sv.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return err
 		}
 		defer func() { _ = conn.Close() }()
 		cs = append(cs, rlsv3.NewRateLimitServiceClient(conn))
 	}
+	tmp, err := os.MkdirTemp("", "rls-bench-h2load")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
 
+	sides := []phase{
+		func(c, _ int, d time.Duration) (slice, error) { return measureLimiter(ctx, lim, c, d), nil },
+		func(c, n int, d time.Duration) (slice, error) {
+			return sv.counted(c, func() (slice, error) { return measureH2load(ctx, tmp, sv.addr, c, n, d) })
+		},
+		func(c, _ int, d time.Duration) (slice, error) {
+			return sv.counted(c, func() (slice, error) { return measureGRPC(ctx, cs, c, d) })
+		},
+	}
 	var rows []row
 	for _, c := range callers {
-		r := row{callers: c}
-		if r.lim, err = measureLimiter(ctx, rdb, c, dur); err != nil {
-			return err
+		ts := make([]tally, len(sides))
+		for n := range rounds {
+			for i, f := range sides {
+				if err := ts[i].run(srv.Pid(), c, n, dur/time.Duration(rounds), f); err != nil {
+					return err
+				}
+			}
 		}
-		if r.rls, err = measureRLS(ctx, cs, c, dur); err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "callers=%-3d limiter %8.0f/s  rls %8.0f/s  (%.2f)\n", c, r.lim.DPS, r.rls.DPS, r.rls.DPS/r.lim.DPS)
+		r := row{callers: c, lim: ts[0].result(), h2: ts[1].result(), goc: ts[2].result()}
+		fmt.Fprintf(os.Stderr, "callers=%-3d limiter %6.0f/s  h2load→RLS %6.0f/s (%.2f)  gRPC-go→RLS %6.0f/s (%.2f)  µs CPU/decision (self+redis+h2load): %.1f+%.1f, %.1f+%.1f+%.1f, %.1f+%.1f\n",
+			c, r.lim.DPS, r.h2.DPS, r.ratio(r.h2), r.goc.DPS, r.ratio(r.goc),
+			us(r.lim.self), us(r.lim.redis), us(r.h2.self), us(r.h2.redis), us(r.h2.client), us(r.goc.self), us(r.goc.redis))
 		rows = append(rows, r)
 	}
-	return write(out, rows, dur, time.Since(started), loadBefore, loadAvg())
+	return write(out, rows, dur, rounds, time.Since(started), loadBefore, loadAvg())
 }
 
-// startServer runs one RLS server on loopback with one policy per client
-// address, its own limiter and Redis client (as its pod would).
-func startServer(ctx context.Context, redisAddr string) (string, func(), error) {
+// server is one RLS server on loopback with its own limiter and Redis
+// client, as its pod would have.
+type server struct {
+	addr string
+	lim  *limiter.Limiter
+	stop func()
+}
+
+// startServer runs the server with one policy per client address.
+func startServer(ctx context.Context, redisAddr string) (*server, error) {
 	dir, err := os.MkdirTemp("", "rls-bench")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	cfg := &rlsconfig.Config{Version: rlsconfig.Version, Policies: []rlsconfig.Policy{{
 		Namespace: "bench", Name: "per-ip", ID: rlsconfig.PolicyID("bench", "per-ip"), Domain: "edge",
@@ -164,60 +270,75 @@ func startServer(ctx context.Context, redisAddr string) (string, func(), error) 
 	}}}
 	data, err := rlsconfig.Marshal(cfg)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	path := filepath.Join(dir, rlsconfig.FileName)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{redisAddr}})
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	lim, err := limiter.New(rdb, limiter.Options{})
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	s := rls.New(lim, rls.Options{ConfigFile: path})
 	if err := s.Reload(); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	gl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	al, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { _ = s.Serve(sctx, gl, al, 0, time.Second); close(done) }()
-	return gl.Addr().String(), func() {
+	return &server{addr: gl.Addr().String(), lim: lim, stop: func() {
 		cancel()
 		<-done
 		_ = lim.Close()
 		_ = rdb.Close()
 		_ = os.RemoveAll(dir)
-	}, nil
+	}}, nil
 }
 
-func measureLimiter(ctx context.Context, rdb redis.UniversalClient, callers int, d time.Duration) (closedloop.Point, error) {
-	l, err := limiter.New(rdb, limiter.Options{})
-	if err != nil {
-		return closedloop.Point{}, err
+// counted runs f and refuses its slice if the server made fewer decisions
+// with Redis than the answers counted (a fallback answers OK too; h2load
+// counts by HTTP status, and a gRPC error is a 200 too), or fell back for
+// more than the calls in flight when a slice ends (h2load then resets its
+// streams; the limiter answers a cancelled call from its fallback).
+func (sv *server) counted(callers int, f func() (slice, error)) (slice, error) {
+	before := sv.lim.Stats()
+	s, err := f()
+	after := sv.lim.Stats()
+	switch {
+	case err != nil:
+	case after.Fallback-before.Fallback+after.FailedClosed-before.FailedClosed > int64(callers):
+		err = fmt.Errorf("the server decided %d requests without Redis; the figures would count them",
+			after.Fallback-before.Fallback+after.FailedClosed-before.FailedClosed)
+	case after.Redis-before.Redis < int64(len(s.lat)):
+		err = fmt.Errorf("%d answers counted, but the server's limiter made only %d decisions with Redis",
+			len(s.lat), after.Redis-before.Redis)
 	}
-	defer func() { _ = l.Close() }()
+	return s, err
+}
+
+func measureLimiter(ctx context.Context, l *limiter.Limiter, callers int, d time.Duration) slice {
 	rule := limiter.Rule{ID: "bench/in-process", Limit: limit, Window: window}
-	l.Decide(ctx, []limiter.Request{{Rule: rule, Client: "warmup"}})
 	lat, elapsed := closedloop.Drive(callers, d, func(_ int, rng *rand.Rand) bool {
 		dec := l.Decide(ctx, []limiter.Request{{Rule: rule, Client: strconv.Itoa(rng.IntN(clients))}})
 		return dec[0].Source == limiter.SourceRedis
 	})
-	return closedloop.Summarize(lat, elapsed), nil
+	return slice{lat: lat, elapsed: elapsed}
 }
 
-func measureRLS(ctx context.Context, cs []rlsv3.RateLimitServiceClient, callers int, d time.Duration) (closedloop.Point, error) {
+func measureGRPC(ctx context.Context, cs []rlsv3.RateLimitServiceClient, callers int, d time.Duration) (slice, error) {
 	var firstErr error
 	var mu sync.Mutex
 	lat, elapsed := closedloop.Drive(callers, d, func(g int, rng *rand.Rand) bool {
@@ -235,11 +356,99 @@ func measureRLS(ctx context.Context, cs []rlsv3.RateLimitServiceClient, callers 
 		}
 		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OK
 	})
-	if firstErr != nil {
-		return closedloop.Point{}, firstErr
-	}
-	return closedloop.Summarize(lat, elapsed), nil
+	return slice{lat: lat, elapsed: elapsed}, firstErr
 }
+
+// measureH2load runs h2load for d with `callers` streams in flight over at
+// most conns connections. h2load sends one body: every request of slice n
+// is one client address, fresh for each slice (one hot sorted set, as a
+// gateway's generic_key limit; the in-process limiter measured the same
+// rate with one key as with 10,000).
+func measureH2load(ctx context.Context, dir, addr string, callers, n int, d time.Duration) (slice, error) {
+	body, err := grpcFrame(&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprintf("h2load-%d-%d", callers, n)}},
+	}}})
+	if err != nil {
+		return slice{}, err
+	}
+	bodyFile, logFile := filepath.Join(dir, "body"), filepath.Join(dir, "log.tsv")
+	if err := os.WriteFile(bodyFile, body, 0o600); err != nil {
+		return slice{}, err
+	}
+	// h2load appends to its log.
+	if err := os.Remove(logFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return slice{}, err
+	}
+	c := min(conns, callers)
+	m := (callers + c - 1) / c
+	cmd := exec.CommandContext(ctx, "h2load", //nolint:gosec // the bench's own arguments
+		"-D", strconv.FormatInt(d.Milliseconds(), 10)+"ms", "--warm-up-time", "0",
+		"-c", strconv.Itoa(c), "-m", strconv.Itoa(m), "-t", "1",
+		"-H", "content-type: application/grpc", "-H", "te: trailers",
+		"-d", bodyFile, "--log-file", logFile, "http://"+addr+method)
+	start := time.Now()
+	outb, err := cmd.CombinedOutput()
+	elapsed := time.Since(start)
+	if err != nil {
+		return slice{}, fmt.Errorf("h2load: %w: %s", err, outb)
+	}
+	lat, err := readH2loadLog(logFile)
+	if err != nil {
+		return slice{}, err
+	}
+	st := cmd.ProcessState
+	// elapsed includes h2load's start and connections: a bound in the
+	// server's disfavour.
+	return slice{lat: lat, elapsed: elapsed, clientCPU: st.UserTime() + st.SystemTime()}, nil
+}
+
+// grpcFrame is a gRPC message on the wire: uncompressed flag, length, body.
+func grpcFrame(m proto.Message) ([]byte, error) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	frame := make([]byte, 5, 5+len(b))
+	binary.BigEndian.PutUint32(frame[1:], uint32(len(b))) //nolint:gosec // a small message
+	return append(frame, b...), nil
+}
+
+// readH2loadLog reads h2load's per-request log (start µs, HTTP status,
+// duration µs) and returns the durations of the 200s. A gRPC error also
+// comes with 200 (its status is in the trailers); counted refuses slices
+// in which the server decided anything without Redis.
+func readH2loadLog(path string) ([]time.Duration, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	var lat []time.Duration
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 3 {
+			return nil, fmt.Errorf("h2load log: unexpected line %q", sc.Text())
+		}
+		if fs[1] != "200" {
+			continue
+		}
+		us, err := strconv.ParseInt(fs[2], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("h2load log: %w", err)
+		}
+		lat = append(lat, time.Duration(us)*time.Microsecond)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(lat) == 0 {
+		return nil, errors.New("h2load log: no successful request")
+	}
+	return lat, nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 2, 64)
@@ -254,31 +463,43 @@ func loadAvg() string {
 	return strings.Fields(string(b))[0]
 }
 
-func write(out string, rows []row, dur, took time.Duration, loadBefore, loadAfter string) error {
+func write(out string, rows []row, dur time.Duration, rounds int, took time.Duration, loadBefore, loadAfter string) error {
 	var b strings.Builder
 	b.WriteString("## RLS server\n\n")
 	b.WriteString("Envoy's rate limit service (`ShouldRateLimit`, one descriptor matching one\n")
-	b.WriteString("SlidingLog policy, 10,000 client addresses) against one redis-server, beside the\n")
-	b.WriteString("limiter deciding in-process in the same run: what the gRPC layer costs.\n")
-	fmt.Fprintf(&b, "Closed loops of %v per point; the gRPC callers share %d connections and run in\n", dur, conns)
-	b.WriteString("the server's process (their CPU is charged to the RLS figures).\n\n")
-	b.WriteString("| callers | limiter decisions/s | p50 ms | p99 ms | RLS decisions/s | p50 ms | p99 ms | RLS / limiter |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("SlidingLog policy) against one redis-server, beside the limiter deciding\n")
+	b.WriteString("in-process in the same run: what the gRPC layer costs. Three sides per point, in\n")
+	fmt.Fprintf(&b, "%d alternating slices (%v per side in all):\n\n", rounds, dur)
+	b.WriteString("- **limiter**: `Decide` called in-process, 10,000 client keys (the reference);\n")
+	fmt.Fprintf(&b, "- **h2load → RLS**: h2load (nghttp2, C) over %d connections with the callers as\n", conns)
+	b.WriteString("  streams, as a gateway sends; one client key per slice, since h2load sends one body\n")
+	b.WriteString("  (the in-process limiter decides one key as fast as 10,000);\n")
+	fmt.Fprintf(&b, "- **gRPC-go → RLS**: gRPC-go clients in the server's process over %d connections,\n", conns)
+	b.WriteString("  10,000 client keys: the clients' CPU is charged to the server (a lower bound).\n\n")
+	fmt.Fprintf(&b, "The process runs with the server's GOGC (%d, `rls.GCPercent`), all three sides alike.\n\n", debug.SetGCPercent(-1))
+	b.WriteString("| callers | limiter decisions/s | p50 ms | p99 ms | h2load → RLS decisions/s | p50 ms | p99 ms | ÷ limiter | gRPC-go → RLS decisions/s | p99 ms | ÷ limiter |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	verdict := "not measured"
 	for _, r := range rows {
-		ratio := 0.0
-		if r.lim.DPS > 0 {
-			ratio = r.rls.DPS / r.lim.DPS
-		}
-		fmt.Fprintf(&b, "| %d | %.0f | %s | %s | %.0f | %s | %s | %.2f |\n",
-			r.callers, r.lim.DPS, ms(r.lim.P50), ms(r.lim.P99), r.rls.DPS, ms(r.rls.P50), ms(r.rls.P99), ratio)
+		fmt.Fprintf(&b, "| %d | %.0f | %s | %s | %.0f | %s | %s | %.2f | %.0f | %s | %.2f |\n",
+			r.callers, r.lim.DPS, ms(r.lim.P50), ms(r.lim.P99),
+			r.h2.DPS, ms(r.h2.P50), ms(r.h2.P99), r.ratio(r.h2),
+			r.goc.DPS, ms(r.goc.P99), r.ratio(r.goc))
 		if r.callers == goalAt {
 			verdict = "**not met**"
-			if ratio >= goal {
+			if r.ratio(r.h2) >= goal {
 				verdict = "**met**"
 			}
-			verdict = fmt.Sprintf("%s (%.2f)", verdict, ratio)
+			verdict = fmt.Sprintf("%s (%.2f with h2load as the gateway; %.2f with the gRPC-go clients in the server's process)", verdict, r.ratio(r.h2), r.ratio(r.goc))
 		}
+	}
+	b.WriteString("\nCPU per counted decision, µs: this process (limiter; with the RLS server; with\n")
+	b.WriteString("server and gRPC-go clients) + redis-server (+ h2load). With two cores, the sum\n")
+	b.WriteString("bounds the rate.\n\n")
+	b.WriteString("| callers | limiter | h2load → RLS | gRPC-go → RLS |\n|---:|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %d | %.1f + %.1f | %.1f + %.1f + %.1f | %.1f + %.1f |\n", r.callers,
+			us(r.lim.self), us(r.lim.redis), us(r.h2.self), us(r.h2.redis), us(r.h2.client), us(r.goc.self), us(r.goc.redis))
 	}
 	fmt.Fprintf(&b, "\nGoal: at %d callers the RLS server reaches ≥ %.1f × the in-process limiter rate: %s.\n", goalAt, goal, verdict)
 	fmt.Fprintf(&b, "The section took %v; 1-minute load average %s before, %s after (the machine is shared).\n",

@@ -12,6 +12,7 @@ import (
 // Point is a throughput and latency summary of one run.
 type Point struct {
 	DPS      float64 // counted calls per second
+	N        int     // counted calls
 	P50, P99 time.Duration
 }
 
@@ -52,5 +53,5 @@ func Summarize(lat []time.Duration, elapsed time.Duration) Point {
 		return Point{}
 	}
 	slices.Sort(lat)
-	return Point{DPS: float64(len(lat)) / elapsed.Seconds(), P50: lat[len(lat)/2], P99: lat[len(lat)*99/100]}
+	return Point{DPS: float64(len(lat)) / elapsed.Seconds(), N: len(lat), P50: lat[len(lat)/2], P99: lat[len(lat)*99/100]}
 }
