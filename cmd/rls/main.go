@@ -20,10 +20,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/cli"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rls"
-	"github.com/slidegate/slidegate/internal/sidecar"
 )
 
 func main() {
@@ -62,11 +62,16 @@ func serve(args []string) int {
 		fmt.Fprintf(os.Stderr, "rls: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	if err := sidecar.ApplyFlagEnv(fs, os.LookupEnv); err != nil {
+	if err := cli.ApplyEnv(fs, os.LookupEnv); err != nil {
 		fmt.Fprintf(os.Stderr, "rls: %v\n", err)
 		return 2
 	}
 	o.Redis.ApplyEnvCredentials(os.LookupEnv)
+	level, err := cli.ParseLevel(logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rls: --log-level: %v\n", err)
+		return 2
+	}
 	if err := o.Redis.Validate(); err != nil {
 		// Each problem on a line of its own, prefixed like every other.
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -74,7 +79,7 @@ func serve(args []string) int {
 		}
 		return 2
 	}
-	log := sidecar.NewLogger(&sidecar.Options{LogLevel: logLevel})
+	log := cli.NewLogger(os.Stderr, level)
 	redisconn.RouteClientLogs(log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

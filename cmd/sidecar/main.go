@@ -36,7 +36,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "sidecar: %v\n", err)
 		return 2
 	}
-	log := sidecar.NewLogger(&opts)
+	log := opts.Logger()
 	redisconn.RouteClientLogs(log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -2,16 +2,9 @@ package sidecar
 
 import (
 	"flag"
-	"fmt"
-	"os"
-	"strings"
+
+	"github.com/slidegate/slidegate/internal/cli"
 )
-
-var logOutput = os.Stderr
-
-// EnvPrefix prefixes the environment variable of every flag:
-// --listen-address is also SLIDEGATE_LISTEN_ADDRESS.
-const EnvPrefix = "SLIDEGATE_"
 
 // RegisterFlags defines one flag per option on fs, with o's values as the
 // defaults. The injector relies on these names.
@@ -36,38 +29,14 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 }
 
-// EnvName is the environment variable of a flag.
-func EnvName(flagName string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
 // ApplyEnv sets every flag that was not given on the command line from its
-// environment variable, if that is set: a flag beats the environment, which
-// beats the default. Call it after fs.Parse. It also reads the Redis
-// credentials (redisconn.EnvUsername and the others) into o.
+// environment variable (cli.ApplyEnv: a flag beats the environment, which
+// beats the default), and reads the Redis credentials
+// (redisconn.EnvUsername and the others) into o. Call it after fs.Parse.
 func (o *Options) ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	if err := ApplyFlagEnv(fs, lookup); err != nil {
+	if err := cli.ApplyEnv(fs, lookup); err != nil {
 		return err
 	}
 	o.Redis.ApplyEnvCredentials(lookup)
 	return nil
-}
-
-// ApplyFlagEnv sets every flag of fs not given on the command line from
-// its environment variable (EnvName), if that is set.
-func ApplyFlagEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
-			return
-		}
-		if v, ok := lookup(EnvName(f.Name)); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %w", EnvName(f.Name), e)
-			}
-		}
-	})
-	return err
 }

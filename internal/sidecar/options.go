@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"strings"
+	"os"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/cli"
 	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
@@ -164,7 +165,7 @@ func (o *Options) Validate() error {
 	if o.ReadHeaderTimeout <= 0 || o.IdleTimeout <= 0 || o.UpstreamDialTimeout <= 0 {
 		add("timeouts must be positive")
 	}
-	if _, err := parseLevel(o.LogLevel); err != nil {
+	if _, err := cli.ParseLevel(o.LogLevel); err != nil {
 		add("--log-level: %v", err)
 	}
 	return errors.Join(errs...)
@@ -187,19 +188,12 @@ func upstreamURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
-		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
-	}
-	return l, nil
-}
-
-// NewLogger returns the JSON logger the sidecar logs with.
-func NewLogger(o *Options) *slog.Logger {
-	level, err := parseLevel(o.LogLevel)
+// Logger returns the JSON logger at o's --log-level (info if it is not
+// valid, which Validate reports).
+func (o *Options) Logger() *slog.Logger {
+	level, err := cli.ParseLevel(o.LogLevel)
 	if err != nil {
 		level = slog.LevelInfo
 	}
-	return slog.New(slog.NewJSONHandler(logOutput, &slog.HandlerOptions{Level: level}))
+	return cli.NewLogger(os.Stderr, level)
 }
