@@ -188,6 +188,9 @@ func testMetric(t *testing.T, s *Server, name string, labels map[string]string) 
 					continue metrics
 				}
 			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
 			return m.GetCounter().GetValue()
 		}
 	}

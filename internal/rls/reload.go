@@ -12,8 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
+	"github.com/slidegate/slidegate/internal/dirwatch"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
@@ -49,6 +48,12 @@ func (s *Server) Reload() error {
 		data, err = []byte{}, nil
 	}
 	if err == nil && l.loaded && bytes.Equal(data, l.data) {
+		if l.lastFailure != "" {
+			// The file went back to the config in force.
+			l.lastFailure = ""
+			s.metrics.lastReloadOK.Set(1)
+			s.log.Info("config file matches the config in force again", "file", s.opts.ConfigFile)
+		}
 		return nil
 	}
 	cfg := &rlsconfig.Config{Version: rlsconfig.Version}
@@ -91,34 +96,12 @@ func readBounded(path string) ([]byte, error) {
 	return data, nil
 }
 
-// WatchConfig reloads on every event in the config file's directory (the
+// WatchConfig reloads on every change in the config file's directory (the
 // kubelet swaps a ConfigMap volume's ..data link) and every ResyncInterval
-// in any case, until ctx ends.
+// in any case (dirwatch), until ctx ends.
 func (s *Server) WatchConfig(ctx context.Context) {
-	var events <-chan fsnotify.Event
-	if w, err := fsnotify.NewWatcher(); err == nil {
-		defer func() { _ = w.Close() }()
-		if err := w.Add(filepath.Dir(s.opts.ConfigFile)); err == nil {
-			events = w.Events
-		} else {
-			s.log.Info("not watching the config directory; polling only", "error", err)
-		}
-	}
-	t := time.NewTicker(s.opts.ResyncInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-		case <-t.C:
-		}
-		_ = s.Reload() // logged and counted by Reload
-	}
+	dirwatch.Run(ctx, []string{filepath.Dir(s.opts.ConfigFile)}, s.opts.ResyncInterval, s.log,
+		func() { _ = s.Reload() }) // logged and counted by Reload
 }
 
 // peerKey is the presence key under which the RLS replicas count

@@ -68,6 +68,19 @@ func TestReload(t *testing.T) {
 	if got := testMetric(t, rep.srv, "slidegate_rls_config_reloads_total", map[string]string{"result": "failure"}); got == 0 {
 		t.Fatal("the failure is not counted")
 	}
+	if got := testMetric(t, rep.srv, "slidegate_rls_config_last_reload_successful", nil); got != 0 {
+		t.Fatalf("last reload successful = %v after a bad file", got)
+	}
+	// The controller renders the config in force again, byte for byte: the
+	// file is good again though nothing new is loaded, and the alert on
+	// the gauge must clear.
+	write(data)
+	if err := rep.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := testMetric(t, rep.srv, "slidegate_rls_config_last_reload_successful", nil); got != 1 {
+		t.Fatalf("last reload successful = %v once the file is the config in force again", got)
+	}
 
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)

@@ -8,14 +8,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
+	"github.com/slidegate/slidegate/internal/dirwatch"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -236,123 +234,16 @@ func readBounded(path string, limit int64) ([]byte, error) {
 func (s *Sidecar) WatchConfig(ctx context.Context) { s.watchFiles(ctx) }
 
 // watchFiles reloads whenever something changes in the directory of the
-// config file or of the labels file, and every ConfigResyncInterval anyway.
-// Directories are watched rather than files: a ConfigMap or downward-API
-// volume changes by renaming its ..data symlink, which replaces the file
-// a file watch would hold. It returns when ctx ends.
+// config file or of the labels file, and every ConfigResyncInterval anyway
+// (dirwatch), until ctx ends.
 func (s *Sidecar) watchFiles(ctx context.Context) {
-	w := s.newDirWatch()
-	defer w.close()
-	w.addMissing()
-	// The directory may have changed between the first load and the watch.
-	_ = s.reload()
-
-	tick := time.NewTicker(s.opts.ConfigResyncInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-w.events:
-			if !ok {
-				w.events = nil
-				continue
-			}
-			w.note(ev)
-			w.drain()
-			_ = s.reload()
-		case err, ok := <-w.errs:
-			if !ok {
-				w.errs = nil
-				continue
-			}
-			s.log.Warn("config watch error; the periodic resync still runs", "error", err)
-		case <-tick.C:
-			w.addMissing()
-			_ = s.reload()
-		}
-	}
-}
-
-// dirWatch watches the directories of the config and labels files. Without
-// a watcher (fsnotify failed) its channels are nil and only the resync runs.
-type dirWatch struct {
-	w        *fsnotify.Watcher
-	events   <-chan fsnotify.Event
-	errs     <-chan error
-	dirs     []string
-	watching map[string]bool
-	log      *slog.Logger
-}
-
-func (s *Sidecar) newDirWatch() *dirWatch {
-	d := &dirWatch{dirs: []string{filepath.Dir(s.opts.ConfigFile)}, watching: map[string]bool{}, log: s.log}
+	dirs := []string{filepath.Dir(s.opts.ConfigFile)}
 	if s.opts.PodLabelsFile != "" {
-		if l := filepath.Dir(s.opts.PodLabelsFile); l != d.dirs[0] {
-			d.dirs = append(d.dirs, l)
+		if l := filepath.Dir(s.opts.PodLabelsFile); l != dirs[0] {
+			dirs = append(dirs, l)
 		}
 	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		s.log.Warn("cannot watch the config directory; relying on the periodic resync", "error", err)
-		return d
-	}
-	d.w, d.events, d.errs = w, w.Events, w.Errors
-	return d
-}
-
-func (d *dirWatch) close() {
-	if d.w != nil {
-		_ = d.w.Close()
-	}
-}
-
-// addMissing watches the directories not watched yet (one may not exist
-// yet, or may have been removed and come back).
-func (d *dirWatch) addMissing() {
-	if d.w == nil {
-		return
-	}
-	for _, dir := range d.dirs {
-		if d.watching[dir] {
-			continue
-		}
-		if err := d.w.Add(dir); err != nil {
-			d.log.Debug("cannot watch directory yet", "dir", dir, "error", err)
-			continue
-		}
-		d.watching[dir] = true
-	}
-}
-
-// drain takes the events already queued, so that a burst (a symlink swap is
-// several events) costs one read.
-func (d *dirWatch) drain() {
-	for {
-		select {
-		case ev, ok := <-d.events:
-			if !ok {
-				d.events = nil
-				return
-			}
-			d.note(ev)
-		default:
-			return
-		}
-	}
-}
-
-// note forgets the watch of a directory that was itself removed, so the
-// resync adds it again when it comes back.
-func (d *dirWatch) note(ev fsnotify.Event) {
-	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-		if d.watching[ev.Name] {
-			d.watching[ev.Name] = false
-		}
-	}
-	if d.log.Enabled(context.Background(), slog.LevelDebug) {
-		d.log.Debug("config directory event", "event", ev.String())
-	}
+	dirwatch.Run(ctx, dirs, s.opts.ConfigResyncInterval, s.log, func() { _ = s.reload() })
 }
 
 // namespaceOrEmpty is the namespace of the state in force ("" for none).
