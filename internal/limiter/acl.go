@@ -13,6 +13,7 @@ func ACLRules(prefix string) []string {
 		"resetkeys", "~" + prefix + "*", "-@all",
 		"+evalsha", "+eval", "+ping", "+hello", "+auth", "+client|setname",
 		"+time", "+zremrangebyscore", "+zcard", "+zadd", "+zrange", "+zrem", "+pexpire",
+		"+zcount", "+pttl", // Peek (kubectl slidegate why)
 		"+hmget", "+hget", "+hincrby", "+hlen", "+hkeys", "+hdel",
 		// A Cluster client reads the slot map; harmless elsewhere.
 		"+cluster|slots", "+cluster|shards", "+readonly",

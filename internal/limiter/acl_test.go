@@ -2,6 +2,11 @@ package limiter
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +34,12 @@ func TestACLUser(t *testing.T) {
 			}
 		}
 	}
+	// Peek (the sidecar's /debug/why) runs as the same user.
+	for _, r := range []Rule{rule, reqs[1].Rule} {
+		if w, err := good.Peek(context.Background(), r, "c"); err != nil || w.Count == 0 {
+			t.Fatalf("Peek of %s as ACL user: %+v, %v", r.ID, w, err)
+		}
+	}
 	// The scripts' commands are checked too: without ZADD the user fails.
 	if _, err := r.Do("ACL", "SETUSER", "limiter", "-zadd"); err != nil {
 		t.Fatal(err)
@@ -42,4 +53,49 @@ func TestACLUser(t *testing.T) {
 		t.Fatalf("wrong password: %+v", d)
 	}
 	t.Logf("wrong password: %v", d.Err)
+}
+
+// TestACLRulesCoverScripts: every command any of the package's Lua scripts
+// calls is allowed by ACLRules (Redis checks a script's commands against
+// the user too), so a new command in a script cannot break least-privilege
+// installs unnoticed.
+func TestACLRulesCoverScripts(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'`)
+	rules := ACLRules("")
+	seen := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range call.FindAllStringSubmatch(string(src), -1) {
+			seen++
+			if cmd := "+" + strings.ToLower(m[1]); !slices.Contains(rules, cmd) {
+				t.Errorf("%s: a script calls %s, which ACLRules does not allow", f, m[1])
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no redis.call found: the pattern no longer matches the scripts")
+	}
+}
+
+// TestACLRulesDocumented: the ACL SETUSER line in docs/operations.md is
+// ACLRules for the default prefix.
+func TestACLRulesDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "ACL SETUSER slidegate on >PASSWORD " + strings.Join(ACLRules(""), " ") + "\n"
+	if !strings.Contains(string(doc), want) {
+		t.Errorf("docs/operations.md does not have the line\n%s", want)
+	}
 }
