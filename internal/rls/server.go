@@ -226,18 +226,21 @@ func (s *Server) gather(ix *index, req *rlsv3.RateLimitRequest) ([]limiter.Reque
 
 // answer builds the response from the decisions: a descriptor is
 // OVER_LIMIT when an enforced policy it matched denied; its current_limit
-// is that policy's, or else the enforced policy with the least remaining.
+// is that policy's (the longest wait if several denied), or else the
+// enforced policy with the least remaining.
 // A descriptor that matched no enforced policy is OK without a limit.
 func (s *Server) answer(reqs []limiter.Request, pols []*policy, descs []descriptor, ds []limiter.Decision) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
 	}
+	// The denial that answers for the request is the one with the longest
+	// wait, as in the sidecar: a client that obeys Retry-After is then not
+	// denied again by another of the limits.
 	deny := -1
 	for k := range reqs {
-		if !reqs[k].DryRun && !ds[k].Allowed {
+		if !reqs[k].DryRun && !ds[k].Allowed && (deny < 0 || ds[k].RetryAfter > ds[deny].RetryAfter) {
 			deny = k
-			break
 		}
 	}
 	s.count(reqs, pols, ds, deny >= 0)
@@ -246,12 +249,15 @@ func (s *Server) answer(reqs []limiter.Request, pols []*policy, descs []descript
 		resp.Statuses[i] = st
 		pick := -1
 		for _, k := range d.pairs {
-			if reqs[k].DryRun {
+			// A pair the deny cache left undecided (allowed, uncounted)
+			// knows neither remaining nor reset; reporting 0 for them
+			// would be Envoy's X-RateLimit-* headers of a 429.
+			if reqs[k].DryRun || (ds[k].Allowed && ds[k].Source == limiter.SourceDenyCache) {
 				continue
 			}
 			switch {
 			case !ds[k].Allowed:
-				if pick < 0 || ds[pick].Allowed {
+				if pick < 0 || ds[pick].Allowed || ds[k].RetryAfter > ds[pick].RetryAfter {
 					pick = k
 				}
 			case pick < 0 || (ds[pick].Allowed && ds[k].Remaining < ds[pick].Remaining):

@@ -106,6 +106,13 @@ func TestStatusesAndHeaders(t *testing.T) {
 			"RateLimit-Policy": `"t/per-ip";q=3;w=60`,
 			"RateLimit":        `"t/per-ip";r=0;t=60`,
 		}},
+		// Both of alice's limits deny: the answer is the longer wait (the
+		// first descriptor's would have her denied again after 60 s).
+		{req("alice"), over, []statusView{ip(over, 0), user(over, 0), {Code: ok}}, map[string]string{
+			"Retry-After":      "90",
+			"RateLimit-Policy": `"t/api-user";q=2;w=90`,
+			"RateLimit":        `"t/api-user";r=0;t=90`,
+		}},
 	}
 	for i, s := range steps {
 		resp := ask(t, c, s.req)
@@ -118,6 +125,36 @@ func TestStatusesAndHeaders(t *testing.T) {
 		if d := cmp.Diff(s.headers, headerMap(resp)); d != "" {
 			t.Errorf("step %d: headers (-want +got):\n%s", i, d)
 		}
+	}
+}
+
+// TestDenyCacheStatuses: once a request is denied from the deny cache,
+// Redis is not asked about its other limits; their descriptors are OK
+// without a limit, not "remaining 0, reset now" (Envoy would put that in
+// its X-RateLimit-* headers of the 429).
+func TestDenyCacheStatuses(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	cfg := writeConfig(t,
+		pol("per-ip", 100, time.Minute, entry("remote_address")),
+		pol("per-user", 1, time.Minute, entry("user")),
+	)
+	rep := startReplica(t, standaloneConfig(r.Addr), cfg, limiter.Options{Timeout: 5 * time.Second})
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		desc("remote_address", "10.0.0.1"), desc("user", "alice"),
+	}}
+	user := statusView{Code: over, Name: "t/per-user", PerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE, ResetSecs: 60}
+	ask(t, rep.client, req) // admitted: alice's one request
+	if got := view(ask(t, rep.client, req)); got[1].Code != over {
+		t.Fatalf("second request (Redis denies): %v", got)
+	}
+	before := rep.srv.lim.Stats().DenyCache
+	got := view(ask(t, rep.client, req))
+	if rep.srv.lim.Stats().DenyCache == before {
+		t.Fatal("the third request was not answered by the deny cache; this test needs it")
+	}
+	if d := cmp.Diff([]statusView{{Code: ok}, user}, got); d != "" {
+		t.Errorf("statuses from the deny cache (-want +got):\n%s", d)
 	}
 }
 
