@@ -98,13 +98,26 @@ func (l *Limiter) prober() {
 	}
 }
 
+// ping waits up to MaxTimeout, and a successful PING's time feeds the
+// budget: a Redis that always answers, but slower than Timeout, is slow,
+// not down. Bounded by Timeout, the probe never closed the breaker for it,
+// and with the breaker closed the budget, which grows only from answers,
+// still let every idle decision time out.
 func (l *Limiter) ping() error {
-	ctx, cancel := context.WithTimeout(l.ctx, max(l.opts.Timeout, 100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(l.ctx, max(l.opts.MaxTimeout, 100*time.Millisecond))
 	defer cancel()
+	start := time.Now()
+	var err error
 	if c, ok := l.rdb.(*redis.ClusterClient); ok {
-		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			return m.Ping(ctx).Err()
 		})
+	} else {
+		err = l.rdb.Ping(ctx).Err()
 	}
-	return l.rdb.Ping(ctx).Err()
+	if err == nil {
+		now := time.Now()
+		l.latency.observe(now.Sub(start), now)
+	}
+	return err
 }

@@ -23,7 +23,10 @@ type Options struct {
 	// MaxTimeout bounds how far the decision budget stretches past Timeout
 	// while Redis's answers are slow: a decision waits twice the slowest
 	// answer of the last one to two seconds, if that is longer than
-	// Timeout, up to MaxTimeout (default 3×Timeout).
+	// Timeout, up to MaxTimeout (default 3×Timeout). The open breaker's
+	// probe waits up to MaxTimeout too, connection setup included, and its
+	// answer's time counts: a Redis that is slower than Timeout but answers
+	// within MaxTimeout decides again, one that does not is treated as down.
 	MaxTimeout time.Duration
 
 	// ExpiryMargin is added to the window in each key's PEXPIRE (default
