@@ -136,6 +136,10 @@ func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, ou
 			continue
 		}
 		d, ok := l.view.denied(keys[i], &reqs[i].Rule, now)
+		// A denial is learned for one hit: a request of more is denied too,
+		// but may have to wait longer than that retry time, which only
+		// Redis can tell.
+		ok = ok && reqs[i].hits() == 1
 		switch {
 		case ok:
 			out[i] = d

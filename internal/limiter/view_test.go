@@ -125,3 +125,33 @@ func TestDenyCacheIsBounded(t *testing.T) {
 		t.Errorf("uncached key: %+v, want Redis's denial", d)
 	}
 }
+
+// TestDenyCacheOneHitOnly: a denial is cached for one hit; a request of
+// more hits for the same key asks Redis, whose retry time is later (the
+// cache's would have the client denied again when it retries).
+func TestDenyCacheOneHitOnly(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	l := newLimiter(t, standalone(t, r.Addr), Options{})
+	rule := Rule{ID: "ns/multi-hit", Limit: 3, Window: 5 * time.Second}
+	dec := func(h int64) Decision {
+		return l.Decide(context.Background(), []Request{{Rule: rule, Client: "c", Hits: h}})[0]
+	}
+	dec(1)
+	time.Sleep(500 * time.Millisecond) // the two admits have different ages
+	dec(2)
+	one := dec(1) // denied by Redis, and cached
+	if one.Allowed || one.Source != SourceRedis {
+		t.Fatalf("third request: %+v", one)
+	}
+	if d := dec(1); d.Source != SourceDenyCache {
+		t.Fatalf("the denial was not cached: %+v", d)
+	}
+	two := dec(2)
+	if two.Allowed || two.Source != SourceRedis {
+		t.Fatalf("two hits: %+v, want a denial by Redis", two)
+	}
+	if two.RetryAfter <= one.RetryAfter {
+		t.Errorf("two hits retry after %v, one hit after %v: two must wait for both admits to leave", two.RetryAfter, one.RetryAfter)
+	}
+}
