@@ -186,7 +186,8 @@ func install(ctx context.Context) error {
 		return err
 	}
 	kinds := map[string]bool{"Namespace": true, "ServiceAccount": true, "Role": true, "ClusterRole": true,
-		"RoleBinding": true, "ClusterRoleBinding": true, "Secret": true, "MutatingWebhookConfiguration": true}
+		"RoleBinding": true, "ClusterRoleBinding": true, "Secret": true, "MutatingWebhookConfiguration": true,
+		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 	// Namespaces first.
 	for pass := 0; pass < 2; pass++ {
 		for _, o := range objs {
@@ -528,6 +529,47 @@ func TestCannotReadOtherSecretsOrConfigMaps(t *testing.T) {
 		if !can(t, serviceAccountUser(managerSA), c.verb, c.resource, c.ns, c.name) {
 			t.Errorf("the manager cannot %s its own %s %s/%s", c.verb, c.resource, c.ns, c.name)
 		}
+	}
+}
+
+// TestManagerCannotMintTokens: RBAC lets the manager create Secrets in any
+// namespace (it cannot be limited by name), and read back those named like
+// its Redis credentials. A service-account-token Secret of that name would
+// be filled with any ServiceAccount's token; the install's admission policy
+// refuses the manager every type but Opaque and kubernetes.io/tls. Deleting
+// the policy's binding makes the token Secret's creation succeed.
+func TestManagerCannotMintTokens(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "mint-"}}
+	if err := admin.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(asServiceAccount(adminCfg, managerSA, &forbiddenLog{}), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := func(typ corev1.SecretType) *corev1.Secret {
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.RedisCredentialsSecretName, Namespace: ns.Name,
+				Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}},
+			Type: typ,
+		}
+	}
+	// The API server loads a new policy asynchronously.
+	testsupport.Eventually(t, 30*time.Second, 100*time.Millisecond, "the policy refuses a token Secret", func() error {
+		err := c.Create(ctx, secret(corev1.SecretTypeServiceAccountToken))
+		switch {
+		case err == nil:
+			_ = admin.Delete(ctx, secret(corev1.SecretTypeServiceAccountToken))
+			return errors.New("created")
+		case !strings.Contains(err.Error(), "only writes Opaque and kubernetes.io/tls Secrets"):
+			return fmt.Errorf("refused, but not by the policy: %w", err)
+		}
+		return nil
+	})
+	// Not overbroad: the Secret it does write is admitted.
+	if err := c.Create(ctx, secret(corev1.SecretTypeOpaque)); err != nil {
+		t.Fatalf("an Opaque Secret of the manager's: %v", err)
 	}
 }
 
