@@ -52,10 +52,24 @@ const (
 	// that namespace to mount. It is removed with the namespace's last
 	// policy. The name is reserved in every namespace that has policies.
 	RedisCredentialsSecretName = "slidegate-redis-credentials"
-	// SidecarPort is the port the injected sidecar proxies on. It takes over
-	// the NAME of the app's port; a Service that targets this number, or
-	// the name, passes through the sidecar, any other number bypasses it.
-	SidecarPort = 15080
+	// SidecarPort is the port the injected sidecar proxies on by default
+	// (the manager's --sidecar-listen-port changes it). It takes over the
+	// NAME of the app's port; a Service that targets this number, or the
+	// name, passes through the sidecar, any other number bypasses it.
+	//
+	// It and the admin port (SidecarAdminPort) lie outside 15000-15099:
+	// Istio reserves 15000-15090 for its own sidecar, whose istio-proxy
+	// container declares 15090, and the injector refuses a pod that already
+	// uses one of the sidecar's ports, so the former defaults (15080, 15090)
+	// left every pod of an Istio mesh without the sidecar. 15280 and 15290
+	// are also clear of Linkerd (4140-4568), Consul (19000, 20000+), Dapr
+	// (3500, 3501, 50001), the Datadog agent (8125, 8126) and the node
+	// exporter (9100), and below Linux's ephemeral port range (32768+).
+	SidecarPort = 15280
+	// SidecarAdminPort is the injected sidecar's default admin port
+	// (/metrics, /healthz, /readyz, /debug/*; container port sg-admin), set
+	// by the manager's --sidecar-admin-port. See SidecarPort for the choice.
+	SidecarAdminPort = 15290
 
 	// RedisUsernameKey and RedisPasswordKey are the keys of the credentials
 	// Secret (both optional: a password alone is the legacy AUTH form).

@@ -63,7 +63,10 @@ type options struct {
 	webhookHost            string
 	webhookPort            int
 	rlsService             string
-	zap                    zap.Options
+	// sidecarListenPort and sidecarAdminPort become webhook.Inject's
+	// ListenPort and AdminPort once checked (completeSidecarPorts).
+	sidecarListenPort, sidecarAdminPort int
+	zap                                 zap.Options
 }
 
 // run reads the flags, builds the manager, adds the controllers, the webhook
@@ -74,6 +77,9 @@ func run() error {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
 
+	if err := o.completeSidecarPorts(); err != nil {
+		return err
+	}
 	proxies, err := sidecarconfig.ParseTrustedProxies(strings.Split(o.trustedProxies, ","))
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
@@ -125,7 +131,34 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&wh.ConfigurationName, "webhook-configuration-name", envOr("SLIDEGATE_WEBHOOK_CONFIGURATION_NAME", "slidegate-mutating-webhook-configuration"),
 		"MutatingWebhookConfiguration whose caBundle the manager keeps (cert-mode self).")
 	fs.StringVar(&wh.Inject.Image, "sidecar-image", envOr("SLIDEGATE_SIDECAR_IMAGE", inject.DefaultImage), "Image of the injected sidecar. Env SLIDEGATE_SIDECAR_IMAGE.")
+	fs.IntVar(&o.sidecarListenPort, "sidecar-listen-port", inject.DefaultListenPort,
+		"Port the injected sidecar proxies on (it takes the name of the app's port). Must differ from --sidecar-admin-port and from every port the pods declare, "+
+			"including other sidecars': Istio's use 15000-15090, so the injector would skip its pods.")
+	fs.IntVar(&o.sidecarAdminPort, "sidecar-admin-port", inject.DefaultAdminPort,
+		"Port of the injected sidecar's /metrics, /healthz, /readyz and /debug (container port "+inject.AdminPortName+"). Same constraints as --sidecar-listen-port.")
 	o.zap.BindFlags(fs)
+}
+
+// completeSidecarPorts checks --sidecar-listen-port and --sidecar-admin-port
+// and sets them on the injector's options.
+func (o *options) completeSidecarPorts() error {
+	for _, f := range []struct {
+		name string
+		port int
+	}{{"--sidecar-listen-port", o.sidecarListenPort}, {"--sidecar-admin-port", o.sidecarAdminPort}} {
+		if f.port < 1 || f.port > 65535 {
+			return fmt.Errorf("%s=%d: not a port number (1-65535)", f.name, f.port)
+		}
+	}
+	if o.sidecarListenPort == o.sidecarAdminPort {
+		return fmt.Errorf("--sidecar-listen-port and --sidecar-admin-port are both %d: the sidecar needs two different ports", o.sidecarListenPort)
+	}
+	o.webhook.Inject.ListenPort, o.webhook.Inject.AdminPort = int32(o.sidecarListenPort), int32(o.sidecarAdminPort)
+	// The injector's own check, so the two cannot drift apart.
+	if err := o.webhook.Inject.Validate(); err != nil {
+		return fmt.Errorf("--sidecar-listen-port, --sidecar-admin-port: %w", err)
+	}
+	return nil
 }
 
 // newManager builds the manager: its cache, metrics and probe endpoints,

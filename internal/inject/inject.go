@@ -58,7 +58,6 @@ const (
 	RedisTLSDir      = "/etc/slidegate/redis-tls"
 	AdminPortName    = "sg-admin"
 	statusVersion    = "v1"
-	defaultAdmin     = 15090
 	sidecarUID       = 65532
 	podLabelsFile    = "labels"
 	defaultCommand   = "/sidecar"
@@ -73,6 +72,13 @@ const (
 	// is empty: the RateLimitPolicy schema's default targetPort (the
 	// +kubebuilder:default marker cannot name a Go constant).
 	DefaultTargetPort = "http"
+	// DefaultListenPort and DefaultAdminPort are the sidecar's ports when
+	// Options.ListenPort and Options.AdminPort are 0, and the defaults of
+	// the manager's --sidecar-listen-port and --sidecar-admin-port. They
+	// avoid 15000-15090, which Istio reserves for its sidecar (see
+	// v1alpha1.SidecarPort).
+	DefaultListenPort = v1alpha1.SidecarPort
+	DefaultAdminPort  = v1alpha1.SidecarAdminPort
 )
 
 // Options shape the injected sidecar. Zero values take the defaults.
@@ -81,6 +87,10 @@ type Options struct {
 	ImagePullPolicy corev1.PullPolicy
 	// TargetPort is the name of the app's container port to take over.
 	TargetPort string
+	// ListenPort is the port the sidecar proxies on, under the target
+	// port's name; AdminPort serves its /metrics, probes and /debug
+	// (AdminPortName). Neither may be a port any container of the pod
+	// declares (ErrPortInUse). Validate checks them.
 	ListenPort int32
 	AdminPort  int32
 	// Redis is the shared Redis. The sidecar gets its topology and TLS
@@ -92,6 +102,27 @@ type Options struct {
 	// (ceil(limit / replicas) per pod while Redis is unreachable).
 	FallbackReplicas int32
 	Resources        corev1.ResourceRequirements
+}
+
+// ErrInvalidPorts means Options name sidecar ports that cannot work.
+var ErrInvalidPorts = errors.New("invalid sidecar ports")
+
+// Validate reports sidecar ports that cannot work: out of 1-65535, or one
+// port for both. Zero ports are valid: they take the defaults.
+func (o Options) Validate() error {
+	o = withDefaults(o)
+	for _, p := range []struct {
+		name string
+		port int32
+	}{{"listen", o.ListenPort}, {"admin", o.AdminPort}} {
+		if p.port < 1 || p.port > 65535 {
+			return fmt.Errorf("%w: the %s port %d is not a port number (1-65535)", ErrInvalidPorts, p.name, p.port)
+		}
+	}
+	if o.ListenPort == o.AdminPort {
+		return fmt.Errorf("%w: the listen and admin ports are both %d; they must differ", ErrInvalidPorts, o.ListenPort)
+	}
+	return nil
 }
 
 // Status is recorded in v1alpha1.InjectedAnnotation: what was injected, and
@@ -147,6 +178,9 @@ func OptedOut(annotations, labels map[string]string) bool {
 // changes nothing: Inject(Inject(p)) == Inject(p).
 func Inject(pod *corev1.Pod, opts Options) error {
 	opts = withDefaults(opts)
+	if err := opts.Validate(); err != nil {
+		return err
+	}
 	if t := pod.Annotations[TargetPortAnnotation]; t != "" {
 		opts.TargetPort = t
 	}
@@ -356,10 +390,10 @@ func withDefaults(o Options) Options {
 		o.TargetPort = DefaultTargetPort
 	}
 	if o.ListenPort == 0 {
-		o.ListenPort = v1alpha1.SidecarPort
+		o.ListenPort = DefaultListenPort
 	}
 	if o.AdminPort == 0 {
-		o.AdminPort = defaultAdmin
+		o.AdminPort = DefaultAdminPort
 	}
 	if o.FallbackReplicas < 1 {
 		o.FallbackReplicas = 1

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,10 +15,12 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	sidecarpkg "github.com/slidegate/slidegate/internal/sidecar"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -134,8 +137,11 @@ func TestInjectTakesOverNamedPort(t *testing.T) {
 	if sc.Name != ContainerName || sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 		t.Fatalf("sidecar is not a native sidecar first among init containers: %+v", sc.Name)
 	}
-	if sc.Ports[0].Name != "http" || sc.Ports[0].ContainerPort != 15080 {
-		t.Errorf("sidecar port = %+v, want name http on 15080", sc.Ports[0])
+	if sc.Ports[0].Name != "http" || sc.Ports[0].ContainerPort != 15280 {
+		t.Errorf("sidecar port = %+v, want name http on 15280", sc.Ports[0])
+	}
+	if sc.Ports[1].Name != AdminPortName || sc.Ports[1].ContainerPort != 15290 {
+		t.Errorf("sidecar admin port = %+v, want name %s on 15290", sc.Ports[1], AdminPortName)
 	}
 	app := pod.Spec.Containers[0]
 	if app.Ports[0].Name != "" || app.Ports[0].ContainerPort != 8080 {
@@ -163,16 +169,51 @@ func containsArg(args []string, want string) bool {
 	return false
 }
 
+// istioProxy is the container Istio's injector adds (its webhook runs
+// before ours): istio-proxy declares 15090 (Envoy's Prometheus endpoint);
+// the other ports Istio reserves are declared here too, as a stricter case.
+func istioProxy() corev1.Container {
+	c := corev1.Container{Name: "istio-proxy", Image: "docker.io/istio/proxyv2:1.24.0"}
+	for _, p := range []struct {
+		name string
+		port int32
+	}{{"http-envoy-prom", 15090}, {"envoy-admin", 15000}, {"outbound", 15001}, {"inbound", 15006}, {"status-port", 15020}, {"health", 15021}} {
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: p.name, ContainerPort: p.port, Protocol: corev1.ProtocolTCP})
+	}
+	return c
+}
+
+// oldPorts are the sidecar's former defaults, inside Istio's range.
+func oldPorts(o *Options) { o.ListenPort, o.AdminPort = 15080, 15090 }
+
 func TestInjectErrorsAndSkips(t *testing.T) {
+	withIstio := func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, istioProxy()) }
+	withNativeIstio := func(p *corev1.Pod) {
+		// Istio's native sidecar mode (ENABLE_NATIVE_SIDECARS).
+		c := istioProxy()
+		c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+		p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+	}
 	for _, tc := range []struct {
 		name     string
 		mutate   func(*corev1.Pod)
-		wantErr  error
+		opts     func(*Options) // changes testOptions
+		wantErr  error          // nil: injected
 		wantSkip string
 	}{
 		{name: "no such port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Name = "web" }, wantErr: ErrNoTargetPort},
 		{name: "udp port is not taken", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolUDP }, wantErr: ErrNoTargetPort},
-		{name: "app uses the sidecar's port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[1].ContainerPort = 15080 }, wantErr: ErrPortInUse},
+		{name: "app uses the sidecar's port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[1].ContainerPort = DefaultListenPort }, wantErr: ErrPortInUse},
+		{name: "app uses the sidecar's admin port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[1].ContainerPort = DefaultAdminPort }, wantErr: ErrPortInUse},
+		{name: "app uses a configured sidecar port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[1].ContainerPort = 18090 },
+			opts: func(o *Options) { o.ListenPort, o.AdminPort = 18080, 18090 }, wantErr: ErrPortInUse},
+		{name: "istio-proxy container", mutate: withIstio},
+		{name: "istio-proxy native sidecar", mutate: withNativeIstio},
+		// The bug the defaults moved for: Istio's 15090 was the admin port.
+		{name: "istio-proxy container, old default ports", mutate: withIstio, opts: oldPorts, wantErr: ErrPortInUse},
+		{name: "istio-proxy native sidecar, old default ports", mutate: withNativeIstio, opts: oldPorts, wantErr: ErrPortInUse},
+		{name: "one port for both", mutate: func(*corev1.Pod) {}, opts: func(o *Options) { o.AdminPort = DefaultListenPort }, wantErr: ErrInvalidPorts},
+		{name: "port out of range", mutate: func(*corev1.Pod) {}, opts: func(o *Options) { o.ListenPort = -1 }, wantErr: ErrInvalidPorts},
 		{name: "host network", mutate: func(p *corev1.Pod) { p.Spec.HostNetwork = true }, wantSkip: "hostNetwork"},
 		{name: "opt out", mutate: func(p *corev1.Pod) { p.Annotations = map[string]string{OptOutAnnotation: "false"} }, wantSkip: "opted out"},
 	} {
@@ -188,8 +229,22 @@ func TestInjectErrorsAndSkips(t *testing.T) {
 			if got := SkipReason(pod); got != "" {
 				t.Fatalf("SkipReason = %q, want none", got)
 			}
+			opts := testOptions
+			if tc.opts != nil {
+				tc.opts(&opts)
+			}
 			before := pod.DeepCopy()
-			err := Inject(pod, testOptions)
+			err := Inject(pod, opts)
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatalf("Inject: %v", err)
+				}
+				if i := indexContainer(pod.Spec.InitContainers, ContainerName); i < 0 {
+					t.Errorf("no %s among the init containers", ContainerName)
+				}
+				return
+			}
+			t.Logf("Inject: %v", err)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("Inject error = %v, want %v", err, tc.wantErr)
 			}
@@ -300,5 +355,42 @@ func TestDefaultTargetPortIsTheSchemas(t *testing.T) {
 	def := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["targetPort"].Default
 	if def == nil || string(def.Raw) != `"`+DefaultTargetPort+`"` {
 		t.Errorf("the schema's default targetPort is %v, DefaultTargetPort %q", def, DefaultTargetPort)
+	}
+}
+
+// TestDefaultPortsAreTheSidecars: the sidecar's own flag defaults are the
+// ports the injector declares (it passes them as flags, but a sidecar run
+// by hand should listen where the docs and the PodMonitor say).
+func TestDefaultPortsAreTheSidecars(t *testing.T) {
+	o := sidecarpkg.DefaultOptions()
+	want := []string{":" + strconv.Itoa(DefaultListenPort), ":" + strconv.Itoa(DefaultAdminPort)}
+	if d := cmp.Diff(want, []string{o.ListenAddress, o.AdminAddress}); d != "" {
+		t.Errorf("sidecar default addresses differ from the injector's ports (-injector +sidecar):\n%s", d)
+	}
+}
+
+// TestDefaultPortsAvoidOtherSidecars: the default ports are none that
+// another common sidecar or node agent uses in the pod's network namespace.
+func TestDefaultPortsAvoidOtherSidecars(t *testing.T) {
+	taken := map[string][]int32{
+		"istio (15000-15099)": nil, // checked as a range below
+		"linkerd":             {4140, 4143, 4191, 4567, 4568},
+		"consul/envoy":        {19000, 20000},
+		"dapr":                {3500, 3501, 50001},
+		"datadog":             {8125, 8126},
+		"node exporter":       {9100},
+	}
+	for _, p := range []int32{DefaultListenPort, DefaultAdminPort} {
+		if p >= 15000 && p <= 15099 {
+			t.Errorf("default port %d is in Istio's reserved range 15000-15099", p)
+		}
+		for who, ports := range taken {
+			if slices.Contains(ports, p) {
+				t.Errorf("default port %d is used by %s", p, who)
+			}
+		}
+	}
+	if err := (Options{}).Validate(); err != nil {
+		t.Errorf("the defaults do not validate: %v", err)
 	}
 }

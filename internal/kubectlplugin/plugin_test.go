@@ -539,7 +539,7 @@ func TestSidecarTargets(t *testing.T) {
 		mk("c", true, true, false), mk("a", true, true, false), mk("b", false, true, false),
 		mk("d", true, false, false), mk("e", true, true, true),
 	})
-	want := []Target{{"ns", "a", 15090}, {"ns", "c", 15090}}
+	want := []Target{{"ns", "a", inject.DefaultAdminPort}, {"ns", "c", inject.DefaultAdminPort}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got %v, want %v", got, want)
 	}

@@ -96,8 +96,11 @@ type Options struct {
 // DefaultOptions are the flag defaults.
 func DefaultOptions() Options {
 	return Options{
-		ListenAddress:        ":15080",
-		AdminAddress:         ":15090",
+		// The injector's default ports (v1alpha1.SidecarPort and
+		// SidecarAdminPort, outside Istio's 15000-15090), which it passes
+		// as flags anyway; internal/inject's tests keep the two equal.
+		ListenAddress:        ":15280",
+		AdminAddress:         ":15290",
 		Upstream:             "http://127.0.0.1:8080",
 		UpstreamProtocol:     UpstreamHTTP1,
 		ConfigFile:           "/etc/slidegate/config/config.json",

@@ -216,6 +216,11 @@ func TestWebhookThroughAPIServer(t *testing.T) {
 			p.Annotations = map[string]string{inject.OptOutAnnotation: "false"}
 		}},
 		{name: "no port to take over", ns: "shop", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Name = "web" }},
+		// Istio's webhook runs first; its istio-proxy declares 15090.
+		{name: "pod in an istio mesh", ns: "shop", wantInjected: true, mutate: func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "istio-proxy", Image: "docker.io/istio/proxyv2:1.24.0",
+				Ports: []corev1.ContainerPort{{Name: "http-envoy-prom", ContainerPort: 15090, Protocol: corev1.ProtocolTCP}}})
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := webPod(strings.ReplaceAll(tc.name, " ", "-"))
