@@ -338,7 +338,8 @@ func deleteManaged(ctx context.Context, c client.Client, reader client.Reader, k
 }
 
 // livePods lists the metadata of the namespace's pods that are not being
-// deleted.
+// deleted. Finished pods (Succeeded, Failed) are not in the cache at all
+// (CacheOptions): they run no container a sidecar could guard.
 func (r *RateLimitPolicyReconciler) livePods(ctx context.Context, ns string) ([]metav1.PartialObjectMetadata, error) {
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))

@@ -398,7 +398,8 @@ type RateLimitPolicyStatus struct {
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// matchedPods is the number of pods, not being deleted, that
+	// matchedPods is the number of pods, neither being deleted nor finished
+	// (phase Succeeded or Failed, such as an evicted pod), that
 	// targetSelector selects.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
