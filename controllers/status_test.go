@@ -36,6 +36,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/render"
@@ -426,9 +427,13 @@ func TestRLSDesiredStatus(t *testing.T) {
 		"the configuration is published in ConfigMap slidegate-system/slidegate-rls-config for the rate limit service"}
 	for _, tc := range []struct {
 		name              string
+		before            v1alpha1.RateLimitPolicyStatus
 		in                rlsStatusInput
 		want              map[string]cond
 		matched, enforced int32
+		// recheck: the reconcile asks to come back after Recheck (a server
+		// may yet load the policy; nothing watched says when).
+		recheck bool
 	}{
 		{
 			name:    "every ready server loaded the revision",
@@ -439,8 +444,18 @@ func TestRLSDesiredStatus(t *testing.T) {
 		{
 			name: "not accepted",
 			in:   rlsStatusInput{notAccepted: notAcceptedProblem(invalid), servers: []serverState{server("10.0.0.1:8082", "r1")}},
-			// The servers are still counted; none enforces a policy not published.
-			matched: 1, enforced: 0,
+			// In effect on no server: nothing matched, nothing to wait for
+			// (only an event can change it), so no recheck.
+			matched: 0, enforced: 0,
+			want: notAcceptedConds(v1alpha1.ReasonInvalid, invalidMsg, "not enforced: the policy is not accepted"),
+		},
+		{
+			name: "not accepted, after it was enforced: counts drop, no recheck",
+			before: v1alpha1.RateLimitPolicyStatus{MatchedPods: 2, EnforcedPods: 2, Conditions: []metav1.Condition{
+				{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAccepted, ObservedGeneration: 3},
+			}},
+			in:      rlsStatusInput{notAccepted: notAcceptedProblem(invalid), servers: []serverState{server("10.0.0.1:8082", "r1"), server("10.0.0.2:8082", "r1")}},
+			matched: 0, enforced: 0,
 			want: notAcceptedConds(v1alpha1.ReasonInvalid, invalidMsg, "not enforced: the policy is not accepted"),
 		},
 		{
@@ -452,14 +467,14 @@ func TestRLSDesiredStatus(t *testing.T) {
 		{
 			name:    "a server still serving an older revision",
 			in:      rlsStatusInput{revision: "r2", servers: []serverState{server("10.0.0.1:8082", "r2"), server("10.0.0.2:8082", "r1")}},
-			matched: 2, enforced: 1,
+			matched: 2, enforced: 1, recheck: true,
 			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
 				"1 of 2 rate limit service servers loaded revision r2; 10.0.0.2:8082 serve an older configuration (the kubelet refreshes the mounted ConfigMap within about a minute)"}),
 		},
 		{
 			name:    "a server that could not be asked, one behind, one without the policy",
 			in:      rlsStatusInput{revision: "r2", servers: []serverState{server("10.0.0.1:8082", "r1"), down, {addr: "10.0.0.3:8082"}}},
-			matched: 3, enforced: 0,
+			matched: 3, enforced: 0, recheck: true,
 			want: map[string]cond{
 				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
 				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
@@ -471,6 +486,7 @@ func TestRLSDesiredStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newRLSPolicy("shop", "login")
 			p.Generation = 4
+			p.Status = tc.before
 			tc.in.namespace, tc.in.service = "slidegate-system", DefaultRLSServiceName
 			st := rlsDesiredStatus(p, tc.in)
 			if diff := cmp.Diff(tc.want, conditionsOf(t, st, 4), condOpt); diff != "" {
@@ -478,6 +494,13 @@ func TestRLSDesiredStatus(t *testing.T) {
 			}
 			if st.MatchedPods != tc.matched || st.EnforcedPods != tc.enforced {
 				t.Errorf("pods %d/%d, want %d/%d", st.EnforcedPods, st.MatchedPods, tc.enforced, tc.matched)
+			}
+			wantResult := ctrl.Result{}
+			if tc.recheck {
+				wantResult.RequeueAfter = defaultRLSRecheck
+			}
+			if got := (&RateLimitServiceReconciler{}).requeue(false, []v1alpha1.RateLimitPolicyStatus{st}); got != wantResult {
+				t.Errorf("requeue %+v, want %+v", got, wantResult)
 			}
 			if wantRev := tc.in.revision; tc.in.notAccepted != nil && st.Revision != "" || tc.in.notAccepted == nil && st.Revision != wantRev {
 				t.Errorf("revision %q", st.Revision)
