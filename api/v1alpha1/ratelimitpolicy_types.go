@@ -400,7 +400,8 @@ type RateLimitPolicyStatus struct {
 
 	// matchedPods is the number of pods, neither being deleted nor finished
 	// (phase Succeeded or Failed, such as an evicted pod), that
-	// targetSelector selects.
+	// targetSelector selects. For a policy with rateLimitService: the ready
+	// rate limit service servers, 0 while the policy is not accepted.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:default=0
