@@ -197,6 +197,34 @@ func TestDesiredStatus(t *testing.T) {
 			wantRevision: "r1",
 		},
 		{
+			name: "fixed while the credentials are missing: Ready was False (Invalid) long ago, the grace starts now",
+			before: previously(
+				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalid, Message: invalidMsg},
+				metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalid, Message: invalidMsg},
+				metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonInvalid, Message: invalidMsg},
+				metav1.Condition{Type: v1alpha1.ConditionEnforced, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotAccepted}),
+			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			want: map[string]cond{
+				v1alpha1.ConditionAccepted: accepted,
+				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
+				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"},
+			},
+			wantRevision: "r1",
+		},
+		{
+			name: "room made while the credentials are missing: Ready was False (ConfigTooLarge) long ago, the grace starts now",
+			before: previously(
+				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonConfigTooLarge, Message: tooLargeMsg},
+				metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonConfigTooLarge, Message: tooLargeMsg}),
+			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			want: map[string]cond{
+				v1alpha1.ConditionAccepted: accepted,
+				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
+				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"},
+			},
+			wantRevision: "r1",
+		},
+		{
 			name: "credentials missing, no clock (now unset): never stalled",
 			before: previously(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
 				Reason: v1alpha1.ReasonRedisCredentialsUnavailable, Message: noCredentials}),
