@@ -117,19 +117,16 @@ func (c conditionSetter) failed(typ string, p *problem) {
 
 // failedSince sets typ False for the problem, like failed, and returns the
 // condition. Its lastTransitionTime is kept only if it already was False for
-// the same reason; otherwise it is now (the time of this reconcile; the
-// clock if unset), even if typ was False for another reason: it then says
-// since when the problem is this one.
-func (c conditionSetter) failedSince(typ string, p *problem, now time.Time) *metav1.Condition {
+// the same reason; otherwise it is now (the clock, as for any transition),
+// even if typ was False for another reason: it then says since when the
+// problem is this one.
+func (c conditionSetter) failedSince(typ string, p *problem) *metav1.Condition {
 	prev := meta.FindStatusCondition(c.status.Conditions, typ)
 	same := prev != nil && prev.Status == metav1.ConditionFalse && prev.Reason == p.Reason()
 	c.failed(typ, p)
 	cond := meta.FindStatusCondition(c.status.Conditions, typ)
 	if !same {
-		if now.IsZero() {
-			now = time.Now()
-		}
-		cond.LastTransitionTime = metav1.NewTime(now)
+		cond.LastTransitionTime = metav1.Now()
 	}
 	return cond
 }
@@ -180,7 +177,7 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 	}
 	c.accepted(in.revision, sidecarconfig.ConfigMapName)
 	if in.credentials != nil {
-		ready := c.failedSince(v1alpha1.ConditionReady, in.credentials, in.now)
+		ready := c.failedSince(v1alpha1.ConditionReady, in.credentials)
 		// Stalled (kstatus: Failed) once the credentials have been missing
 		// for the grace (a minute): nothing the controller does brings them, so
 		// Flux and Argo CD should say so rather than wait until their own
