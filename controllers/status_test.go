@@ -39,6 +39,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
@@ -276,6 +277,15 @@ func metaPod(name string, labels map[string]string, injected string) metav1.Part
 	return pod
 }
 
+// withAnnotation sets one more annotation on pod.
+func withAnnotation(pod metav1.PartialObjectMetadata, key, value string) metav1.PartialObjectMetadata {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[key] = value
+	return pod
+}
+
 // injectedStatus is the injection annotation of a sidecar in front of port
 // name (taken from the app's port number appPort).
 func injectedStatus(port string, appPort int32) string {
@@ -317,6 +327,12 @@ func TestCountPods(t *testing.T) {
 			metaPod("a", webLabels, `{"version":"v1"}`)}, 1, 1, nil},
 		{"an unreadable injection status counts as a sidecar on any port", webPolicy("api"), []metav1.PartialObjectMetadata{
 			metaPod("a", webLabels, "not json")}, 1, 1, nil},
+		{"the pod chose the port (target-port annotation): its sidecar enforces every policy selecting it", webPolicy("http"), []metav1.PartialObjectMetadata{
+			withAnnotation(metaPod("a", webLabels, injectedStatus("grpc", 9090)), inject.TargetPortAnnotation, "grpc")}, 1, 1, nil},
+		{"a target-port annotation added after injection does not move the sidecar", webPolicy("http"), []metav1.PartialObjectMetadata{
+			withAnnotation(metaPod("a", webLabels, injectedStatus("api", 9090)), inject.TargetPortAnnotation, "grpc")}, 1, 0, []string{"a"}},
+		{"a target-port annotation without the sidecar protects nothing", webPolicy("http"), []metav1.PartialObjectMetadata{
+			withAnnotation(metaPod("a", webLabels, ""), inject.TargetPortAnnotation, "grpc")}, 1, 0, []string{"a"}},
 		{"a policy without targetSelector (rate limit service) selects no pod", &v1alpha1.RateLimitPolicy{}, []metav1.PartialObjectMetadata{
 			metaPod("a", webLabels, "")}, 0, 0, nil},
 	} {
