@@ -338,7 +338,8 @@ func deleteManaged(ctx context.Context, c client.Client, reader client.Reader, k
 }
 
 // livePods lists the metadata of the namespace's pods that are not being
-// deleted.
+// deleted. Finished pods (Succeeded, Failed) are not in the cache at all
+// (CacheOptions): they run no container a sidecar could guard.
 func (r *RateLimitPolicyReconciler) livePods(ctx context.Context, ns string) ([]metav1.PartialObjectMetadata, error) {
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
@@ -378,10 +379,15 @@ func targetPort(p *v1alpha1.RateLimitPolicy) string {
 
 // sidecarGuards reads the pod's injection status (injected: it carries a
 // sidecar) and reports whether that sidecar guards the policy's targetPort.
-// A status that names no port (an unreadable one, say) guards any port.
+// A status that names no port (an unreadable one, say) guards any port. So
+// does the sidecar of a pod whose owner chose the port with
+// inject.TargetPortAnnotation: the webhook took over that port instead of
+// the policies' (the status records it), and the sidecar enforces every
+// policy that selects the pod.
 func sidecarGuards(p *v1alpha1.RateLimitPolicy, pod metav1.Object) (st v1alpha1.InjectionStatus, injected, guarded bool) {
 	st, injected = injection(pod)
-	return st, injected, injected && (st.TargetPort == "" || st.TargetPort == targetPort(p))
+	chosen := pod.GetAnnotations()[inject.TargetPortAnnotation]
+	return st, injected, injected && (st.TargetPort == "" || st.TargetPort == targetPort(p) || chosen != "" && st.TargetPort == chosen)
 }
 
 // injection reads a pod's injection status. ok is false for a pod without

@@ -603,6 +603,52 @@ func TestPodCounts(t *testing.T) {
 	}
 }
 
+// TestFinishedPodsNotCounted: a pod that finished (evicted: Failed; a
+// completed Job's: Succeeded) runs nothing to protect, though it may stay as
+// an object for long. It leaves the counts as a deleted pod does, and the
+// policy is enforced by the running pods' sidecars.
+func TestFinishedPodsNotCounted(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	p := newPolicy(ns, "p")
+	create(t, p)
+	counts := func(matched, enforced int32, cond metav1.ConditionStatus, reason string) func() error {
+		return func() error {
+			got := get(t, p)
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEnforced)
+			if got.Status.MatchedPods != matched || got.Status.EnforcedPods != enforced || c == nil || c.Status != cond || c.Reason != reason {
+				return fmt.Errorf("matched %d enforced %d Enforced %+v; want %d %d %s %s",
+					got.Status.MatchedPods, got.Status.EnforcedPods, c, matched, enforced, cond, reason)
+			}
+			return nil
+		}
+	}
+	setPhase := func(pod *corev1.Pod, phase corev1.PodPhase, reason string) {
+		t.Helper()
+		pod.Status.Phase, pod.Status.Reason = phase, reason
+		if err := k.Status().Update(ctx, pod); err != nil {
+			t.Fatalf("setting pod %s %s: %v", pod.Name, phase, err)
+		}
+	}
+	running := newPod(ns, "running", map[string]string{"app": "checkout"}, true)
+	evicted := newPod(ns, "evicted", map[string]string{"app": "checkout"}, false)
+	create(t, running, evicted)
+	setPhase(running, corev1.PodRunning, "")
+	eventually(t, "the unprotected pod counted while it runs", counts(2, 1, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced))
+	waitGauge(t, unprotectedPodsGauge.WithLabelValues(ns), 1)
+
+	setPhase(evicted, corev1.PodFailed, "Evicted")
+	eventually(t, "the evicted pod not counted", counts(1, 1, metav1.ConditionTrue, v1alpha1.ReasonEnforced))
+	waitGauge(t, unprotectedPodsGauge.WithLabelValues(ns), 0)
+
+	// A completed Job's pod, never injected, is not counted either.
+	done := newPod(ns, "job-done", map[string]string{"app": "checkout"}, false)
+	create(t, done)
+	eventually(t, "the Job's pod counted while it runs", counts(2, 1, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced))
+	setPhase(done, corev1.PodSucceeded, "")
+	eventually(t, "the completed pod not counted", counts(1, 1, metav1.ConditionTrue, v1alpha1.ReasonEnforced))
+}
+
 // TestInvalidSelectorRefusedByTheAPI: a selector with a label the API
 // server can check is refused at admission, and its neighbours are
 // enforced.

@@ -31,6 +31,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -164,16 +165,24 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 }
 
 // requeue is when to come back after writing the statuses: soon after a
-// conflict, else after Recheck while a server has not loaded every policy
-// (nothing the controller watches says when it has).
+// conflict, else after Recheck while a server has not loaded every accepted
+// policy (nothing the controller watches says when it has). A policy not
+// accepted is in no server's document: only an event (its spec changing,
+// another policy going) can change that, so it asks for no recheck.
 func (r *RateLimitServiceReconciler) requeue(conflicted bool, want []v1alpha1.RateLimitPolicyStatus) ctrl.Result {
 	switch {
 	case conflicted:
 		return ctrl.Result{RequeueAfter: conflictRetryDelay}
-	case slices.ContainsFunc(want, func(st v1alpha1.RateLimitPolicyStatus) bool { return st.EnforcedPods < st.MatchedPods }):
+	case slices.ContainsFunc(want, serversBehind):
 		return ctrl.Result{RequeueAfter: r.recheck()}
 	}
 	return ctrl.Result{}
+}
+
+// serversBehind reports whether st is the status of an accepted policy
+// that a ready RLS server has not loaded (yet).
+func serversBehind(st v1alpha1.RateLimitPolicyStatus) bool {
+	return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionAccepted) && st.EnforcedPods < st.MatchedPods
 }
 
 // rlsRender is the desired document of the rate limit service.
@@ -346,15 +355,16 @@ type rlsStatusInput struct {
 
 // rlsDesiredStatus is the policy's status after this reconcile: Accepted and
 // Ready as for the sidecars' policies; matchedPods counts the ready RLS
-// servers and enforcedPods those that loaded the policy at its revision.
+// servers and enforcedPods those that loaded the policy at its revision. A
+// policy not accepted is in effect on no server: both are 0.
 func rlsDesiredStatus(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) v1alpha1.RateLimitPolicyStatus {
 	st, c := newStatus(p)
-	st.MatchedPods = int32(len(in.servers))
-	st.EnforcedPods = 0
+	st.MatchedPods, st.EnforcedPods = 0, 0
 	if in.notAccepted != nil {
 		c.notAccepted(in.notAccepted, "not enforced: the policy is not accepted")
 		return *st
 	}
+	st.MatchedPods = int32(len(in.servers))
 	cm := in.namespace + "/" + rlsconfig.ConfigMapName
 	c.accepted(in.revision, cm)
 	c.set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,

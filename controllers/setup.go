@@ -88,9 +88,10 @@ func selectorKeys(obj client.Object) []string {
 // caches only slidegate's own ConfigMaps and Secrets, selected by name (a
 // field selector on metadata.name, which is what lets RBAC restrict the
 // list and watch to that name) and by label; Pods are watched as metadata
-// only. Managed fields are dropped to save memory. The manager's own
-// credentials Secret is read through a cache of its own (SetupWithManager),
-// scoped to its namespace and name.
+// only, and only those that have not finished (unfinishedPods). Managed
+// fields are dropped to save memory. The manager's own credentials Secret is
+// read through a cache of its own (SetupWithManager), scoped to its
+// namespace and name.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.ManagedByLabel: v1alpha1.ManagedByValue})
 	return cache.Options{
@@ -98,9 +99,22 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: managed, Field: nameSelector(sidecarconfig.ConfigMapName)},
 			&corev1.Secret{}:    {Label: managed, Field: nameSelector(v1alpha1.RedisCredentialsSecretName)},
+			// Also applies to the metadata-only informer: the API server
+			// filters.
+			&corev1.Pod{}: {Field: unfinishedPods},
 		},
 	}
 }
+
+// unfinishedPods selects the pods that have not finished: a pod that
+// succeeded (a completed Job's) or failed (an evicted one) runs no
+// container, so it needs no sidecar, yet it may stay as an object for a long
+// time. The API server filters, and sends a pod that finishes to the watch
+// as deleted: the counts drop it as they drop a deleted pod.
+var unfinishedPods = fields.AndSelectors(
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
+)
 
 // nameSelector selects the objects of one name.
 func nameSelector(name string) fields.Selector {
@@ -173,7 +187,8 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		// bypass to report; only namespaces with policies care.
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToNamespace)).
 		// Pods: label, sidecar annotation and deletion changes of pods that
-		// a policy selects (metadata only).
+		// a policy selects (metadata only; a pod that finishes arrives as
+		// deleted, see unfinishedPods).
 		WatchesMetadata(podMeta, &podHandler{c: mgr.GetClient()}).
 		// The request names a namespace: log it as one.
 		WithLogConstructor(func(req *reconcile.Request) logr.Logger {

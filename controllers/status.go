@@ -115,6 +115,22 @@ func (c conditionSetter) failed(typ string, p *problem) {
 	c.set(typ, metav1.ConditionFalse, p.Reason(), p.Message())
 }
 
+// failedSince sets typ False for the problem, like failed, and returns the
+// condition. Its lastTransitionTime is kept only if it already was False for
+// the same reason; otherwise it is now (the clock, as for any transition),
+// even if typ was False for another reason: it then says since when the
+// problem is this one.
+func (c conditionSetter) failedSince(typ string, p *problem) *metav1.Condition {
+	prev := meta.FindStatusCondition(c.status.Conditions, typ)
+	same := prev != nil && prev.Status == metav1.ConditionFalse && prev.Reason == p.Reason()
+	c.failed(typ, p)
+	cond := meta.FindStatusCondition(c.status.Conditions, typ)
+	if !same {
+		cond.LastTransitionTime = metav1.Now()
+	}
+	return cond
+}
+
 // stalled sets Stalled True for the problem: nothing the controller does
 // clears it, so kstatus tools should report it at once.
 func (c conditionSetter) stalled(p *problem) {
@@ -161,15 +177,17 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 	}
 	c.accepted(in.revision, sidecarconfig.ConfigMapName)
 	if in.credentials != nil {
-		c.failed(v1alpha1.ConditionReady, in.credentials)
+		ready := c.failedSince(v1alpha1.ConditionReady, in.credentials)
 		// Stalled (kstatus: Failed) once the credentials have been missing
 		// for the grace (a minute): nothing the controller does brings them, so
 		// Flux and Argo CD should say so rather than wait until their own
 		// timeout. Not at once: a Secret delivered by another tool
 		// (External Secrets, Sealed Secrets) often lands seconds after the
 		// policies of the same sync, and that sync must not fail for it.
-		if ready := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); !in.now.IsZero() &&
-			!in.now.Before(ready.LastTransitionTime.Add(in.grace)) {
+		// The grace runs from when Ready took this reason (failedSince), not
+		// from when it turned False: a policy fixed (it was Invalid, say)
+		// while the Secret is still on its way gets the whole grace.
+		if !in.now.IsZero() && !in.now.Before(ready.LastTransitionTime.Add(in.grace)) {
 			c.stalled(in.credentials)
 		}
 	} else {

@@ -36,8 +36,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
@@ -196,6 +198,34 @@ func TestDesiredStatus(t *testing.T) {
 			wantRevision: "r1",
 		},
 		{
+			name: "fixed while the credentials are missing: Ready was False (Invalid) long ago, the grace starts now",
+			before: previously(
+				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalid, Message: invalidMsg},
+				metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalid, Message: invalidMsg},
+				metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonInvalid, Message: invalidMsg},
+				metav1.Condition{Type: v1alpha1.ConditionEnforced, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotAccepted}),
+			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			want: map[string]cond{
+				v1alpha1.ConditionAccepted: accepted,
+				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
+				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"},
+			},
+			wantRevision: "r1",
+		},
+		{
+			name: "room made while the credentials are missing: Ready was False (ConfigTooLarge) long ago, the grace starts now",
+			before: previously(
+				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonConfigTooLarge, Message: tooLargeMsg},
+				metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonConfigTooLarge, Message: tooLargeMsg}),
+			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			want: map[string]cond{
+				v1alpha1.ConditionAccepted: accepted,
+				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
+				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"},
+			},
+			wantRevision: "r1",
+		},
+		{
 			name: "credentials missing, no clock (now unset): never stalled",
 			before: previously(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
 				Reason: v1alpha1.ReasonRedisCredentialsUnavailable, Message: noCredentials}),
@@ -247,6 +277,15 @@ func metaPod(name string, labels map[string]string, injected string) metav1.Part
 	return pod
 }
 
+// withAnnotation sets one more annotation on pod.
+func withAnnotation(pod metav1.PartialObjectMetadata, key, value string) metav1.PartialObjectMetadata {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[key] = value
+	return pod
+}
+
 // injectedStatus is the injection annotation of a sidecar in front of port
 // name (taken from the app's port number appPort).
 func injectedStatus(port string, appPort int32) string {
@@ -288,6 +327,12 @@ func TestCountPods(t *testing.T) {
 			metaPod("a", webLabels, `{"version":"v1"}`)}, 1, 1, nil},
 		{"an unreadable injection status counts as a sidecar on any port", webPolicy("api"), []metav1.PartialObjectMetadata{
 			metaPod("a", webLabels, "not json")}, 1, 1, nil},
+		{"the pod chose the port (target-port annotation): its sidecar enforces every policy selecting it", webPolicy("http"), []metav1.PartialObjectMetadata{
+			withAnnotation(metaPod("a", webLabels, injectedStatus("grpc", 9090)), inject.TargetPortAnnotation, "grpc")}, 1, 1, nil},
+		{"a target-port annotation added after injection does not move the sidecar", webPolicy("http"), []metav1.PartialObjectMetadata{
+			withAnnotation(metaPod("a", webLabels, injectedStatus("api", 9090)), inject.TargetPortAnnotation, "grpc")}, 1, 0, []string{"a"}},
+		{"a target-port annotation without the sidecar protects nothing", webPolicy("http"), []metav1.PartialObjectMetadata{
+			withAnnotation(metaPod("a", webLabels, ""), inject.TargetPortAnnotation, "grpc")}, 1, 0, []string{"a"}},
 		{"a policy without targetSelector (rate limit service) selects no pod", &v1alpha1.RateLimitPolicy{}, []metav1.PartialObjectMetadata{
 			metaPod("a", webLabels, "")}, 0, 0, nil},
 	} {
@@ -426,9 +471,13 @@ func TestRLSDesiredStatus(t *testing.T) {
 		"the configuration is published in ConfigMap slidegate-system/slidegate-rls-config for the rate limit service"}
 	for _, tc := range []struct {
 		name              string
+		before            v1alpha1.RateLimitPolicyStatus
 		in                rlsStatusInput
 		want              map[string]cond
 		matched, enforced int32
+		// recheck: the reconcile asks to come back after Recheck (a server
+		// may yet load the policy; nothing watched says when).
+		recheck bool
 	}{
 		{
 			name:    "every ready server loaded the revision",
@@ -439,8 +488,18 @@ func TestRLSDesiredStatus(t *testing.T) {
 		{
 			name: "not accepted",
 			in:   rlsStatusInput{notAccepted: notAcceptedProblem(invalid), servers: []serverState{server("10.0.0.1:8082", "r1")}},
-			// The servers are still counted; none enforces a policy not published.
-			matched: 1, enforced: 0,
+			// In effect on no server: nothing matched, nothing to wait for
+			// (only an event can change it), so no recheck.
+			matched: 0, enforced: 0,
+			want: notAcceptedConds(v1alpha1.ReasonInvalid, invalidMsg, "not enforced: the policy is not accepted"),
+		},
+		{
+			name: "not accepted, after it was enforced: counts drop, no recheck",
+			before: v1alpha1.RateLimitPolicyStatus{MatchedPods: 2, EnforcedPods: 2, Conditions: []metav1.Condition{
+				{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAccepted, ObservedGeneration: 3},
+			}},
+			in:      rlsStatusInput{notAccepted: notAcceptedProblem(invalid), servers: []serverState{server("10.0.0.1:8082", "r1"), server("10.0.0.2:8082", "r1")}},
+			matched: 0, enforced: 0,
 			want: notAcceptedConds(v1alpha1.ReasonInvalid, invalidMsg, "not enforced: the policy is not accepted"),
 		},
 		{
@@ -452,14 +511,14 @@ func TestRLSDesiredStatus(t *testing.T) {
 		{
 			name:    "a server still serving an older revision",
 			in:      rlsStatusInput{revision: "r2", servers: []serverState{server("10.0.0.1:8082", "r2"), server("10.0.0.2:8082", "r1")}},
-			matched: 2, enforced: 1,
+			matched: 2, enforced: 1, recheck: true,
 			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
 				"1 of 2 rate limit service servers loaded revision r2; 10.0.0.2:8082 serve an older configuration (the kubelet refreshes the mounted ConfigMap within about a minute)"}),
 		},
 		{
 			name:    "a server that could not be asked, one behind, one without the policy",
 			in:      rlsStatusInput{revision: "r2", servers: []serverState{server("10.0.0.1:8082", "r1"), down, {addr: "10.0.0.3:8082"}}},
-			matched: 3, enforced: 0,
+			matched: 3, enforced: 0, recheck: true,
 			want: map[string]cond{
 				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
 				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
@@ -471,6 +530,7 @@ func TestRLSDesiredStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newRLSPolicy("shop", "login")
 			p.Generation = 4
+			p.Status = tc.before
 			tc.in.namespace, tc.in.service = "slidegate-system", DefaultRLSServiceName
 			st := rlsDesiredStatus(p, tc.in)
 			if diff := cmp.Diff(tc.want, conditionsOf(t, st, 4), condOpt); diff != "" {
@@ -478,6 +538,13 @@ func TestRLSDesiredStatus(t *testing.T) {
 			}
 			if st.MatchedPods != tc.matched || st.EnforcedPods != tc.enforced {
 				t.Errorf("pods %d/%d, want %d/%d", st.EnforcedPods, st.MatchedPods, tc.enforced, tc.matched)
+			}
+			wantResult := ctrl.Result{}
+			if tc.recheck {
+				wantResult.RequeueAfter = defaultRLSRecheck
+			}
+			if got := (&RateLimitServiceReconciler{}).requeue(false, []v1alpha1.RateLimitPolicyStatus{st}); got != wantResult {
+				t.Errorf("requeue %+v, want %+v", got, wantResult)
 			}
 			if wantRev := tc.in.revision; tc.in.notAccepted != nil && st.Revision != "" || tc.in.notAccepted == nil && st.Revision != wantRev {
 				t.Errorf("revision %q", st.Revision)

@@ -398,8 +398,10 @@ type RateLimitPolicyStatus struct {
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// matchedPods is the number of pods, not being deleted, that
-	// targetSelector selects.
+	// matchedPods is the number of pods, neither being deleted nor finished
+	// (phase Succeeded or Failed, such as an evicted pod), that
+	// targetSelector selects. For a policy with rateLimitService: the ready
+	// rate limit service servers, 0 while the policy is not accepted.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:default=0

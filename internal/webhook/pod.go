@@ -5,6 +5,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -124,7 +125,21 @@ func (h *PodInjector) inject(ctx context.Context, req admission.Request, pod *co
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(injectionWarnings(pod, matched, opts.TargetPort)...)
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(injectionWarnings(pod, matched, takenOver(injected, opts.TargetPort))...)
+}
+
+// takenOver is the port name the sidecar of the injected pod took over, as
+// its injection status records it: the pod's inject.TargetPortAnnotation
+// wins over the policy's targetPort (asked, the fallback).
+func takenOver(injected *corev1.Pod, asked string) string {
+	var st v1alpha1.InjectionStatus
+	if err := json.Unmarshal([]byte(injected.Annotations[v1alpha1.InjectedAnnotation]), &st); err == nil && st.TargetPort != "" {
+		return st.TargetPort
+	}
+	if asked == "" {
+		return inject.DefaultTargetPort
+	}
+	return asked
 }
 
 // injectionWarnings are what the creator of an injected pod must be told:
@@ -142,11 +157,16 @@ func injectionWarnings(pod *corev1.Pod, matched []v1alpha1.RateLimitPolicy, take
 			"manage the pod with a Deployment or StatefulSet, or delete and recreate it to change it", takenOver))
 	}
 	// One sidecar guards one port name; a policy naming another port is not
-	// enforced on this pod (its status says so too).
+	// enforced on this pod (its status says so too). Unless the pod chose
+	// the port (inject.TargetPortAnnotation): its sidecar then enforces every
+	// policy that selects it, whatever port they name.
+	if pod.Annotations[inject.TargetPortAnnotation] != "" {
+		return warnings
+	}
 	for _, p := range matched[1:] {
-		if p.Spec.TargetPort != takenOver {
+		if port := cmp.Or(p.Spec.TargetPort, inject.DefaultTargetPort); port != takenOver {
 			warnings = append(warnings, fmt.Sprintf("slidegate: RateLimitPolicy %s names targetPort %q, but the sidecar takes over %q (from %s): %s is not enforced on this pod",
-				p.Name, p.Spec.TargetPort, takenOver, matched[0].Name, p.Name))
+				p.Name, port, takenOver, matched[0].Name, p.Name))
 		}
 	}
 	return warnings

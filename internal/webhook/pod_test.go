@@ -370,3 +370,38 @@ func TestHandlerWarnsOnTargetPortConflict(t *testing.T) {
 		t.Fatalf("warnings = %v, want one about z-api", resp.Warnings)
 	}
 }
+
+// TestHandlerTargetPortAnnotation: a pod that chooses the port with
+// inject.TargetPortAnnotation gets the sidecar in front of that port, whatever
+// the policies name. The warnings name that port, and warn of no policy as
+// not enforced: the sidecar enforces every policy that selects the pod (the
+// controller counts it so).
+func TestHandlerTargetPortAnnotation(t *testing.T) {
+	namespace(t, "chosen", true)
+	policy(t, "chosen") // targetPort http (the default)
+	other := &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "z-api", Namespace: "chosen"},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
+			TargetPort:     "api", Window: "10s", Limit: 5,
+			Key: v1alpha1.ClientKey{Source: "Global"},
+		},
+	}
+	if err := k8s.Create(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), other) })
+	eventually(t, 10*time.Second, "the cache sees the second policy", func() bool {
+		return cached.Get(context.Background(), client.ObjectKeyFromObject(other), &v1alpha1.RateLimitPolicy{}) == nil
+	})
+	pod := webPod("chosen") // bare: the re-apply warning names the port taken over
+	pod.Annotations = map[string]string{inject.TargetPortAnnotation: "grpc"}
+	pod.Spec.Containers[0].Ports = append(pod.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "grpc", ContainerPort: 9090})
+	resp := injector.Handle(context.Background(), admissionRequest(t, "chosen", pod))
+	if !resp.Allowed || len(resp.Patches) == 0 {
+		t.Fatalf("allowed=%v patches=%d, want the pod injected", resp.Allowed, len(resp.Patches))
+	}
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], `took over port name "grpc"`) {
+		t.Fatalf("warnings = %v, want only the re-apply warning, naming port grpc", resp.Warnings)
+	}
+}
