@@ -48,11 +48,30 @@ func serverTime(us int64) time.Time {
 //
 // SlidingWindowCounter keys are hashes with one field per fixed window
 // (index = floor(now/window)); the estimate is prev×(1-elapsed/window)+cur.
+// Field "m" holds "field:member" of the key's last admit (undoScript's "u"
+// may sit beside it).
+//
+// A committing call first looks for its own member (the zset member, or
+// field "m"): found in any key, the decision was already admitted (go-redis
+// re-ran the script after losing its reply) and the script admits nothing,
+// replying committed as the first run did. Field "m" only remembers the
+// last admit, so a rerun after another admit into the same counter key is
+// counted again.
 const decideScript = `
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
 local member = ARGV[1]
 local margin = tonumber(ARGV[2])
+
+-- mine reports whether this decision already admitted into key, and the
+-- counter field it incremented.
+local function mine(key, ctr)
+  if not ctr then return redis.call('ZSCORE', key, member) ~= false, 0 end
+  local m = redis.call('HGET', key, 'm')
+  local s = m and string.find(m, ':', 1, true)
+  if s and string.sub(m, s + 1) == member then return true, tonumber(string.sub(m, 1, s - 1)) end
+  return false, 0
+end
 
 -- check trims and counts one key: allowed, estimate/count, counter field,
 -- current and previous fixed-window counts.
@@ -77,10 +96,11 @@ local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
   if ctr then
     local elapsed = now - x * w
     if commit then
-      if redis.call('HINCRBY', key, x, h) == h and redis.call('HLEN', key) > 2 then
+      redis.call('HSET', key, 'm', x .. ':' .. member)
+      if redis.call('HINCRBY', key, x, h) == h and redis.call('HLEN', key) > 3 then
         for _, k in ipairs(redis.call('HKEYS', key)) do
           local kn = tonumber(k)
-          if kn ~= x and kn ~= x - 1 then redis.call('HDEL', key, k) end
+          if kn and kn ~= x and kn ~= x - 1 then redis.call('HDEL', key, k) end
         end
       end
       c, e, field = c + h, e + h, x
@@ -140,8 +160,31 @@ local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
   out[o + 5] = field
 end
 
+-- replay answers a decision already admitted: committed, each key as it
+-- now stands (counting the admit), allowed where it was admitted.
+local function replay()
+  local out = {now, 1}
+  for i = 1, #KEYS do
+    local b = 4 * i
+    local l, w, f, h = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+    local ctr = f % 2 == 1
+    local was, field = mine(KEYS[i], ctr)
+    local _, e, x, c, p = check(KEYS[i], l, w, ctr, h)
+    local ok = was or f < 2
+    finish(out, KEYS[i], l, w, ctr, h, ok, false, e, x, c, p)
+    if ok and ctr and not was then field = x end
+    out[#out] = field
+  end
+  return out
+end
+
 local pass = ARGV[3] == '1'
 local n = #KEYS
+if pass then
+  for i = 1, n do
+    if mine(KEYS[i], tonumber(ARGV[4 * i + 2]) % 2 == 1) then return replay() end
+  end
+end
 if n == 1 then
   -- The common case, without the per-key tables.
   local key, l, w, f, h = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -168,7 +211,9 @@ return out
 `
 
 // undoScript takes back the admits of a request that another slot's rules
-// denied (the compensating call of a cross-slot request).
+// denied (the compensating call of a cross-slot request). Run twice (a
+// Cluster client's retry), it takes back once: ZREM is idempotent, and a
+// counter key's field "u" holds the member last undone.
 //
 //	KEYS[i]     the key of an admitted rule
 //	ARGV[1]     the member that was added
@@ -181,9 +226,10 @@ for i = 1, #KEYS do
     local ms = {ARGV[1]}
     for j = 2, h do ms[j] = ARGV[1] .. '.' .. j end
     redis.call('ZREM', KEYS[i], unpack(ms))
-  else
+  elseif redis.call('HGET', KEYS[i], 'u') ~= ARGV[1] then
     local v = tonumber(redis.call('HGET', KEYS[i], f))
     if v and v > 0 then redis.call('HINCRBY', KEYS[i], f, -math.min(v, h)) end
+    redis.call('HSET', KEYS[i], 'u', ARGV[1])
   end
 end
 return 1
