@@ -13,7 +13,7 @@ func ACLRules(prefix string) []string {
 		"resetkeys", "~" + prefix + "*", "-@all",
 		"+evalsha", "+eval", "+ping", "+hello", "+auth", "+client|setname",
 		"+time", "+zremrangebyscore", "+zcard", "+zadd", "+zrange", "+zrem", "+pexpire",
-		"+hmget", "+hget", "+hset", "+hincrby", "+hlen", "+hkeys", "+hdel", "+zscore",
+		"+hmget", "+hget", "+hset", "+hincrby", "+hlen", "+hkeys", "+hdel", "+zscore", "+pttl",
 		// A Cluster client reads the slot map; harmless elsewhere.
 		"+cluster|slots", "+cluster|shards", "+readonly",
 	}
