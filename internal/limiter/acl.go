@@ -13,7 +13,8 @@ func ACLRules(prefix string) []string {
 		"resetkeys", "~" + prefix + "*", "-@all",
 		"+evalsha", "+eval", "+ping", "+hello", "+auth", "+client|setname",
 		"+time", "+zremrangebyscore", "+zcard", "+zadd", "+zrange", "+zrem", "+pexpire",
-		"+zcount", "+pttl", // Peek (kubectl slidegate why)
+		"+zcount", "+pttl", // Peek (kubectl slidegate why), and the cancel script (PTTL)
+		"+zscore", "+hset", // a retried script finds its own admit
 		"+hmget", "+hget", "+hincrby", "+hlen", "+hkeys", "+hdel",
 		// A Cluster client reads the slot map; harmless elsewhere.
 		"+cluster|slots", "+cluster|shards", "+readonly",

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,12 +47,12 @@ func (o *op) take(now time.Time) bool {
 	return o.state.CompareAndSwap(opQueued, opInflight)
 }
 
-// finish hands the result to the caller unless it gave up. The fields are
-// written only after winning the state, and read by the caller only after
-// receiving from done, so the two never race.
-func (o *op) finish(c *redis.Cmd, err error) {
+// finish hands the result to the caller unless it gave up, and reports
+// whether it did. The fields are written only after winning the state, and
+// read by the caller only after receiving from done, so the two never race.
+func (o *op) finish(c *redis.Cmd, err error) bool {
 	if !o.state.CompareAndSwap(opInflight, opDone) {
-		return
+		return false
 	}
 	if err == nil {
 		o.reply = c.Val()
@@ -57,6 +60,7 @@ func (o *op) finish(c *redis.Cmd, err error) {
 		o.err = err
 	}
 	o.done <- struct{}{}
+	return true
 }
 
 // abandon gives up on o with err, unless it finished meanwhile: its answer
@@ -377,13 +381,16 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
 				firstErr = err
 			}
 			o.finish(nil, err)
+			l.cancelLost(o, err)
 			continue
 		}
 		if !o.start.IsZero() {
 			l.latency.observe(answered.Sub(o.start), answered)
 		}
 		anyAnswer = true
-		o.finish(c, nil)
+		if !o.finish(c, nil) {
+			l.undoLate(o, c.Val())
+		}
 	}
 	if anyAnswer {
 		l.lastAnswer.Store(answered.UnixNano())
@@ -393,4 +400,99 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
 	} else {
 		l.breaker.success()
 	}
+}
+
+// undoLate takes back what a decide script admitted for a caller that had
+// already given up (timed out, cancelled): the caller answered from the
+// fallback or failed closed, so the admit must not stand. Only the op's
+// lost finish leads here, once, and the caller, not having the reply, never
+// undoes it itself.
+func (l *Limiter) undoLate(o *op, v any) {
+	if o.script != &decideLua {
+		return
+	}
+	rep, err := decodeDecide(v, o.args[2].(int), nil)
+	if err != nil {
+		return
+	}
+	if args := lateUndoArgs(o.args, rep); args != nil {
+		l.stats.undos.Add(1)
+		l.enqueueUndo(&op{script: &undoLua, args: args, deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)})
+	}
+}
+
+// cancelLost takes back, best effort, the SlidingLog admits of a decide
+// script whose reply was lost after it may have been written (err).
+// Counter keys are left: without the reply the field to decrement is
+// unknown and a decrement is not idempotent, so a lost reply may keep at
+// most its hits there, for a window.
+func (l *Limiter) cancelLost(o *op, err error) {
+	if o.script != &decideLua || !mayHaveRun(err) || l.ctx.Err() != nil {
+		return
+	}
+	args := cancelArgs(o.args)
+	if args == nil {
+		return
+	}
+	if l.cancels.Add(1) > maxCancels {
+		l.cancels.Add(-1)
+		return
+	}
+	l.stats.undos.Add(1)
+	go l.cancelUntilDone(args)
+}
+
+// maxCancels bounds the cancels pending at once (a long outage without the
+// breaker loses a reply per decision).
+const maxCancels = 1024
+
+// cancelRetryFor is how long a cancel is retried: the lost script may sit
+// in the socket buffer of a hung Redis until it resumes, and the new
+// connection a cancel needs cannot be set up before then.
+const cancelRetryFor = time.Minute
+
+// cancelUntilDone sends the cancel command args until Redis answers it
+// (the cancel is idempotent, so an attempt given up on may still run),
+// backing off from Timeout to a second between attempts.
+func (l *Limiter) cancelUntilDone(args []any) {
+	defer l.cancels.Add(-1)
+	giveUp := time.Now().Add(cancelRetryFor)
+	pause := l.opts.Timeout
+	wait := time.NewTimer(time.Hour)
+	defer wait.Stop()
+	for {
+		o := &op{script: &cancelLua, args: args, deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
+		l.enqueueUndo(o)
+		// An op whose deadline passes in the queue is dropped unanswered.
+		wait.Reset(2 * l.opts.Timeout)
+		select {
+		case <-o.done:
+		case <-wait.C:
+			o.abandon(ErrTimeout)
+		case <-l.ctx.Done():
+			return
+		}
+		if o.err == nil || !time.Now().Add(pause).Before(giveUp) {
+			return
+		}
+		wait.Reset(pause)
+		select {
+		case <-wait.C:
+		case <-l.ctx.Done():
+			return
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// mayHaveRun says whether a command that failed with err may have reached
+// Redis: a timeout or a connection lost while reading or writing, not a
+// failed dial or an answer of Redis's.
+func mayHaveRun(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op != "dial"
 }

@@ -163,8 +163,8 @@ func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, ou
 
 // nextMember is unique per decision across every process sharing Redis:
 // a random process id and a sequence number. Because it comes from the
-// caller, a script that go-redis runs twice (a retried pipeline) adds the
-// same member again instead of a second admit.
+// caller, a script that go-redis runs twice (a retried pipeline) finds its
+// own admit and admits nothing more (see decideScript).
 func (l *Limiter) nextMember() string {
 	n := l.seq.Add(1)
 	var b [8 + 13]byte

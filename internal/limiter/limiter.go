@@ -62,6 +62,8 @@ type Limiter struct {
 	wg         sync.WaitGroup
 
 	stats stats
+	// cancels counts the lost replies' cancels still being sent.
+	cancels atomic.Int64
 
 	// observe, when set (tests only, before use), sees each Redis reply
 	// of a decision, on the caller's goroutine with its context: the

@@ -48,11 +48,28 @@ func serverTime(us int64) time.Time {
 //
 // SlidingWindowCounter keys are hashes with one field per fixed window
 // (index = floor(now/window)); the estimate is prev×(1-elapsed/window)+cur.
+// undoScript's field "u" may sit beside them.
+//
+// A committing call first looks for its own member in its SlidingLog keys:
+// found, the decision was already admitted (go-redis re-ran the script
+// after losing its reply, or a cancel ran first) and the script admits
+// nothing, replying committed as the first run did. A counter key keeps no
+// members, so a rerun of a decision with only counter keys counts it twice:
+// a marker per key would have cost every counter key a third more memory
+// (104 → 136 B per client), for a rare lost reply on Redis Cluster, and
+// would only remember the key's last admit.
 const decideScript = `
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
 local member = ARGV[1]
 local margin = tonumber(ARGV[2])
+
+-- mine reports whether this decision already admitted into key (a
+-- SlidingLog key; a counter key keeps no members).
+local function mine(key, ctr)
+  if ctr then return false end
+  return redis.call('ZSCORE', key, member) ~= false
+end
 
 -- check trims and counts one key: allowed, estimate/count, counter field,
 -- current and previous fixed-window counts.
@@ -80,7 +97,7 @@ local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
       if redis.call('HINCRBY', key, x, h) == h and redis.call('HLEN', key) > 2 then
         for _, k in ipairs(redis.call('HKEYS', key)) do
           local kn = tonumber(k)
-          if kn ~= x and kn ~= x - 1 then redis.call('HDEL', key, k) end
+          if kn and kn ~= x and kn ~= x - 1 then redis.call('HDEL', key, k) end
         end
       end
       c, e, field = c + h, e + h, x
@@ -140,8 +157,30 @@ local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
   out[o + 5] = field
 end
 
+-- replay answers a decision already admitted: committed, each key as it
+-- now stands (counting the admit), allowed where it was admitted.
+local function replay()
+  local out = {now, 1}
+  for i = 1, #KEYS do
+    local b = 4 * i
+    local l, w, f, h = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+    local ctr = f % 2 == 1
+    local _, e, x, c, p = check(KEYS[i], l, w, ctr, h)
+    -- The first run committed: every rule but the dry-run ones admitted.
+    local ok = mine(KEYS[i], ctr) or f < 2
+    finish(out, KEYS[i], l, w, ctr, h, ok, false, e, x, c, p)
+    if ok and ctr then out[#out] = x end
+  end
+  return out
+end
+
 local pass = ARGV[3] == '1'
 local n = #KEYS
+if pass then
+  for i = 1, n do
+    if mine(KEYS[i], tonumber(ARGV[4 * i + 2]) % 2 == 1) then return replay() end
+  end
+end
 if n == 1 then
   -- The common case, without the per-key tables.
   local key, l, w, f, h = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -168,7 +207,10 @@ return out
 `
 
 // undoScript takes back the admits of a request that another slot's rules
-// denied (the compensating call of a cross-slot request).
+// denied (the compensating call of a cross-slot request), or of a decision
+// whose caller gave up before the reply came (undoLate). Run twice (a
+// Cluster client's retry), it takes back once: ZREM is idempotent, and a
+// counter key's field "u" holds the member last undone.
 //
 //	KEYS[i]     the key of an admitted rule
 //	ARGV[1]     the member that was added
@@ -181,9 +223,35 @@ for i = 1, #KEYS do
     local ms = {ARGV[1]}
     for j = 2, h do ms[j] = ARGV[1] .. '.' .. j end
     redis.call('ZREM', KEYS[i], unpack(ms))
-  else
+  elseif redis.call('HGET', KEYS[i], 'u') ~= ARGV[1] then
     local v = tonumber(redis.call('HGET', KEYS[i], f))
     if v and v > 0 then redis.call('HINCRBY', KEYS[i], f, -math.min(v, h)) end
+    redis.call('HSET', KEYS[i], 'u', ARGV[1])
+  end
+end
+return 1
+`
+
+// cancelScript takes back the SlidingLog admits of a decision whose script
+// may have run but whose reply was lost (a timeout or a dropped connection
+// after the command was written). Without a reply the script may also run
+// after the cancel (it may still be in a socket buffer): an absent member
+// is then added with score 0, which decideScript takes for the decision's
+// own admit (and admits nothing) and every other decision trims as stale.
+//
+//	KEYS[i]     a SlidingLog key of the decision
+//	ARGV[1]     its member, ARGV[2] the expiry margin in ms
+//	ARGV[2i+1]  the key's hits, ARGV[2i+2] its window in µs
+const cancelScript = `
+for i = 1, #KEYS do
+  local key, h = KEYS[i], tonumber(ARGV[2 * i + 1])
+  local ms = {ARGV[1]}
+  for j = 2, h do ms[j] = ARGV[1] .. '.' .. j end
+  if redis.call('ZREM', key, unpack(ms)) == 0 then
+    redis.call('ZADD', key, 0, ARGV[1])
+    if redis.call('PTTL', key) < 0 then
+      redis.call('PEXPIRE', key, math.ceil(tonumber(ARGV[2 * i + 2]) / 1000) + tonumber(ARGV[2]))
+    end
   end
 end
 return 1
@@ -202,6 +270,7 @@ func newScript(src string) script {
 var (
 	decideLua = newScript(decideScript)
 	undoLua   = newScript(undoScript)
+	cancelLua = newScript(cancelScript)
 )
 
 // DecideScript returns the Lua source of the decide script, so that a
@@ -235,6 +304,7 @@ var (
 	argEvalSha = any("evalsha")
 	argDecide  = any(decideLua.sha)
 	argUndo    = any(undoLua.sha)
+	argCancel  = any(cancelLua.sha)
 	// argCommit is ARGV[3], indexed by whether the script may admit.
 	argCommit = [2]any{"0", "1"}
 	// argKeyFlags is a key's flags argument, indexed by its flags.
@@ -310,6 +380,81 @@ func undoArgs(member string, keys []undoKey) []any {
 		args = append(args, field, strconv.FormatInt(k.hits, 10))
 	}
 	return args
+}
+
+// decideKey is one key of a decide command, as decideArgs laid it out.
+type decideKey struct {
+	key                 string
+	window, flags, hits int64
+}
+
+// decideKeys reads back the member, whether it commits, and the keys of
+// the decide command args.
+func decideKeys(args []any) (member string, commit bool, keys []decideKey) {
+	n := args[2].(int)
+	head := cmdHead + n
+	member, commit = args[head].(string), args[head+2] == argCommit[1]
+	for k := range n {
+		b := head + decideHead + decidePerKey*k
+		keys = append(keys, decideKey{key: args[cmdHead+k].(string), window: argInt(args[b+1]), flags: argInt(args[b+2]), hits: argInt(args[b+3])})
+	}
+	return member, commit, keys
+}
+
+// argInt is an integer argument of decideArgs: an int64, or a boxed string.
+func argInt(v any) int64 {
+	switch v := v.(type) {
+	case int64:
+		return v
+	case string:
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	return 0
+}
+
+// lateUndoArgs is the undo command for the admits that rep, the reply to
+// the decide command args, reports; nil when it admitted nothing.
+func lateUndoArgs(args []any, rep decideReply) []any {
+	if !rep.committed {
+		return nil
+	}
+	member, _, keys := decideKeys(args)
+	var undo []undoKey
+	for k, dk := range keys {
+		if rep.keys[k].allowed {
+			undo = append(undo, undoKey{key: dk.key, counter: dk.flags&flagCounter != 0, field: rep.keys[k].field, hits: dk.hits})
+		}
+	}
+	if len(undo) == 0 {
+		return nil
+	}
+	return undoArgs(member, undo)
+}
+
+// cancelArgs is the cancel command for the SlidingLog keys of the decide
+// command args; nil when it does not commit or has none.
+func cancelArgs(args []any) []any {
+	member, commit, keys := decideKeys(args)
+	if !commit {
+		return nil
+	}
+	margin := args[cmdHead+len(keys)+1]
+	out := []any{argEvalSha, argCancel, 0}
+	var rest []any
+	for _, k := range keys {
+		if k.flags&flagCounter == 0 {
+			out = append(out, k.key)
+			rest = append(rest, k.hits, k.window)
+		}
+	}
+	nk := len(out) - cmdHead
+	if nk == 0 {
+		return nil
+	}
+	out[2] = nk
+	out = append(out, member, margin)
+	return append(out, rest...)
 }
 
 // asEval turns the EVALSHA command args of s into an EVAL of its source,

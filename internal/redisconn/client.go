@@ -21,9 +21,11 @@ import (
 //   - ContextTimeoutEnabled, so a decision's deadline bounds the socket
 //     read and a hung Redis frees the connection when the decision gives
 //     up, not after ReadTimeout;
-//   - MaxRetries -1: go-redis retries a failed pipeline whole, which could
-//     run a decision twice; within a decision's timeout a retry rarely fits, and
-//     the breaker and fallback handle a failed round trip.
+//   - MaxRetries -1: a standalone or Sentinel client does not resend a
+//     round trip whose reply was lost (the breaker and fallback handle it).
+//     A ClusterClient still does: MaxRedirects, not MaxRetries, bounds its
+//     retries, network errors included, so Redis may run a decide script
+//     twice; the limiter's scripts make that harmless (see decideScript).
 func (c Config) UniversalOptions() (*redis.UniversalOptions, error) {
 	if c.Mode == "" {
 		c.Mode = Standalone
