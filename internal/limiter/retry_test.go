@@ -1,10 +1,7 @@
 package limiter
 
 import (
-	"bytes"
 	"context"
-	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,63 +51,6 @@ func counted(t *testing.T, l *Limiter, rule Rule, client string) int64 {
 	return w.Count
 }
 
-// dropProxy forwards TCP to target; when armed, it swallows the reply to
-// the next command that contains "evalsha" and closes that connection: a
-// reply lost after the script ran.
-type dropProxy struct {
-	ln      net.Listener
-	armed   atomic.Bool
-	dropped atomic.Int32
-}
-
-func newDropProxy(t *testing.T, target string) *dropProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &dropProxy{ln: ln}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			var poisoned atomic.Bool
-			pipe := func(from, to net.Conn, toServer bool) {
-				defer func() { _ = c.Close(); _ = s.Close() }()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := from.Read(buf)
-					if n > 0 {
-						if toServer && bytes.Contains(bytes.ToLower(buf[:n]), []byte("evalsha")) && p.armed.CompareAndSwap(true, false) {
-							poisoned.Store(true)
-						}
-						if !toServer && poisoned.Load() {
-							p.dropped.Add(1)
-							return
-						}
-						if _, err := to.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}
-			go pipe(c, s, true)
-			go pipe(s, c, false)
-		}
-	}()
-	return p
-}
-
 // TestClusterRetryDecidesOnce: go-redis's ClusterClient resends a pipeline
 // whose reply was lost (MaxRedirects, not MaxRetries, governs that), so
 // Redis runs the decide script twice. The second run must find the first's
@@ -118,8 +58,9 @@ func newDropProxy(t *testing.T, target string) *dropProxy {
 // no members, and such a rerun counts twice (decideScript says why).
 func TestClusterRetryDecidesOnce(t *testing.T) {
 	r := testsupport.StartRedis(t)
-	p := newDropProxy(t, r.Addr)
-	l := newLimiter(t, slotsCluster(t, p.ln.Addr().String()), Options{Timeout: 2 * time.Second, DenyCacheMax: -1})
+	// The reply to the decide script is lost after the script ran.
+	p := testsupport.StartProxy(t, r.Addr, testsupport.ProxyOptions{DropAfter: "evalsha"})
+	l := newLimiter(t, slotsCluster(t, p.Addr), Options{Timeout: 2 * time.Second, DenyCacheMax: -1})
 	for _, rule := range []Rule{
 		{ID: "ns/log", Limit: 10, Window: time.Hour},
 		{ID: "ns/log1", Limit: 1, Window: time.Hour},
@@ -128,10 +69,10 @@ func TestClusterRetryDecidesOnce(t *testing.T) {
 			if d := one(l, Rule{ID: "ns/warm", Limit: 1 << 20, Window: time.Hour, Algorithm: rule.Algorithm}, "w"); d.Source != SourceRedis {
 				t.Fatalf("warm-up: %+v", d)
 			}
-			dropped := p.dropped.Load()
-			p.armed.Store(true)
+			dropped := p.Dropped()
+			p.Arm()
 			d := one(l, rule, "c")
-			if p.dropped.Load() == dropped {
+			if p.Dropped() == dropped {
 				t.Fatal("no reply was dropped")
 			}
 			if !d.Allowed || d.Source != SourceRedis || d.Remaining != rule.Limit-1 {

@@ -1,8 +1,6 @@
 package limiter
 
 import (
-	"io"
-	"net"
 	"testing"
 	"time"
 
@@ -20,7 +18,7 @@ func TestSlowerThanTimeout(t *testing.T) {
 	t.Parallel()
 	r := testsupport.StartRedis(t)
 	const delay = 150 * time.Millisecond
-	l := newLimiter(t, standalone(t, slowProxy(t, r.Addr, delay)), Options{Timeout: 100 * time.Millisecond, MaxTimeout: time.Second})
+	l := newLimiter(t, standalone(t, testsupport.StartProxy(t, r.Addr, testsupport.ProxyOptions{Delay: func(time.Time) time.Duration { return delay }}).Addr), Options{Timeout: 100 * time.Millisecond, MaxTimeout: time.Second})
 	rule := Rule{ID: "ns/slow", Limit: 1000, Window: time.Minute}
 	start := time.Now()
 	for one(l, rule, "c").Source != SourceRedis {
@@ -35,45 +33,4 @@ func TestSlowerThanTimeout(t *testing.T) {
 			t.Fatalf("decision %d after Redis decided again: %+v", i, d)
 		}
 	}
-}
-
-// slowProxy forwards to target and holds every chunk of Redis's answers
-// for delay.
-func slowProxy(t *testing.T, target string, delay time.Duration) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
-			go func() {
-				defer func() { _ = c.Close() }()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := s.Read(buf)
-					if n > 0 {
-						time.Sleep(delay)
-						if _, err := c.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }

@@ -3,8 +3,6 @@ package sidecar
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -246,59 +244,5 @@ func every(d time.Duration, fn func()) (stop func()) {
 // delayProxy forwards TCP connections to addr on loopback and holds each
 // chunk of Redis's replies for delay(arrival), keeping their order.
 func delayProxy(t *testing.T, addr string, delay func(time.Time) time.Duration) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				s, err := net.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				defer func() { _ = s.Close() }()
-				go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
-				type chunk struct {
-					b  []byte
-					at time.Time
-				}
-				q := make(chan chunk, 1024)
-				go func() {
-					defer close(q)
-					var last time.Time
-					for {
-						buf := make([]byte, 32<<10)
-						n, err := s.Read(buf)
-						if n > 0 {
-							now := time.Now()
-							at := now.Add(delay(now))
-							if at.Before(last) {
-								at = last
-							}
-							last = at
-							q <- chunk{buf[:n], at}
-						}
-						if err != nil {
-							return
-						}
-					}
-				}()
-				for ch := range q {
-					time.Sleep(time.Until(ch.at))
-					if _, err := c.Write(ch.b); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return testsupport.StartProxy(t, addr, testsupport.ProxyOptions{Delay: delay}).Addr
 }
