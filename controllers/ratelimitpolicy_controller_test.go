@@ -516,15 +516,7 @@ func TestPodCounts(t *testing.T) {
 	})
 	create(t, p)
 	counts := func(matched, enforced int32, cond metav1.ConditionStatus, reason string) func() error {
-		return func() error {
-			got := get(t, p)
-			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEnforced)
-			if got.Status.MatchedPods != matched || got.Status.EnforcedPods != enforced || c == nil || c.Status != cond || c.Reason != reason {
-				return fmt.Errorf("matched %d enforced %d Enforced %+v; want %d %d %s %s",
-					got.Status.MatchedPods, got.Status.EnforcedPods, c, matched, enforced, cond, reason)
-			}
-			return nil
-		}
+		return podCounts(t, p, matched, enforced, cond, reason)
 	}
 	eventually(t, "no pods", counts(0, 0, metav1.ConditionFalse, v1alpha1.ReasonNoPodsSelected))
 	// The status is written under the controller's own field manager.
@@ -613,15 +605,7 @@ func TestFinishedPodsNotCounted(t *testing.T) {
 	p := newPolicy(ns, "p")
 	create(t, p)
 	counts := func(matched, enforced int32, cond metav1.ConditionStatus, reason string) func() error {
-		return func() error {
-			got := get(t, p)
-			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEnforced)
-			if got.Status.MatchedPods != matched || got.Status.EnforcedPods != enforced || c == nil || c.Status != cond || c.Reason != reason {
-				return fmt.Errorf("matched %d enforced %d Enforced %+v; want %d %d %s %s",
-					got.Status.MatchedPods, got.Status.EnforcedPods, c, matched, enforced, cond, reason)
-			}
-			return nil
-		}
+		return podCounts(t, p, matched, enforced, cond, reason)
 	}
 	setPhase := func(pod *corev1.Pod, phase corev1.PodPhase, reason string) {
 		t.Helper()
@@ -1050,4 +1034,18 @@ func TestTargetPortMismatch(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// podCounts checks p's pod counts and its Enforced condition, for
+// eventually.
+func podCounts(t *testing.T, p *v1alpha1.RateLimitPolicy, matched, enforced int32, cond metav1.ConditionStatus, reason string) func() error {
+	return func() error {
+		got := get(t, p)
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEnforced)
+		if got.Status.MatchedPods != matched || got.Status.EnforcedPods != enforced || c == nil || c.Status != cond || c.Reason != reason {
+			return fmt.Errorf("matched %d enforced %d Enforced %+v; want %d %d %s %s",
+				got.Status.MatchedPods, got.Status.EnforcedPods, c, matched, enforced, cond, reason)
+		}
+		return nil
+	}
 }

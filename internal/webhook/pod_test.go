@@ -347,21 +347,7 @@ func FuzzAdmissionReview(f *testing.F) {
 func TestHandlerWarnsOnTargetPortConflict(t *testing.T) {
 	namespace(t, "mixed", true)
 	policy(t, "mixed")
-	other := &v1alpha1.RateLimitPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "z-api", Namespace: "mixed"},
-		Spec: v1alpha1.RateLimitPolicySpec{
-			TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
-			TargetPort:     "api", Window: "10s", Limit: 5,
-			Key: v1alpha1.ClientKey{Source: "Global"},
-		},
-	}
-	if err := k8s.Create(context.Background(), other); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), other) })
-	eventually(t, 10*time.Second, "the cache sees the second policy", func() bool {
-		return cached.Get(context.Background(), client.ObjectKeyFromObject(other), &v1alpha1.RateLimitPolicy{}) == nil
-	})
+	apiPolicy(t, "mixed")
 	resp := injector.Handle(context.Background(), admissionRequest(t, "mixed", owned(webPod("mixed"))))
 	if !resp.Allowed || len(resp.Patches) == 0 {
 		t.Fatalf("allowed=%v patches=%d, want the pod injected for the first policy", resp.Allowed, len(resp.Patches))
@@ -379,8 +365,25 @@ func TestHandlerWarnsOnTargetPortConflict(t *testing.T) {
 func TestHandlerTargetPortAnnotation(t *testing.T) {
 	namespace(t, "chosen", true)
 	policy(t, "chosen") // targetPort http (the default)
+	apiPolicy(t, "chosen")
+	pod := webPod("chosen") // bare: the re-apply warning names the port taken over
+	pod.Annotations = map[string]string{inject.TargetPortAnnotation: "grpc"}
+	pod.Spec.Containers[0].Ports = append(pod.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "grpc", ContainerPort: 9090})
+	resp := injector.Handle(context.Background(), admissionRequest(t, "chosen", pod))
+	if !resp.Allowed || len(resp.Patches) == 0 {
+		t.Fatalf("allowed=%v patches=%d, want the pod injected", resp.Allowed, len(resp.Patches))
+	}
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], `took over port name "grpc"`) {
+		t.Fatalf("warnings = %v, want only the re-apply warning, naming port grpc", resp.Warnings)
+	}
+}
+
+// apiPolicy creates policy z-api in ns, selecting the web pods with
+// targetPort api, and waits until the webhook's cache has it.
+func apiPolicy(t *testing.T, ns string) {
+	t.Helper()
 	other := &v1alpha1.RateLimitPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "z-api", Namespace: "chosen"},
+		ObjectMeta: metav1.ObjectMeta{Name: "z-api", Namespace: ns},
 		Spec: v1alpha1.RateLimitPolicySpec{
 			TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}},
 			TargetPort:     "api", Window: "10s", Limit: 5,
@@ -394,14 +397,4 @@ func TestHandlerTargetPortAnnotation(t *testing.T) {
 	eventually(t, 10*time.Second, "the cache sees the second policy", func() bool {
 		return cached.Get(context.Background(), client.ObjectKeyFromObject(other), &v1alpha1.RateLimitPolicy{}) == nil
 	})
-	pod := webPod("chosen") // bare: the re-apply warning names the port taken over
-	pod.Annotations = map[string]string{inject.TargetPortAnnotation: "grpc"}
-	pod.Spec.Containers[0].Ports = append(pod.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "grpc", ContainerPort: 9090})
-	resp := injector.Handle(context.Background(), admissionRequest(t, "chosen", pod))
-	if !resp.Allowed || len(resp.Patches) == 0 {
-		t.Fatalf("allowed=%v patches=%d, want the pod injected", resp.Allowed, len(resp.Patches))
-	}
-	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], `took over port name "grpc"`) {
-		t.Fatalf("warnings = %v, want only the re-apply warning, naming port grpc", resp.Warnings)
-	}
 }
