@@ -191,11 +191,22 @@ func NewClient(c Config) (redis.UniversalClient, error) {
 	}
 	switch c.Mode {
 	case Cluster:
-		return redis.NewClusterClient(o.Cluster()), nil
+		co := o.Cluster()
+		// Every node's client, as the cluster client creates them.
+		co.NewClient = func(no *redis.Options) *redis.Client {
+			n := redis.NewClient(no)
+			n.AddHook(dialErrorsAtFirstUse{})
+			return n
+		}
+		return redis.NewClusterClient(co), nil
 	case Sentinel:
-		return redis.NewFailoverClient(o.Failover()), nil
+		rdb := redis.NewFailoverClient(o.Failover())
+		rdb.AddHook(dialErrorsAtFirstUse{})
+		return rdb, nil
 	}
-	return redis.NewClient(o.Simple()), nil
+	rdb := redis.NewClient(o.Simple())
+	rdb.AddHook(dialErrorsAtFirstUse{})
+	return rdb, nil
 }
 
 // RouteClientLogs sends go-redis's own log lines (failed dials, sentinel
