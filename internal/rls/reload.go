@@ -10,9 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/slidegate/slidegate/internal/dirwatch"
+	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
@@ -109,27 +109,18 @@ func (s *Server) WatchConfig(ctx context.Context) {
 // all; a sidecar's rule ids are "<namespace>/<name>", never "rls".
 const peerKey = "rls"
 
-// AnnounceLoop tells Redis every PeerInterval that this replica serves, and
-// learns how many do: each fail-open policy's local share while Redis is
-// away is ceil(limit/count). While Redis cannot answer, the last count
-// stays.
+// AnnounceLoop tells Redis every PeerInterval (more often while the fleet
+// settles, see limiter.AnnounceLoop) that this replica serves, and learns
+// how many do: each fail-open policy's local share while Redis is away is
+// ceil(limit/count). While Redis cannot answer, the last count stays.
 func (s *Server) AnnounceLoop(ctx context.Context) {
-	t := time.NewTicker(s.opts.PeerInterval)
-	defer t.Stop()
-	for {
-		actx, cancel := context.WithTimeout(ctx, s.opts.PeerInterval)
-		counts, err := s.lim.Announce(actx, []string{peerKey}, 3*s.opts.PeerInterval)
-		cancel()
-		if n, ok := counts[peerKey]; ok {
-			s.peers.Store(int64(n))
-			s.metrics.peers.Set(float64(n))
-		} else if err != nil && ctx.Err() == nil {
-			s.log.Debug("announcing to Redis failed; the last peer count stays", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	limiter.AnnounceLoop(ctx, s.lim, s.opts.PeerInterval, func() []string { return []string{peerKey} },
+		func(counts map[string]int, err error) {
+			if n, ok := counts[peerKey]; ok {
+				s.peers.Store(int64(n))
+				s.metrics.peers.Set(float64(n))
+			} else if err != nil {
+				s.log.Debug("announcing to Redis failed; the last peer count stays", "error", err)
+			}
+		})
 }

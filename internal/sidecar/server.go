@@ -31,9 +31,7 @@ type Limiter interface {
 
 // announcer is a Limiter that can count the sidecars enforcing each
 // policy through Redis (limiter.Limiter can).
-type announcer interface {
-	Announce(ctx context.Context, ids []string, ttl time.Duration) (map[string]int, error)
-}
+type announcer = limiter.Announcer
 
 // Sidecar is the enforcement proxy of one pod.
 type Sidecar struct {
