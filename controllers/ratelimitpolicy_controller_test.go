@@ -90,9 +90,40 @@ func newPod(ns, name string, lbls map[string]string, injected bool) *corev1.Pod 
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
 	}
 	if injected {
-		p.Annotations = map[string]string{v1alpha1.InjectedAnnotation: `{"version":"v1","container":"slidegate-sidecar","targetPort":"http","appContainer":"app","appPort":8080}`}
+		p.Annotations = map[string]string{v1alpha1.InjectedAnnotation: `{"version":"v1","container":"slidegate-sidecar","targetPort":"http","appContainer":"app","appPort":8080,"configMinor":1}`}
 	}
 	return p
+}
+
+// TestRendersForTheOldestSidecar: while a pod injected by the first release
+// (its injection status records no configMinor) runs in the namespace, the
+// document is minor version 0, the one its sidecar reads; once it is gone,
+// the newest. Its sidecar refused everything else, and with it every policy
+// of the namespace.
+func TestRendersForTheOldestSidecar(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newPolicy(ns, "p"), newPod(ns, "new", map[string]string{"app": "checkout"}, true))
+	version := func(want string) func() error {
+		return func() error {
+			_, cfg, err := readConfig(ns)
+			if err != nil {
+				return err
+			}
+			if cfg.Version != want {
+				return fmt.Errorf("version %q, want %q", cfg.Version, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "the newest version", version(sidecarconfig.Version))
+	old := newPod(ns, "old", map[string]string{"app": "checkout"}, false)
+	old.Annotations = map[string]string{v1alpha1.InjectedAnnotation: `{"version":"v1","container":"slidegate-sidecar","targetPort":"http","appContainer":"app","appPort":8080}`}
+	create(t, old)
+	eventually(t, "minor version 0 for the old sidecar", version(sidecarconfig.VersionOf(0)))
+	if err := k.Delete(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the newest version once it is gone", version(sidecarconfig.Version))
 }
 
 // readConfig reads the namespace's rendered ConfigMap from the API server.

@@ -55,6 +55,37 @@ type Options struct {
 	// MaxBytes is the size budget of the encoded document that Fit keeps
 	// to; 0 means DefaultMaxBytes.
 	MaxBytes int
+	// LegacySidecars says that a sidecar of the namespace reads only
+	// minor version 0 of the document (the first release's, which refuses
+	// every field it does not know): the document is then rendered as
+	// minor 0, and the caller leaves out the policies that need more
+	// (HoldBack).
+	LegacySidecars bool
+}
+
+// version is the document version the options render.
+func (o Options) version() string {
+	if o.LegacySidecars {
+		return sidecarconfig.VersionOf(0)
+	}
+	return sidecarconfig.Version
+}
+
+// HoldBack splits valid policies into those a document of the given minor
+// version can carry and those it cannot, with the minor version each of
+// the latter needs (sidecarconfig.MinMinor), by name. Every policy must be
+// valid (see Policy).
+func HoldBack(policies []v1alpha1.RateLimitPolicy, minor int) (kept []v1alpha1.RateLimitPolicy, held map[string]int) {
+	held = map[string]int{}
+	for i := range policies {
+		rp, err := Policy(&policies[i])
+		if m := sidecarconfig.MinMinor(&rp); err == nil && m > minor {
+			held[policies[i].Name] = m
+			continue
+		}
+		kept = append(kept, policies[i])
+	}
+	return kept, held
 }
 
 // Render renders the policies of one namespace into one sidecar
@@ -68,7 +99,7 @@ func Render(policies []v1alpha1.RateLimitPolicy, opts Options) (*sidecarconfig.C
 		return nil, errors.New("render: no namespace given")
 	}
 	cfg := &sidecarconfig.Config{
-		Version:        sidecarconfig.Version,
+		Version:        opts.version(),
 		Namespace:      opts.Namespace,
 		TrustedProxies: trustedProxies(opts.TrustedProxies),
 		Policies:       make([]sidecarconfig.Policy, 0, len(policies)),

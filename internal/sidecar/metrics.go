@@ -3,6 +3,8 @@ package sidecar
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/slidegate/slidegate/internal/buildinfo"
 )
 
 // Values of the decision label of slidegate_sidecar_requests_total: what one
@@ -70,6 +72,7 @@ type metrics struct {
 	configLoaded     prometheus.Gauge
 	policiesActive   prometheus.Gauge
 	policiesInConfig prometheus.Gauge
+	policiesSkipped  prometheus.Gauge
 }
 
 // Response outcomes, the label of slidegate_sidecar_responses_total.
@@ -144,6 +147,10 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		Namespace: ns, Subsystem: sub, Name: "policies_in_config",
 		Help: "Policies in the namespace's config.",
 	})
+	m.policiesSkipped = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "config_policies_skipped",
+		Help: "Policies of the namespace's config that this sidecar does not enforce because they need a newer sidecar (fields it does not know); the log names them.",
+	})
 	replicas := replicasCollector{
 		desc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "policy_replicas"),
 			"Sidecars that enforce the policy, as last counted through Redis (else --fallback-replicas): while Redis is away a fail-open policy admits ceil(limit / this) here.",
@@ -153,7 +160,8 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 	m.reg.MustRegister(
 		m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
 		m.upstreamErrors, m.inflight, fallback, replicas, m.reloads, m.revision, m.lastReloadOK,
-		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig,
+		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig, m.policiesSkipped,
+		buildinfo.Collector("sidecar"),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -31,6 +31,9 @@ type state struct {
 	policies []*policy
 	// total is the number of policies in the config, matching or not.
 	total int
+	// skipped are the config's policies this sidecar cannot read (a newer
+	// controller's, see sidecarconfig.Parse), matching or not.
+	skipped []sidecarconfig.Skipped
 
 	configSum, labelsSum [sha256.Size]byte
 }
@@ -69,6 +72,7 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 		namespace: cfg.Namespace,
 		trusted:   trusted,
 		total:     len(cfg.Policies),
+		skipped:   cfg.Skipped,
 		configSum: configSum,
 		labelsSum: labelsSum,
 	}

@@ -157,12 +157,21 @@ func (s *Sidecar) publish(st, old *state) {
 	s.metrics.revision.WithLabelValues(st.revision).Set(1)
 	s.metrics.policiesActive.Set(float64(len(st.policies)))
 	s.metrics.policiesInConfig.Set(float64(st.total))
+	s.metrics.policiesSkipped.Set(float64(len(st.skipped)))
 	names := make([]string, len(st.policies))
 	for i, p := range st.policies {
 		names[i] = p.name
 	}
 	s.log.Info("config loaded", "revision", st.revision, "namespace", st.namespace,
 		"policiesActive", names, "policiesInConfig", st.total, "trustedProxies", len(st.trusted))
+	if len(st.skipped) > 0 {
+		skipped := make([]string, len(st.skipped))
+		for i, sk := range st.skipped {
+			skipped[i] = sk.String()
+		}
+		s.log.Warn("policies of a newer slidegate not enforced: this sidecar does not know their fields; restart the pod to update its sidecar",
+			"policiesSkipped", skipped, "configVersion", sidecarconfig.Version)
+	}
 }
 
 // bindCounters gives each policy of st its request counters, and drops the

@@ -17,10 +17,6 @@ import (
 	"strings"
 )
 
-// Version is the schema version this package reads and writes. A sidecar
-// rejects (and keeps its last good config on) any other version.
-const Version = "slidegate.dev/sidecar-config/v1"
-
 // ConfigMapName is the name of the rendered ConfigMap in each namespace that
 // has policies, and FileName its data key (the file the sidecar loads).
 const (
@@ -30,7 +26,9 @@ const (
 
 // Config is everything a sidecar needs to enforce its namespace's policies.
 type Config struct {
-	// Version is always Version.
+	// Version is the document's schema version, VersionOf(minor): the
+	// newest (Version) unless the namespace runs older sidecars (see the
+	// compatibility rule in version.go).
 	Version string `json:"version"`
 	// Namespace the policies belong to.
 	Namespace string `json:"namespace"`
@@ -41,6 +39,11 @@ type Config struct {
 	// Policies, sorted by Name. A request must pass every policy that
 	// matches it.
 	Policies []Policy `json:"policies"`
+
+	// Skipped are the policies of a newer minor version that Parse left
+	// out because they have fields this version does not know. Not part of
+	// the document.
+	Skipped []Skipped `json:"-"`
 }
 
 // Policy is one rendered RateLimitPolicy.
@@ -119,10 +122,13 @@ type Match struct {
 }
 
 // Parse reads and validates a document. Unknown fields are errors: a typo in
-// a hand-edited ConfigMap must not silently drop a limit.
+// a hand-edited ConfigMap must not silently drop a limit. The exception is a
+// document of a newer minor version (a newer controller): its policies with
+// fields this version does not know are left out and listed in Skipped, and
+// the others are enforced (version.go).
 func Parse(data []byte) (*Config, error) {
 	var c Config
-	if err := DecodeStrict(data, &c); err != nil {
+	if err := decode(data, &c); err != nil {
 		return nil, fmt.Errorf("sidecar config: %w", err)
 	}
 	if err := c.Validate(); err != nil {
@@ -179,8 +185,8 @@ var (
 // defence behind the CRD schema, for a ConfigMap edited by hand.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Version != Version {
-		errs = append(errs, fmt.Errorf("version %q is not %q", c.Version, Version))
+	if err := c.checkVersion(); err != nil {
+		errs = append(errs, err)
 	}
 	for _, p := range c.TrustedProxies {
 		if _, err := ParseTrustedProxy(p); err != nil {
