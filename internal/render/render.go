@@ -294,8 +294,37 @@ func clientKey(k *v1alpha1.ClientKey) (sidecarconfig.Key, error) {
 	default:
 		return out, fmt.Errorf("key.source %q is not one of RemoteAddress, Header, QueryParameter, JWTClaim, Global", k.Source)
 	}
+	if !out.UsesRemoteAddress() {
+		if k.RemoteAddress != nil {
+			return out, errors.New("key.remoteAddress applies only when the client address is used: source RemoteAddress, or onMissing RemoteAddress (the default for Header, QueryParameter and JWTClaim)")
+		}
+		return out, nil
+	}
+	// Rendered explicitly, defaults included: a document without them
+	// means what an older controller's did (X-Forwarded-For or else
+	// Forwarded, each IPv6 address on its own), which let clients around
+	// the limit.
+	ca := k.RemoteAddress
+	if ca == nil {
+		ca = &v1alpha1.ClientAddress{}
+	}
+	out.ForwardedHeader = string(orDefault(ca.ForwardedHeader, v1alpha1.ForwardedHeaderXForwardedFor))
+	out.IPv6PrefixLength = DefaultIPv6PrefixLength
+	if ca.IPv6PrefixLength != 0 {
+		out.IPv6PrefixLength = int(ca.IPv6PrefixLength)
+	}
+	if out.IPv6PrefixLength < MinIPv6PrefixLength || out.IPv6PrefixLength > 128 {
+		return out, fmt.Errorf("key.remoteAddress.ipv6PrefixLength %d is not from %d to 128", out.IPv6PrefixLength, MinIPv6PrefixLength)
+	}
 	return out, nil
 }
+
+// The IPv6 prefix length a client address is counted by when a policy does
+// not say, and the shortest one a policy may give (as the CRD's bounds).
+const (
+	DefaultIPv6PrefixLength = 64
+	MinIPv6PrefixLength     = 32
+)
 
 func match(m *v1alpha1.RequestMatch) sidecarconfig.Match {
 	var out sidecarconfig.Match
@@ -307,6 +336,10 @@ func match(m *v1alpha1.RequestMatch) sidecarconfig.Match {
 	}
 	for _, v := range m.PathPrefixes {
 		out.PathPrefixes = append(out.PathPrefixes, string(v))
+	}
+	// Only when set: absent means case-sensitive, as before the field.
+	if m.PathCase == v1alpha1.PathCaseInsensitive {
+		out.PathCase = sidecarconfig.PathCaseInsensitive
 	}
 	slices.Sort(out.Methods)
 	slices.Sort(out.PathPrefixes)

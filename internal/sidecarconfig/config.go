@@ -100,6 +100,19 @@ const (
 	MissingRemoteAddress = "RemoteAddress"
 )
 
+// Forwarding headers a trusted proxy writes the client address in, the
+// values of Key.ForwardedHeader.
+const (
+	ForwardedXFF     = "X-Forwarded-For"
+	ForwardedRFC7239 = "Forwarded"
+)
+
+// Path cases, the values of Match.PathCase.
+const (
+	PathCaseSensitive   = "Sensitive"
+	PathCaseInsensitive = "Insensitive"
+)
+
 // Key identifies the client of a request.
 type Key struct {
 	// Source is one of the Source* constants.
@@ -109,6 +122,29 @@ type Key struct {
 	// OnMissing is what happens when the request has no such value:
 	// Deny, Allow (the policy does not apply) or RemoteAddress.
 	OnMissing string `json:"onMissing"`
+	// ForwardedHeader is the one header whose forwarding chain is read
+	// when the TCP peer is a trusted proxy: ForwardedXFF or
+	// ForwardedRFC7239. Absent (a document of an older controller):
+	// X-Forwarded-For, or Forwarded when there is no X-Forwarded-For.
+	// Rendered for every policy that uses the client address.
+	ForwardedHeader string `json:"forwardedHeader,omitempty"`
+	// IPv6PrefixLength is the length of the network an IPv6 client is
+	// counted by, 1 to 128. Absent (0): 128, each address on its own.
+	// Rendered for every policy that uses the client address.
+	IPv6PrefixLength int `json:"ipv6PrefixLength,omitempty"`
+}
+
+// UsesRemoteAddress reports whether a policy with key k may count a request
+// against its client address: its source is RemoteAddress, or a request
+// without the key falls back to it.
+func (k *Key) UsesRemoteAddress() bool {
+	switch k.Source {
+	case SourceRemoteAddress:
+		return true
+	case SourceHeader, SourceQueryParameter, SourceJWTClaim:
+		return k.OnMissing == MissingRemoteAddress
+	}
+	return false
 }
 
 // Match restricts a policy to HTTP methods and path prefixes. An empty list
@@ -116,6 +152,10 @@ type Key struct {
 type Match struct {
 	Methods      []string `json:"methods,omitempty"`
 	PathPrefixes []string `json:"pathPrefixes,omitempty"`
+	// PathCase is PathCaseInsensitive when path prefixes match regardless
+	// of letter case; absent or PathCaseSensitive, they match as written.
+	// Rendered only when Insensitive.
+	PathCase string `json:"pathCase,omitempty"`
 }
 
 // Parse reads and validates a document. Unknown fields are errors: a typo in
@@ -248,6 +288,19 @@ func (p *Policy) validate() error {
 	case MissingDeny, MissingAllow, MissingRemoteAddress:
 	default:
 		add("key.onMissing %q is not Deny, Allow or RemoteAddress", p.Key.OnMissing)
+	}
+	switch p.Key.ForwardedHeader {
+	case "", ForwardedXFF, ForwardedRFC7239:
+	default:
+		add("key.forwardedHeader %q is not %s or %s", p.Key.ForwardedHeader, ForwardedXFF, ForwardedRFC7239)
+	}
+	if p.Key.IPv6PrefixLength < 0 || p.Key.IPv6PrefixLength > 128 {
+		add("key.ipv6PrefixLength %d is outside 1..128", p.Key.IPv6PrefixLength)
+	}
+	switch p.Match.PathCase {
+	case "", PathCaseSensitive, PathCaseInsensitive:
+	default:
+		add("match.pathCase %q is not %s or %s", p.Match.PathCase, PathCaseSensitive, PathCaseInsensitive)
 	}
 	for _, m := range p.Match.Methods {
 		if !httpMethod.MatchString(m) {
