@@ -54,29 +54,31 @@ func FuzzRequestKey(f *testing.F) {
 		for _, p := range st.policies {
 			ri := reqInfo{r: r, trusted: st.trusted}
 			_ = p.matches(&ri)
-			key, ok := ri.key(p)
+			key, ks := ri.key(p)
 			again := reqInfo{r: r, trusted: st.trusted}
-			key2, ok2 := again.key(p)
-			if key != key2 || ok != ok2 {
-				t.Fatalf("%s: not deterministic: %q/%v then %q/%v", p.name, key, ok, key2, ok2)
+			key2, ks2 := again.key(p)
+			if key != key2 || ks != ks2 {
+				t.Fatalf("%s: not deterministic: %q/%v then %q/%v", p.name, key, ks, key2, ks2)
 			}
-			if !ok {
-				if p.source == sidecarconfig.SourceRemoteAddress || p.source == sidecarconfig.SourceGlobal || p.onMissing == sidecarconfig.MissingRemoteAddress {
-					t.Fatalf("%s: no key", p.name)
-				}
+			switch {
+			case ks == keyMissing && (p.source == sidecarconfig.SourceRemoteAddress || p.source == sidecarconfig.SourceGlobal || p.onMissing == sidecarconfig.MissingRemoteAddress):
+				t.Fatalf("%s: no key", p.name)
+			case ks == keyAmbiguous && (p.source == sidecarconfig.SourceRemoteAddress || p.source == sidecarconfig.SourceGlobal):
+				t.Fatalf("%s: ambiguous key", p.name)
+			case ks != keyFound:
 				continue
 			}
 			if len(key) > 64 || !utf8.ValidString(key) || strings.ContainsAny(key, "{}\r\n\x00 ") {
 				t.Fatalf("%s: unsafe key %q", p.name, key)
 			}
-			if p.source == sidecarconfig.SourceRemoteAddress && peerOK && !st.trusted.contains(peerAddr) && key != keyPrefixIP+peerAddr.String() {
+			if p.source == sidecarconfig.SourceRemoteAddress && peerOK && !st.trusted.contains(peerAddr) && key != addressKey(peerAddr, p.ipv6Bits) {
 				t.Fatalf("untrusted peer %s got key %q from its headers", peer, key)
 			}
 		}
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, r)
 		switch rec.Code {
-		case 200, 429, 502:
+		case 200, 400, 429, 502:
 		default:
 			t.Fatalf("status %d", rec.Code)
 		}
