@@ -137,6 +137,12 @@ func TestWaysAroundALimit(t *testing.T) {
 		{name: "query parameter in another case", policy: byQuery,
 			spend: []string{"GET /?key=real HTTP/1.1"}, around: []string{"GET /?KEY=random&key=real HTTP/1.1"}, want: 400},
 
+		{name: "second Authorization line", policy: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub", OnMissing: v1alpha1.MissingKeyAllow}
+		},
+			spend:  []string{"GET / HTTP/1.1", "Authorization: Bearer " + jwt(`{"sub":"real"}`)},
+			around: []string{"GET / HTTP/1.1", "Authorization: Bearer " + jwt(`{"sub":"random"}`), "Authorization: Bearer " + jwt(`{"sub":"real"}`)}, want: 400},
+
 		// Client addresses.
 		{name: "IPv6 client moving in its /64", policy: byAddress,
 			spend:  []string{"GET / HTTP/1.1", "X-Forwarded-For: 2001:db8:1:2::1"},

@@ -352,5 +352,7 @@ func phpParamName(s string) string {
 	if !strings.ContainsAny(s, ". ") {
 		return s
 	}
-	return strings.NewReplacer(".", "_", " ", "_").Replace(s)
+	return phpNames.Replace(s)
 }
+
+var phpNames = strings.NewReplacer(".", "_", " ", "_")
