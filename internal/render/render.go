@@ -325,8 +325,36 @@ func clientKey(k *v1alpha1.ClientKey) (sidecarconfig.Key, error) {
 	default:
 		return out, fmt.Errorf("key.source %q is not one of RemoteAddress, Header, QueryParameter, JWTClaim, Global", k.Source)
 	}
+	if !out.UsesRemoteAddress() {
+		if k.RemoteAddress != nil {
+			return out, errors.New("key.remoteAddress applies only when the client address is used: source RemoteAddress, or onMissing RemoteAddress (the default for Header, QueryParameter and JWTClaim)")
+		}
+		return out, nil
+	}
+	// Only what differs from the sidecar's defaults (X-Forwarded-For, a
+	// /64) is rendered: a policy with the defaults then needs no field a
+	// first-release sidecar cannot read, and is enforced by it during an
+	// upgrade (the old way) rather than held back (sidecarconfig's
+	// compatibility rule).
+	ca := k.RemoteAddress
+	if ca == nil {
+		return out, nil
+	}
+	if ca.ForwardedHeader == v1alpha1.ForwardedHeaderForwarded {
+		out.ForwardedHeader = sidecarconfig.ForwardedRFC7239
+	}
+	if n := int(ca.IPv6PrefixLength); n != 0 && n != sidecarconfig.DefaultIPv6PrefixLength {
+		if n < MinIPv6PrefixLength || n > 128 {
+			return out, fmt.Errorf("key.remoteAddress.ipv6PrefixLength %d is not from %d to 128", n, MinIPv6PrefixLength)
+		}
+		out.IPv6PrefixLength = n
+	}
 	return out, nil
 }
+
+// MinIPv6PrefixLength is the shortest IPv6 prefix a policy may count a
+// client by (as the CRD's bound).
+const MinIPv6PrefixLength = 32
 
 func match(m *v1alpha1.RequestMatch) sidecarconfig.Match {
 	var out sidecarconfig.Match
@@ -338,6 +366,10 @@ func match(m *v1alpha1.RequestMatch) sidecarconfig.Match {
 	}
 	for _, v := range m.PathPrefixes {
 		out.PathPrefixes = append(out.PathPrefixes, string(v))
+	}
+	// Only when set: absent means case-sensitive, as before the field.
+	if m.PathCase == v1alpha1.PathCaseInsensitive {
+		out.PathCase = sidecarconfig.PathCaseInsensitive
 	}
 	slices.Sort(out.Methods)
 	slices.Sort(out.PathPrefixes)

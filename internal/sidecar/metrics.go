@@ -30,6 +30,10 @@ const (
 	// DecisionSkipped: the request has no client key and the policy's
 	// onMissing is Allow: the policy does not apply.
 	DecisionSkipped = "skipped"
+	// DecisionAmbiguousKey: the request gives more than one value for the
+	// policy's client key (400, whatever onMissing says; a DryRun policy
+	// only counts it).
+	DecisionAmbiguousKey = "ambiguous_key_rejected"
 )
 
 // Indexes of the decisions in policy.counters.
@@ -41,6 +45,7 @@ const (
 	idxNotCounted
 	idxMissingKey
 	idxSkipped
+	idxAmbiguousKey
 	numDecisions
 )
 
@@ -52,6 +57,7 @@ var decisions = [numDecisions]string{
 	idxNotCounted:     DecisionNotCounted,
 	idxMissingKey:     DecisionMissingKey,
 	idxSkipped:        DecisionSkipped,
+	idxAmbiguousKey:   DecisionAmbiguousKey,
 }
 
 type metrics struct {
@@ -81,6 +87,7 @@ const (
 	outcomeRejected     = "rejected"
 	outcomeFailedClosed = "failed_closed"
 	outcomeNoConfig     = "no_config"
+	outcomeBadRequest   = "bad_request"
 )
 
 func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(policy string, n int))) *metrics {

@@ -103,6 +103,19 @@ const (
 	MissingRemoteAddress = "RemoteAddress"
 )
 
+// Forwarding headers a trusted proxy writes the client address in, the
+// values of Key.ForwardedHeader.
+const (
+	ForwardedXFF     = "X-Forwarded-For"
+	ForwardedRFC7239 = "Forwarded"
+)
+
+// Path cases, the values of Match.PathCase.
+const (
+	PathCaseSensitive   = "Sensitive"
+	PathCaseInsensitive = "Insensitive"
+)
+
 // Key identifies the client of a request.
 type Key struct {
 	// Source is one of the Source* constants.
@@ -112,6 +125,44 @@ type Key struct {
 	// OnMissing is what happens when the request has no such value:
 	// Deny, Allow (the policy does not apply) or RemoteAddress.
 	OnMissing string `json:"onMissing"`
+	// ForwardedHeader is the one header whose forwarding chain is read
+	// when the TCP peer is a trusted proxy: ForwardedXFF or
+	// ForwardedRFC7239. Absent: X-Forwarded-For, which is how the renderer
+	// writes it (only Forwarded is rendered), so that a policy that reads
+	// X-Forwarded-For stays readable by first-release sidecars (which also
+	// read Forwarded when there was no X-Forwarded-For).
+	ForwardedHeader string `json:"forwardedHeader,omitempty" minor:"1"`
+	// IPv6PrefixLength is the length of the network an IPv6 client is
+	// counted by, 1 to 128. Absent (0): DefaultIPv6PrefixLength, and only
+	// another length is rendered, for the same reason (first-release
+	// sidecars count each IPv6 address on its own).
+	IPv6PrefixLength int `json:"ipv6PrefixLength,omitempty" minor:"1"`
+}
+
+// DefaultIPv6PrefixLength is the network an IPv6 client is counted by when
+// a policy does not say: a /64 is what one subscriber or host holds, and
+// counting each address of it on its own gave its holder 2^64 budgets.
+const DefaultIPv6PrefixLength = 64
+
+// IPv6Prefix is the prefix length IPv6 clients are counted by.
+func (k *Key) IPv6Prefix() int {
+	if k.IPv6PrefixLength == 0 {
+		return DefaultIPv6PrefixLength
+	}
+	return k.IPv6PrefixLength
+}
+
+// UsesRemoteAddress reports whether a policy with key k may count a request
+// against its client address: its source is RemoteAddress, or a request
+// without the key falls back to it.
+func (k *Key) UsesRemoteAddress() bool {
+	switch k.Source {
+	case SourceRemoteAddress:
+		return true
+	case SourceHeader, SourceQueryParameter, SourceJWTClaim:
+		return k.OnMissing == MissingRemoteAddress
+	}
+	return false
 }
 
 // Match restricts a policy to HTTP methods and path prefixes. An empty list
@@ -119,6 +170,10 @@ type Key struct {
 type Match struct {
 	Methods      []string `json:"methods,omitempty"`
 	PathPrefixes []string `json:"pathPrefixes,omitempty"`
+	// PathCase is PathCaseInsensitive when path prefixes match regardless
+	// of letter case; absent or PathCaseSensitive, they match as written.
+	// Rendered only when Insensitive.
+	PathCase string `json:"pathCase,omitempty" minor:"1"`
 }
 
 // Parse reads and validates a document. Unknown fields are errors: a typo in
@@ -254,6 +309,19 @@ func (p *Policy) validate() error {
 	case MissingDeny, MissingAllow, MissingRemoteAddress:
 	default:
 		add("key.onMissing %q is not Deny, Allow or RemoteAddress", p.Key.OnMissing)
+	}
+	switch p.Key.ForwardedHeader {
+	case "", ForwardedXFF, ForwardedRFC7239:
+	default:
+		add("key.forwardedHeader %q is not %s or %s", p.Key.ForwardedHeader, ForwardedXFF, ForwardedRFC7239)
+	}
+	if p.Key.IPv6PrefixLength < 0 || p.Key.IPv6PrefixLength > 128 {
+		add("key.ipv6PrefixLength %d is outside 1..128", p.Key.IPv6PrefixLength)
+	}
+	switch p.Match.PathCase {
+	case "", PathCaseSensitive, PathCaseInsensitive:
+	default:
+		add("match.pathCase %q is not %s or %s", p.Match.PathCase, PathCaseSensitive, PathCaseInsensitive)
 	}
 	for _, m := range p.Match.Methods {
 		if !httpMethod.MatchString(m) {
