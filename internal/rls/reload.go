@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sync"
 
@@ -43,7 +40,7 @@ func (s *Server) Reload() error {
 	l := &s.loader
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	data, err := readBounded(s.opts.ConfigFile)
+	data, err := dirwatch.ReadFile(s.opts.ConfigFile, maxConfigFileBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		data, err = []byte{}, nil
 	}
@@ -78,22 +75,6 @@ func (s *Server) Reload() error {
 	s.metrics.policies.Set(float64(len(cfg.Policies)))
 	s.log.Info("config loaded", "file", s.opts.ConfigFile, "policies", len(cfg.Policies))
 	return nil
-}
-
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxConfigFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxConfigFileBytes)
-	}
-	return data, nil
 }
 
 // WatchConfig reloads on every change in the config file's directory (the

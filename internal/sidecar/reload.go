@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -73,9 +72,9 @@ type files struct {
 // readFiles reads the config and labels files; cur is the state in force.
 func (s *Sidecar) readFiles(cur *state) files {
 	var in files
-	in.cfgData, in.cfgErr = readBounded(s.opts.ConfigFile, maxConfigFileBytes)
+	in.cfgData, in.cfgErr = dirwatch.ReadFile(s.opts.ConfigFile, maxConfigFileBytes)
 	if s.opts.PodLabelsFile != "" {
-		in.labelsData, in.labelsErr = readBounded(s.opts.PodLabelsFile, maxLabelsFileBytes)
+		in.labelsData, in.labelsErr = dirwatch.ReadFile(s.opts.PodLabelsFile, maxLabelsFileBytes)
 	}
 	// The controller deletes the ConfigMap with the namespace's last policy,
 	// and the kubelet then empties the (optional) volume. A missing file
@@ -219,22 +218,6 @@ func configMapGone(configFile string) error {
 	}
 	return fmt.Errorf("the ConfigMap has no %s (it has %d other keys: %s)",
 		filepath.Base(configFile), len(keys), strings.Join(names, ", "))
-}
-
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return data, nil
 }
 
 // WatchConfig keeps the config in force up to date with the files until ctx
