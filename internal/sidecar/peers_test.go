@@ -54,17 +54,8 @@ func TestPeersDivideTheFallback(t *testing.T) {
 		if err := r.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		for i := range f.fronts {
-			for range 2 * limit {
-				resp, err := f.client.Get(f.fronts[i] + "/")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if resp.StatusCode == 200 {
-					admitted++
-				}
-				drain(resp)
-			}
+		for _, n := range f.admitEach(t, 2*limit) {
+			admitted += n
 		}
 		return admitted
 	}
@@ -152,21 +143,9 @@ func TestFleetStartingTogether(t *testing.T) {
 	if err := r.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	var admitted []int
+	admitted := f.admitEach(t, 2*limit)
 	total := 0
-	for i := range f.fronts {
-		n := 0
-		for range 2 * limit {
-			resp, err := f.client.Get(f.fronts[i] + "/")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode == 200 {
-				n++
-			}
-			drain(resp)
-		}
-		admitted = append(admitted, n)
+	for _, n := range admitted {
 		total += n
 	}
 	t.Logf("admitted on their own after Redis died: %v (counts %d %d %d)", admitted,
@@ -174,4 +153,24 @@ func TestFleetStartingTogether(t *testing.T) {
 	if total != limit {
 		t.Errorf("three sidecars started together admitted %v = %d on their own, want ceil(%d/3) each = %d", admitted, total, limit, limit)
 	}
+}
+
+// admitEach sends n requests through each sidecar of the fleet in turn and
+// returns how many each admitted.
+func (f *fleet) admitEach(t *testing.T, n int) []int {
+	t.Helper()
+	admitted := make([]int, len(f.fronts))
+	for i := range f.fronts {
+		for range n {
+			resp, err := f.client.Get(f.fronts[i] + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode == 200 {
+				admitted[i]++
+			}
+			drain(resp)
+		}
+	}
+	return admitted
 }
