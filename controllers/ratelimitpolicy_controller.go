@@ -106,12 +106,16 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, r.cleanup(ctx, ns)
 	}
 	slices.SortFunc(policies, func(a, b v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
-	pods, err := r.livePods(ctx, ns)
+	running, err := r.runningPods(ctx, ns)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	pods := live(running)
 
-	legacy := legacySidecars(pods)
+	// Terminating pods too: their sidecars serve until the kubelet stops
+	// them, after the app has drained (and on a rollout's old pods, for
+	// seconds to the whole grace period), and read the ConfigMap meanwhile.
+	legacy := legacySidecars(running)
 	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, LegacySidecars: len(legacy) > 0})
 	if err != nil {
 		return ctrl.Result{}, err
@@ -352,16 +356,22 @@ func deleteManaged(ctx context.Context, c client.Client, reader client.Reader, k
 	return nil
 }
 
-// livePods lists the metadata of the namespace's pods that are not being
-// deleted. Finished pods (Succeeded, Failed) are not in the cache at all
+// runningPods lists the metadata of the namespace's pods, terminating ones
+// included. Finished pods (Succeeded, Failed) are not in the cache at all
 // (CacheOptions): they run no container a sidecar could guard.
-func (r *RateLimitPolicyReconciler) livePods(ctx context.Context, ns string) ([]metav1.PartialObjectMetadata, error) {
+func (r *RateLimitPolicyReconciler) runningPods(ctx context.Context, ns string) ([]metav1.PartialObjectMetadata, error) {
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
 	if err := r.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
 	}
-	return slices.DeleteFunc(pods.Items, func(p metav1.PartialObjectMetadata) bool { return !p.DeletionTimestamp.IsZero() }), nil
+	return pods.Items, nil
+}
+
+// live are the pods that are not being deleted: those a policy's status
+// counts.
+func live(pods []metav1.PartialObjectMetadata) []metav1.PartialObjectMetadata {
+	return slices.DeleteFunc(slices.Clone(pods), func(p metav1.PartialObjectMetadata) bool { return !p.DeletionTimestamp.IsZero() })
 }
 
 // legacySidecars names the pods of pods whose sidecar reads only minor
