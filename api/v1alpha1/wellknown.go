@@ -20,14 +20,24 @@ package v1alpha1
 // of slidegate's contract with the cluster: changing one is a breaking change.
 const (
 	// InjectionLabel on a Namespace opts its pods into sidecar injection
-	// when its value is InjectionEnabled.
+	// when its value is InjectionEnabled or InjectionRequired.
 	InjectionLabel = "ratelimit.slidegate.dev/injection"
-	// InjectionEnabled is the value of InjectionLabel that enables injection.
+	// InjectionEnabled is the value of InjectionLabel that enables injection:
+	// a pod may still opt out (ratelimit.slidegate.dev/inject=false).
 	InjectionEnabled = "enabled"
+	// InjectionRequired is the value of InjectionLabel that enables
+	// injection and lets no pod opt out: the webhook refuses a pod that
+	// opts out, and a pod that some policy selects but that cannot be
+	// injected (no port to take over, hostNetwork, ...), with the reason.
+	InjectionRequired = "required"
 
 	// InjectedAnnotation is set by the injector on every pod that carries
-	// the enforcement sidecar; its value is the injection status. The
-	// controller counts such pods as enforcedPods.
+	// the enforcement sidecar; its value is the injection status, which
+	// re-injection and removal read to give the app its ports back. It is
+	// never evidence of enforcement: a pod author can write it. The
+	// controller counts enforcedPods from the pods' specs, and the webhook
+	// strips a status (and a container named like the sidecar) it did not
+	// write itself.
 	InjectedAnnotation = "ratelimit.slidegate.dev/injected"
 
 	// RevisionAnnotation on the rendered ConfigMap holds the content hash of
@@ -103,6 +113,25 @@ type InjectionStatus struct {
 	// sidecar forwards to.
 	AppContainer string `json:"appContainer"`
 	AppPort      int32  `json:"appPort"`
+	// TakenOver are the container port entries the injector changed, in
+	// order: each lost the target port's name (Named), or its hostPort,
+	// which moved to the sidecar's port, or both. Removing the sidecar gives
+	// them back. Empty in statuses written before it existed: then
+	// AppContainer and AppPort lost the name, and nothing else changed.
+	TakenOver []TakenOverPort `json:"takenOver,omitempty"`
+}
+
+// TakenOverPort is one container port entry the injector changed.
+type TakenOverPort struct {
+	// Container and Port name the entry (a container port number).
+	Container string `json:"container"`
+	Port      int32  `json:"port"`
+	// Named: the entry had the target port's name.
+	Named bool `json:"named,omitempty"`
+	// HostPort and HostIP: the entry published the port on the node; the
+	// sidecar's port publishes it instead.
+	HostPort int32  `json:"hostPort,omitempty"`
+	HostIP   string `json:"hostIP,omitempty"`
 }
 
 // RedisCredentialKeys are the keys of the credentials Secret that the
