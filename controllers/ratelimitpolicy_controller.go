@@ -18,8 +18,8 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -232,7 +232,8 @@ func renderNamespace(policies []v1alpha1.RateLimitPolicy, opts render.Options) (
 // namespaceFacts is what the statuses of a namespace's policies depend on
 // besides the policies and their render.
 type namespaceFacts struct {
-	pods     []metav1.PartialObjectMetadata
+	// pods are trimmed to what the status reads (trimPod).
+	pods     []corev1.Pod
 	services []corev1.Service
 	// optedIn: the namespace is labelled for injection, for the Enforced
 	// message; unknown reads as opted in, the case that blames no label.
@@ -248,7 +249,7 @@ type namespaceFacts struct {
 
 // namespaceFacts gathers the Services and the Namespace for the statuses,
 // beside the pods and the credentials problem already known.
-func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, pods []metav1.PartialObjectMetadata, credentials *problem) (namespaceFacts, error) {
+func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, pods []corev1.Pod, credentials *problem) (namespaceFacts, error) {
 	facts := namespaceFacts{pods: pods, credentials: credentials, optedIn: true}
 	var services corev1.ServiceList
 	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
@@ -257,7 +258,7 @@ func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns strin
 	facts.services = services.Items
 	var namespace corev1.Namespace
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); err == nil {
-		facts.optedIn = namespace.Labels[v1alpha1.InjectionLabel] == v1alpha1.InjectionEnabled
+		facts.optedIn = inject.NamespaceOptedIn(namespace.Labels)
 		facts.terminating = namespace.DeletionTimestamp != nil
 	}
 	return facts, nil
@@ -337,30 +338,29 @@ func deleteManaged(ctx context.Context, c client.Client, reader client.Reader, k
 	return nil
 }
 
-// livePods lists the metadata of the namespace's pods that are not being
-// deleted. Finished pods (Succeeded, Failed) are not in the cache at all
-// (CacheOptions): they run no container a sidecar could guard.
-func (r *RateLimitPolicyReconciler) livePods(ctx context.Context, ns string) ([]metav1.PartialObjectMetadata, error) {
-	pods := &metav1.PartialObjectMetadataList{}
-	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	if err := r.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
+// livePods lists the namespace's pods that are not being deleted, as the
+// cache holds them (trimPod). Finished pods (Succeeded, Failed) are not in
+// the cache at all (CacheOptions): they run no container a sidecar could
+// guard.
+func (r *RateLimitPolicyReconciler) livePods(ctx context.Context, ns string) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
 	}
-	return slices.DeleteFunc(pods.Items, func(p metav1.PartialObjectMetadata) bool { return !p.DeletionTimestamp.IsZero() }), nil
+	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() }), nil
 }
 
 // countPods counts the pods the policy selects and those of them whose
-// sidecar guards the policy's targetPort; selected pods without it are
-// added to unprotected. A pod injected for another policy's port is not
-// protected by this one: traffic to this policy's port bypasses the sidecar.
-func countPods(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, unprotected map[types.UID]bool) (matched, enforced int32) {
+// sidecar protects the policy's targetPort (protects); selected pods without
+// it are added to unprotected.
+func countPods(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, unprotected map[types.UID]bool) (matched, enforced int32) {
 	sel := selection.Selector(p)
 	for i := range pods {
 		if !sel.Matches(labels.Set(pods[i].Labels)) {
 			continue
 		}
 		matched++
-		if _, _, guarded := sidecarGuards(p, &pods[i]); guarded {
+		if protects(p, &pods[i]) {
 			enforced++
 		} else {
 			unprotected[pods[i].UID] = true
@@ -377,72 +377,78 @@ func targetPort(p *v1alpha1.RateLimitPolicy) string {
 	return p.Spec.TargetPort
 }
 
-// sidecarGuards reads the pod's injection status (injected: it carries a
-// sidecar) and reports whether that sidecar guards the policy's targetPort.
-// A status that names no port (an unreadable one, say) guards any port. So
-// does the sidecar of a pod whose owner chose the port with
-// inject.TargetPortAnnotation: the webhook took over that port instead of
-// the policies' (the status records it), and the sidecar enforces every
-// policy that selects the pod.
-func sidecarGuards(p *v1alpha1.RateLimitPolicy, pod metav1.Object) (st v1alpha1.InjectionStatus, injected, guarded bool) {
-	st, injected = injection(pod)
-	chosen := pod.GetAnnotations()[inject.TargetPortAnnotation]
-	return st, injected, injected && (st.TargetPort == "" || st.TargetPort == targetPort(p) || chosen != "" && st.TargetPort == chosen)
+// protects reports whether the pod's spec shows a working sidecar with no
+// way around it (inject.ReadGuard) that covers the policy's targetPort: it
+// holds that port name, or no other container does. The injection status
+// annotation is not read: any pod author can write it (issue 23). A sidecar
+// in front of another port (another policy's, or the pod's own choice with
+// inject.TargetPortAnnotation) enforces this policy too, on the traffic it
+// sees, unless a container keeps this policy's port, whose traffic a
+// Service then sends around it.
+func protects(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod) bool {
+	g, err := inject.ReadGuard(&pod.Spec)
+	return err == nil && g.Covers(&pod.Spec, targetPort(p))
 }
 
-// injection reads a pod's injection status. ok is false for a pod without
-// the sidecar; an unreadable status counts as a sidecar on any port.
-func injection(pod metav1.Object) (st v1alpha1.InjectionStatus, ok bool) {
-	raw, ok := pod.GetAnnotations()[v1alpha1.InjectedAnnotation]
-	if !ok {
-		return st, false
-	}
-	_ = json.Unmarshal([]byte(raw), &st)
-	return st, true
-}
-
-// bypassingServices describes the Services that select a protected pod of
-// the policy and send TCP traffic straight to the app's port number, which
-// the sidecar took the name of: that traffic is not limited. Other numeric
+// bypassingServices describes the Services that select a pod of the policy
+// whose spec shows a working sidecar, and whose TCP port reaches that pod's
+// app around the sidecar: by the app's port number (which the sidecar took
+// the name of), or by a port name that the EndpointSlice controller
+// resolves to a container other than the sidecar, when that name is the
+// policy's targetPort or that container port is the app's (a pod whose
+// target-port annotation left the app holding the policy's port). Other
 // ports (metrics, a side port) are none of our business.
-func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, services []corev1.Service) string {
+func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, services []corev1.Service) string {
 	sel := selection.Selector(p)
-	var found []string
+	found := map[string]bool{}
 	for i := range services {
 		svc := &services[i]
 		if len(svc.Spec.Selector) == 0 {
 			continue
 		}
 		svcSel := labels.SelectorFromSet(svc.Spec.Selector)
-		appPorts := map[int32]bool{}
 		for j := range pods {
-			set := labels.Set(pods[j].Labels)
-			if st, ok := injection(&pods[j]); ok && st.AppPort > 0 && svcSel.Matches(set) && sel.Matches(set) {
-				appPorts[st.AppPort] = true
-			}
-		}
-		for _, port := range svc.Spec.Ports {
-			target := port.TargetPort
-			if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP || target.Type == intstr.String && target.StrVal != "" {
+			pod := &pods[j]
+			set := labels.Set(pod.Labels)
+			if !svcSel.Matches(set) || !sel.Matches(set) {
 				continue
 			}
-			num := target.IntVal
-			if num == 0 { // unset: the port number itself
-				num = port.Port
+			g, err := inject.ReadGuard(&pod.Spec)
+			if err != nil {
+				continue // no working sidecar: reported as unprotected
 			}
-			if appPorts[num] {
-				found = append(found, fmt.Sprintf("Service %s port %d targets the app's port number %d", svc.Name, port.Port, num))
+			for _, port := range svc.Spec.Ports {
+				if d := bypassOf(svc.Name, port, pod, g, targetPort(p)); d != "" {
+					found[d] = true
+				}
 			}
 		}
 	}
-	slices.Sort(found)
-	return strings.Join(found, "; ")
+	return strings.Join(slices.Sorted(maps.Keys(found)), "; ")
 }
 
-// carriesSidecar reports whether the pod has been injected, for any port.
-func carriesSidecar(pod metav1.Object) bool {
-	_, ok := injection(pod)
-	return ok
+// bypassOf describes how Service port port reaches the app of pod (whose
+// sidecar guard is g) around the sidecar, or is "".
+func bypassOf(svc string, port corev1.ServicePort, pod *corev1.Pod, g inject.Guard, policyPort string) string {
+	if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP {
+		return ""
+	}
+	target := port.TargetPort
+	if target.Type == intstr.String && target.StrVal != "" {
+		holder, num := inject.PortHolder(&pod.Spec, target.StrVal)
+		if holder != "" && holder != inject.ContainerName && (num == g.AppPort || target.StrVal == policyPort) {
+			return fmt.Sprintf("Service %s port %d targets port name %q, which container %s holds, not the sidecar", svc, port.Port, target.StrVal, holder)
+		}
+		return ""
+	}
+	num := target.IntVal
+	if num == 0 { // unset: the port number itself
+		num = port.Port
+	}
+	if num == g.AppPort {
+		return fmt.Sprintf("Service %s port %d targets the app's port number %d", svc, port.Port, num)
+	}
+	return ""
 }
 
 // ownerReferences points at every policy of the namespace, none as

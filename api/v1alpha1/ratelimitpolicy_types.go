@@ -407,8 +407,11 @@ type RateLimitPolicyStatus struct {
 	// +kubebuilder:default=0
 	MatchedPods int32 `json:"matchedPods"`
 
-	// enforcedPods is the number of matched pods that carry the sidecar
-	// (annotated ratelimit.slidegate.dev/injected).
+	// enforcedPods is the number of matched pods whose spec shows the
+	// sidecar in front of targetPort with no way around it (no other
+	// container holding that port name, the app's port not on the node).
+	// The ratelimit.slidegate.dev/injected annotation is not read: any pod
+	// author can write it.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:default=0

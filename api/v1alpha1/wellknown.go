@@ -179,15 +179,20 @@ const (
 	ReasonEnforced = "Enforced"
 	// ReasonNoPodsSelected: targetSelector selects no pod (Enforced=False).
 	ReasonNoPodsSelected = "NoPodsSelected"
-	// ReasonPartiallyEnforced: some selected pods lack the sidecar, or
-	// some rate limit service servers have not loaded the policy yet
-	// (Enforced=False).
+	// ReasonPartiallyEnforced: some selected pods lack the sidecar (as
+	// their spec shows it, whatever their annotations say), or their
+	// sidecar guards another port while a container keeps the policy's, or
+	// traffic reaches their app around it (hostPort, another container
+	// holding the sidecar's port name); or some rate limit service servers
+	// have not loaded the policy yet (Enforced=False).
 	ReasonPartiallyEnforced = "PartiallyEnforced"
 	// ReasonNoRateLimitService: a policy for the rate limit service, and no
 	// ready RLS server to enforce it (Enforced=False).
 	ReasonNoRateLimitService = "NoRateLimitService"
 	// ReasonServiceBypassesSidecar: a Service that selects protected pods
-	// sends traffic to a port number, not to the port name the sidecar took
-	// over, so its traffic reaches the app unlimited (Enforced=False).
+	// sends traffic to the app's port number, not to the port name the
+	// sidecar took over, or to a port name that a container other than the
+	// sidecar holds (the policy's targetPort, or another name of the app's
+	// port), so its traffic reaches the app unlimited (Enforced=False).
 	ReasonServiceBypassesSidecar = "ServiceBypassesSidecar"
 )

@@ -190,7 +190,7 @@ func TestRemove(t *testing.T) {
 		if _, ok := pod.Annotations[v1alpha1.InjectedAnnotation]; ok {
 			t.Error("the injection status is still there")
 		}
-		if indexContainer(pod.Spec.InitContainers, ContainerName) >= 0 {
+		if sidecarIndex(pod.Spec.InitContainers) >= 0 {
 			t.Error("the sidecar is still there")
 		}
 		for _, v := range pod.Spec.Volumes {

@@ -51,7 +51,7 @@ func ReadGuard(spec *corev1.PodSpec) (Guard, error) {
 			return Guard{}, fmt.Errorf("%w: %s is a regular container", ErrNotSidecar, ContainerName)
 		}
 	}
-	i := indexContainer(spec.InitContainers, ContainerName)
+	i := sidecarIndex(spec.InitContainers)
 	if i < 0 {
 		return Guard{}, ErrNoSidecar
 	}

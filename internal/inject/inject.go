@@ -324,7 +324,7 @@ func release(pod *corev1.Pod) (int, error) {
 	if slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ContainerName }) {
 		return -1, fmt.Errorf("%w: regular container %q; rename it", ErrReservedName, ContainerName)
 	}
-	at := indexContainer(pod.Spec.InitContainers, ContainerName)
+	at := sidecarIndex(pod.Spec.InitContainers)
 	if at < 0 {
 		delete(pod.Annotations, v1alpha1.InjectedAnnotation)
 		return -1, nil
@@ -627,9 +627,10 @@ func withDefaults(o Options) Options {
 	return o
 }
 
-func indexContainer(cs []corev1.Container, name string) int {
+// sidecarIndex is the index of the container named like the sidecar, or -1.
+func sidecarIndex(cs []corev1.Container) int {
 	for i := range cs {
-		if cs[i].Name == name {
+		if cs[i].Name == ContainerName {
 			return i
 		}
 	}

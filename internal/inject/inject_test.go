@@ -61,7 +61,8 @@ func TestInjectGolden(t *testing.T) {
 				if !strings.HasPrefix(f, "hostPort") {
 					t.Fatalf("input %s must itself pass the restricted profile (but for hostPorts), so the check below tests the sidecar: %v", in, f)
 				}
-				allowed[f[:strings.Index(f, ":")]] = true
+				reason, _, _ := strings.Cut(f, ":")
+				allowed[reason] = true
 			}
 			opts := testOptions
 			if strings.HasSuffix(in, "-tls.yaml") {
@@ -96,7 +97,7 @@ func TestInjectGolden(t *testing.T) {
 				t.Errorf("Inject(Inject(p)) != Inject(p) (-once +twice):\n%s", d)
 			}
 			for _, f := range restricted(t, pod) {
-				if !allowed[f[:strings.Index(f, ":")]] {
+				if reason, _, _ := strings.Cut(f, ":"); !allowed[reason] {
 					t.Errorf("the injected pod fails the restricted Pod Security profile: %v", f)
 				}
 			}
@@ -263,7 +264,7 @@ func TestInjectErrorsAndSkips(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Inject: %v", err)
 				}
-				if i := indexContainer(pod.Spec.InitContainers, ContainerName); i < 0 {
+				if i := sidecarIndex(pod.Spec.InitContainers); i < 0 {
 					t.Errorf("no %s among the init containers", ContainerName)
 				}
 				return
