@@ -70,6 +70,10 @@ type RateLimitPolicyReconciler struct {
 	// CredentialsGrace is how long missing credentials are progress before
 	// the policies report Stalled (0: one minute).
 	CredentialsGrace time.Duration
+	// SidecarListenPort and SidecarAdminPort are the injected sidecar's
+	// ports (--sidecar-listen-port, --sidecar-admin-port; 0: the
+	// defaults), which the NetworkPolicies of spec.networkPolicy admit.
+	SidecarListenPort, SidecarAdminPort int32
 
 	// credentials reads RedisCredentials: a cache of that one Secret, set
 	// up by SetupWithManager.
@@ -122,6 +126,9 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	credentials, err := r.mirrorCredentials(ctx, ns, owners)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.applyNetworkPolicies(ctx, ns, policies); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -303,6 +310,11 @@ func (r *RateLimitPolicyReconciler) credentialsReader() client.Reader {
 // credentials Secret.
 func (r *RateLimitPolicyReconciler) cleanup(ctx context.Context, ns string) error {
 	forgetNamespaceMetrics(ns)
+	// The garbage collector removes them with their policies too; this
+	// does not wait for it.
+	if err := r.applyNetworkPolicies(ctx, ns, nil); err != nil {
+		return err
+	}
 	cm := &corev1.ConfigMap{}
 	if err := r.deleteManaged(ctx, types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}, cm, "configmap"); err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -101,6 +102,9 @@ func CacheOptions() cache.Options {
 			&corev1.ConfigMap{}: {Label: managed, Field: nameSelector(sidecarconfig.ConfigMapName)},
 			&corev1.Secret{}:    {Label: managed, Field: nameSelector(v1alpha1.RedisCredentialsSecretName)},
 			&corev1.Pod{}:       {Field: unfinishedPods, Transform: trimPod},
+			// Only ours: a namespace's own NetworkPolicies are none of our
+			// business.
+			&networkingv1.NetworkPolicy{}: {Label: labels.SelectorFromSet(childLabels(networkPolicyComponent))},
 		},
 	}
 }
@@ -220,6 +224,7 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		// confirm.
 		Watches(&corev1.ConfigMap{}, byNamespace, builder.WithPredicates(predicate.NewPredicateFuncs(isOurConfigMap))).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToNamespaces)).
+		Watches(&networkingv1.NetworkPolicy{}, byNamespace).
 		// Services: a numeric targetPort in front of protected pods is a
 		// bypass to report; only namespaces with policies care.
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToNamespace)).
