@@ -128,8 +128,10 @@ type TakenOverPort struct {
 	Port      int32  `json:"port"`
 	// Named: the entry had the target port's name.
 	Named bool `json:"named,omitempty"`
-	// HostPort and HostIP: the entry published the port on the node; the
-	// sidecar's port publishes it instead.
+	// HostPort and HostIP: the entry published the port on the node; an
+	// entry of the pod's first container publishes the sidecar's listen
+	// port there instead (the kubelet publishes the hostPorts of regular
+	// containers only, not of init containers such as the sidecar).
 	HostPort int32  `json:"hostPort,omitempty"`
 	HostIP   string `json:"hostIP,omitempty"`
 }

@@ -91,6 +91,20 @@ func around(pod *corev1.Pod, target, image string) []string {
 	return out
 }
 
+// publishedOn is the pod port that the kubelet maps hostPort to: the
+// kubelet builds the pod's port mappings from its regular containers only
+// (kuberuntime's generatePodSandboxConfig), not from init containers.
+func publishedOn(pod *corev1.Pod, hostPort int32) int32 {
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.HostPort == hostPort {
+				return p.ContainerPort
+			}
+		}
+	}
+	return 0
+}
+
 // forgedStatus is an injection status a pod author writes by hand.
 const forgedStatus = `{"version":"v1","container":"slidegate-sidecar","targetPort":"http","appContainer":"app","appPort":8080}`
 
@@ -120,6 +134,11 @@ func TestInjectLeavesNoWayAround(t *testing.T) {
 		name    string
 		mutate  func(*corev1.Pod)
 		wantErr error
+		// published are hostPorts that must still reach the pod, through
+		// the sidecar: a regular container publishes them on its listen
+		// port (the kubelet publishes the hostPorts of regular containers
+		// only).
+		published []int32
 	}{
 		{name: "clean pod (the paired case: passes before and after)", mutate: func(*corev1.Pod) {}},
 		{name: "forged injected annotation and a dummy init container", mutate: func(p *corev1.Pod) {
@@ -145,10 +164,14 @@ func TestInjectLeavesNoWayAround(t *testing.T) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "envoy", Image: "example.com/envoy:1", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8082}}}}
 		}},
-		{name: "hostPort on the app's port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].HostPort = 30080 }},
+		{name: "hostPort on the app's port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].HostPort = 30080 }, published: []int32{30080}},
 		{name: "hostPort on another entry of the app's port number", mutate: func(p *corev1.Pod) {
 			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: 8080, HostPort: 30081, HostIP: "10.0.0.1"})
-		}},
+		}, published: []int32{30081}},
+		{name: "hostPort of a second container on the app's port number", mutate: func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "admin", Image: "example.com/admin:1",
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 30082}}})
+		}, published: []int32{30082}},
 		{name: "a regular container named like the sidecar is refused", mutate: func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, dummySidecar(false))
 		}, wantErr: ErrReservedName},
@@ -168,6 +191,11 @@ func TestInjectLeavesNoWayAround(t *testing.T) {
 			}
 			if ways := around(pod, "http", testOptions.Image); len(ways) > 0 {
 				t.Errorf("traffic reaches the app around the sidecar:\n  %s", strings.Join(ways, "\n  "))
+			}
+			for _, hp := range tc.published {
+				if got := publishedOn(pod, hp); got != DefaultListenPort {
+					t.Errorf("hostPort %d reaches pod port %d, want the sidecar's %d, published by a regular container", hp, got, DefaultListenPort)
+				}
 			}
 			twice := pod.DeepCopy()
 			if err := Inject(twice, testOptions); err != nil {

@@ -228,7 +228,7 @@ func Inject(pod *corev1.Pod, opts Options) error {
 	if err := portsFree(work, opts); err != nil {
 		return err
 	}
-	st, err := takeOver(work, opts.TargetPort)
+	st, err := takeOver(work, opts.TargetPort, opts.ListenPort)
 	if err != nil {
 		return err
 	}
@@ -317,8 +317,9 @@ func Remove(pod *corev1.Pod) error {
 // release takes off what an earlier injection, real or forged, put on the
 // pod: the init containers named like the sidecar and the injection status.
 // The port names and hostPorts the status says were moved to the sidecar
-// go back to the app's ports, but only those the removed sidecar holds: a
-// forged status cannot add a name or a hostPort that was not in the pod.
+// go back to the app's ports, but only those the removed sidecar holds (and
+// the first container publishes on its port): a forged status cannot add a
+// name or a hostPort that was not in the pod.
 // It returns where the (first) removed sidecar was, or -1.
 func release(pod *corev1.Pod) (int, error) {
 	if slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ContainerName }) {
@@ -340,30 +341,33 @@ func release(pod *corev1.Pod) (int, error) {
 	return at, nil
 }
 
-// giveBack returns to the app's port entries that st records the name and
-// the hostPorts that sidecar holds.
+// giveBack returns to the app's port entries that st records the name
+// that sidecar holds, and the hostPorts that the first container's entries
+// publish on sidecar's listen port (takeOver put them there), removing
+// those entries.
 func giveBack(pod *corev1.Pod, st Status, sidecar corev1.Container) {
 	records := st.TakenOver
 	if len(records) == 0 && st.AppPort > 0 {
 		// A status of before TakenOver: the app's port lost its name only.
 		records = []v1alpha1.TakenOverPort{{Container: st.AppContainer, Port: st.AppPort, Named: true}}
 	}
-	held := map[corev1.ContainerPort]bool{} // the sidecar's hostPorts, by host address
-	named := false
+	var listen int32 // the sidecar's listen port: where it holds the name
 	for _, p := range sidecar.Ports {
-		if p.HostPort != 0 {
-			held[corev1.ContainerPort{HostPort: p.HostPort, HostIP: p.HostIP}] = true
+		if st.TargetPort != "" && p.Name == st.TargetPort {
+			listen = p.ContainerPort
+			break
 		}
-		named = named || st.TargetPort != "" && p.Name == st.TargetPort
+	}
+	if listen == 0 {
+		return // nothing taken is held by this sidecar
 	}
 	for _, r := range records {
 		c := appContainer(pod, r.Container)
 		if c == nil {
 			continue
 		}
-		hostPort := corev1.ContainerPort{HostPort: r.HostPort, HostIP: r.HostIP}
-		name := r.Named && named && !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == st.TargetPort })
-		host := r.HostPort != 0 && held[hostPort]
+		name := r.Named && !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == st.TargetPort })
+		host := r.HostPort != 0 && unpublish(pod, listen, r.HostPort, r.HostIP)
 		if !name && !host {
 			continue
 		}
@@ -377,11 +381,37 @@ func giveBack(pod *corev1.Pod, st Status, sidecar corev1.Container) {
 			}
 			if host {
 				p.HostPort, p.HostIP = r.HostPort, r.HostIP
-				delete(held, hostPort)
 			}
 			break
 		}
 	}
+}
+
+// publish adds to the pod's first container an entry that publishes the
+// sidecar's listen port on the node as hostPort (on hostIP): the kubelet
+// publishes the hostPorts of regular containers only, never of init
+// containers, native sidecars included, and a hostPort maps to a port of
+// the pod's one network namespace, whichever container declares it.
+func publish(pod *corev1.Pod, listen, hostPort int32, hostIP string) {
+	c := &pod.Spec.Containers[0]
+	c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: listen, Protocol: corev1.ProtocolTCP, HostPort: hostPort, HostIP: hostIP})
+}
+
+// unpublish removes the entry publish added, and reports whether there was
+// one.
+func unpublish(pod *corev1.Pod, listen, hostPort int32, hostIP string) bool {
+	if len(pod.Spec.Containers) == 0 {
+		return false
+	}
+	c := &pod.Spec.Containers[0]
+	i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool {
+		return p.ContainerPort == listen && p.HostPort == hostPort && p.HostIP == hostIP && isTCP(p.Protocol) && p.Name == ""
+	})
+	if i < 0 {
+		return false
+	}
+	c.Ports = slices.Delete(c.Ports, i, i+1)
+	return true
 }
 
 // appContainer is the pod's container (or init container) of that name,
@@ -420,7 +450,9 @@ func isNative(c *corev1.Container) bool {
 // then in the native sidecars (FindPort), so a second container still
 // named like the target would take the Service's traffic past the sidecar.
 // The sidecar forwards to the first holder, the one FindPort chose before.
-func takeOver(pod *corev1.Pod, target string) (Status, error) {
+// A hostPort taken off the app's port publishes the sidecar's listen port
+// instead (publish), so node:hostPort keeps working, through the sidecar.
+func takeOver(pod *corev1.Pod, target string, listen int32) (Status, error) {
 	st := Status{Version: statusVersion, Container: ContainerName, TargetPort: target}
 	st.AppContainer, st.AppPort = PortHolder(&pod.Spec, target)
 	if st.AppContainer == "" {
@@ -465,6 +497,12 @@ func takeOver(pod *corev1.Pod, target string) (Status, error) {
 		}
 		if r.Named || r.HostPort != 0 {
 			st.TakenOver = append(st.TakenOver, r)
+		}
+	}
+	// After the loop: publish appends to a slice the entries point into.
+	for _, r := range st.TakenOver {
+		if r.HostPort != 0 {
+			publish(pod, listen, r.HostPort, r.HostIP)
 		}
 	}
 	return st, nil
@@ -553,7 +591,10 @@ func sidecar(o Options, st Status) corev1.Container {
 		Args:            args,
 		// A native sidecar: started before the app, stopped after it.
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Ports:         sidecarPorts(o, st),
+		Ports: []corev1.ContainerPort{
+			{Name: st.TargetPort, ContainerPort: o.ListenPort, Protocol: corev1.ProtocolTCP},
+			{Name: AdminPortName, ContainerPort: o.AdminPort, Protocol: corev1.ProtocolTCP},
+		},
 		Env: []corev1.EnvVar{
 			secretEnv(redisconn.EnvUsername, v1alpha1.RedisUsernameKey), secretEnv(redisconn.EnvPassword, v1alpha1.RedisPasswordKey),
 			secretEnv(redisconn.EnvSentinelUsername, v1alpha1.RedisSentinelUsernameKey), secretEnv(redisconn.EnvSentinelPassword, v1alpha1.RedisSentinelPasswordKey),
@@ -576,27 +617,6 @@ func sidecar(o Options, st Status) corev1.Container {
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-}
-
-// sidecarPorts are the sidecar's listen port, under the target port's
-// name, and its admin port. The hostPorts taken from the app's port publish
-// the listen port instead (the first on the named entry, any more on
-// entries of their own), so node:hostPort keeps working, through the
-// sidecar.
-func sidecarPorts(o Options, st Status) []corev1.ContainerPort {
-	listen := corev1.ContainerPort{Name: st.TargetPort, ContainerPort: o.ListenPort, Protocol: corev1.ProtocolTCP}
-	var more []corev1.ContainerPort
-	for _, r := range st.TakenOver {
-		if r.HostPort == 0 {
-			continue
-		}
-		if listen.HostPort == 0 {
-			listen.HostPort, listen.HostIP = r.HostPort, r.HostIP
-			continue
-		}
-		more = append(more, corev1.ContainerPort{ContainerPort: o.ListenPort, Protocol: corev1.ProtocolTCP, HostPort: r.HostPort, HostIP: r.HostIP})
-	}
-	return append([]corev1.ContainerPort{listen, {Name: AdminPortName, ContainerPort: o.AdminPort, Protocol: corev1.ProtocolTCP}}, more...)
 }
 
 func withDefaults(o Options) Options {
