@@ -184,6 +184,8 @@ func TestNoWayAroundThroughAPIServer(t *testing.T) {
 			refused: "pods may not opt out"},
 		{name: "required: a selected pod that cannot be injected", ns: "strict", mutate: []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Name = "web" }},
 			refused: `no container port with that name "http"`},
+		{name: "required: a selected pod on the host network", ns: "strict", mutate: []func(*corev1.Pod){func(p *corev1.Pod) { p.Spec.HostNetwork = true }},
+			refused: "RateLimitPolicy per-user selects this pod, but it cannot carry the sidecar: pod uses hostNetwork"},
 		{name: "required: a pod no policy selects is admitted", ns: "strict", mutate: []func(*corev1.Pod){func(p *corev1.Pod) { p.Labels["app"] = "other" }}, check: clean},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
