@@ -410,6 +410,17 @@ EOF
 # (nftables + NFQUEUE, a privileged hostNetwork pod: hack/node-netpol.yaml)
 # does, and the tests are told so through the same variable.
 start_network_policy() {
+	# kube-network-policies sends new connections to user space with
+	# nftables' queue expression, which needs a kernel with CONFIG_NFT_QUEUE
+	# (this VM's kernel has CONFIG_NETFILTER_XT_TARGET_NFQUEUE only: the
+	# controller then fails every sync with "netlink receive: no such file
+	# or directory" and enforces nothing).
+	ns nft add table inet slidegate-probe &&
+		ns nft add chain inet slidegate-probe c '{ type filter hook postrouting priority 0; }' || die "nftables does not work on the node"
+	local ok=0
+	ns nft add rule inet slidegate-probe c queue num 1 bypass 2>/dev/null && ok=1
+	ns nft delete table inet slidegate-probe
+	[ $ok = 1 ] || die "SLIDEGATE_NODE_NETWORK_POLICY=enforced: this kernel has no nftables queue expression (CONFIG_NFT_QUEUE), which kube-network-policies needs"
 	ns kubectl --kubeconfig "$STATE/admin.kubeconfig" apply -f "$ROOT/hack/node-netpol.yaml" >/dev/null
 	wait_for 120 "kube-network-policies" ns kubectl --kubeconfig "$STATE/admin.kubeconfig" -n kube-system \
 		rollout status daemonset/kube-network-policies --timeout=2s
