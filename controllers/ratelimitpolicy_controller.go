@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -70,6 +71,10 @@ type RateLimitPolicyReconciler struct {
 	// CredentialsGrace is how long missing credentials are progress before
 	// the policies report Stalled (0: one minute).
 	CredentialsGrace time.Duration
+	// SidecarListenPort and SidecarAdminPort are the injected sidecar's
+	// ports (--sidecar-listen-port, --sidecar-admin-port; 0: the
+	// defaults), which the NetworkPolicies of spec.networkPolicy admit.
+	SidecarListenPort, SidecarAdminPort int32
 
 	// credentials reads RedisCredentials: a cache of that one Secret, set
 	// up by SetupWithManager.
@@ -127,6 +132,9 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	credentials, err := r.mirrorCredentials(ctx, ns, owners)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.applyNetworkPolicies(ctx, ns, policies); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -247,7 +255,8 @@ func renderNamespace(policies []v1alpha1.RateLimitPolicy, opts render.Options) (
 // namespaceFacts is what the statuses of a namespace's policies depend on
 // besides the policies and their render.
 type namespaceFacts struct {
-	pods     []metav1.PartialObjectMetadata
+	// pods are trimmed to what the status reads (trimPod).
+	pods     []corev1.Pod
 	services []corev1.Service
 	// optedIn: the namespace is labelled for injection, for the Enforced
 	// message; unknown reads as opted in, the case that blames no label.
@@ -266,7 +275,7 @@ type namespaceFacts struct {
 
 // namespaceFacts gathers the Services and the Namespace for the statuses,
 // beside the pods and the credentials problem already known.
-func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, pods []metav1.PartialObjectMetadata, credentials *problem) (namespaceFacts, error) {
+func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, pods []corev1.Pod, credentials *problem) (namespaceFacts, error) {
 	facts := namespaceFacts{pods: pods, credentials: credentials, optedIn: true}
 	var services corev1.ServiceList
 	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
@@ -275,7 +284,7 @@ func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns strin
 	facts.services = services.Items
 	var namespace corev1.Namespace
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); err == nil {
-		facts.optedIn = namespace.Labels[v1alpha1.InjectionLabel] == v1alpha1.InjectionEnabled
+		facts.optedIn = inject.NamespaceOptedIn(namespace.Labels)
 		facts.terminating = namespace.DeletionTimestamp != nil
 	}
 	return facts, nil
@@ -321,6 +330,11 @@ func (r *RateLimitPolicyReconciler) credentialsReader() client.Reader {
 // credentials Secret.
 func (r *RateLimitPolicyReconciler) cleanup(ctx context.Context, ns string) error {
 	forgetNamespaceMetrics(ns)
+	// The garbage collector removes them with their policies too; this
+	// does not wait for it.
+	if err := r.applyNetworkPolicies(ctx, ns, nil); err != nil {
+		return err
+	}
 	cm := &corev1.ConfigMap{}
 	if err := r.deleteManaged(ctx, types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}, cm, "configmap"); err != nil {
 		return err
@@ -356,13 +370,13 @@ func deleteManaged(ctx context.Context, c client.Client, reader client.Reader, k
 	return nil
 }
 
-// runningPods lists the metadata of the namespace's pods, terminating ones
-// included. Finished pods (Succeeded, Failed) are not in the cache at all
-// (CacheOptions): they run no container a sidecar could guard.
-func (r *RateLimitPolicyReconciler) runningPods(ctx context.Context, ns string) ([]metav1.PartialObjectMetadata, error) {
-	pods := &metav1.PartialObjectMetadataList{}
-	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	if err := r.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
+// runningPods lists the namespace's pods as the cache holds them (trimPod),
+// terminating ones included. Finished pods (Succeeded, Failed) are not in
+// the cache at all (CacheOptions): they run no container a sidecar could
+// guard.
+func (r *RateLimitPolicyReconciler) runningPods(ctx context.Context, ns string) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
 	}
 	return pods.Items, nil
@@ -370,19 +384,25 @@ func (r *RateLimitPolicyReconciler) runningPods(ctx context.Context, ns string) 
 
 // live are the pods that are not being deleted: those a policy's status
 // counts.
-func live(pods []metav1.PartialObjectMetadata) []metav1.PartialObjectMetadata {
-	return slices.DeleteFunc(slices.Clone(pods), func(p metav1.PartialObjectMetadata) bool { return !p.DeletionTimestamp.IsZero() })
+func live(pods []corev1.Pod) []corev1.Pod {
+	return slices.DeleteFunc(slices.Clone(pods), func(p corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() })
 }
 
 // legacySidecars names the pods of pods whose sidecar reads only minor
 // version 0 of the configuration: injected by the first release, whose
-// injection status records no ConfigMinor (an unreadable status counts as
-// such too). While one runs, the namespace's document is rendered as minor
-// 0, which it reads.
-func legacySidecars(pods []metav1.PartialObjectMetadata) []string {
+// injection status records no ConfigMinor (an unreadable one counts as such
+// too). While one runs, the namespace's document is rendered as minor 0,
+// which it reads. The status is the webhook's own: it strips one a pod
+// brought (inject.Remove), and v0.1.0's webhook wrote what it injected.
+func legacySidecars(pods []corev1.Pod) []string {
 	var names []string
 	for i := range pods {
-		if st, injected := injection(&pods[i]); injected && st.ConfigMinor == 0 {
+		raw, injected := pods[i].Annotations[v1alpha1.InjectedAnnotation]
+		if !injected {
+			continue
+		}
+		var st v1alpha1.InjectionStatus
+		if json.Unmarshal([]byte(raw), &st) != nil || st.ConfigMinor == 0 {
 			names = append(names, pods[i].Name)
 		}
 	}
@@ -391,17 +411,16 @@ func legacySidecars(pods []metav1.PartialObjectMetadata) []string {
 }
 
 // countPods counts the pods the policy selects and those of them whose
-// sidecar guards the policy's targetPort; selected pods without it are
-// added to unprotected. A pod injected for another policy's port is not
-// protected by this one: traffic to this policy's port bypasses the sidecar.
-func countPods(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, unprotected map[types.UID]bool) (matched, enforced int32) {
+// sidecar protects the policy's targetPort (protects); selected pods without
+// it are added to unprotected.
+func countPods(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, unprotected map[types.UID]bool) (matched, enforced int32) {
 	sel := selection.Selector(p)
 	for i := range pods {
 		if !sel.Matches(labels.Set(pods[i].Labels)) {
 			continue
 		}
 		matched++
-		if _, _, guarded := sidecarGuards(p, &pods[i]); guarded {
+		if protects(p, &pods[i]) {
 			enforced++
 		} else {
 			unprotected[pods[i].UID] = true
@@ -418,72 +437,78 @@ func targetPort(p *v1alpha1.RateLimitPolicy) string {
 	return p.Spec.TargetPort
 }
 
-// sidecarGuards reads the pod's injection status (injected: it carries a
-// sidecar) and reports whether that sidecar guards the policy's targetPort.
-// A status that names no port (an unreadable one, say) guards any port. So
-// does the sidecar of a pod whose owner chose the port with
-// inject.TargetPortAnnotation: the webhook took over that port instead of
-// the policies' (the status records it), and the sidecar enforces every
-// policy that selects the pod.
-func sidecarGuards(p *v1alpha1.RateLimitPolicy, pod metav1.Object) (st v1alpha1.InjectionStatus, injected, guarded bool) {
-	st, injected = injection(pod)
-	chosen := pod.GetAnnotations()[inject.TargetPortAnnotation]
-	return st, injected, injected && (st.TargetPort == "" || st.TargetPort == targetPort(p) || chosen != "" && st.TargetPort == chosen)
+// protects reports whether the pod's spec shows a working sidecar with no
+// way around it (inject.ReadGuard) that covers the policy's targetPort: it
+// holds that port name, or no other container does. The injection status
+// annotation is not read: any pod author can write it (issue 23). A sidecar
+// in front of another port (another policy's, or the pod's own choice with
+// inject.TargetPortAnnotation) enforces this policy too, on the traffic it
+// sees, unless a container keeps this policy's port, whose traffic a
+// Service then sends around it.
+func protects(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod) bool {
+	g, err := inject.ReadGuard(&pod.Spec)
+	return err == nil && g.Covers(&pod.Spec, targetPort(p))
 }
 
-// injection reads a pod's injection status. ok is false for a pod without
-// the sidecar; an unreadable status counts as a sidecar on any port.
-func injection(pod metav1.Object) (st v1alpha1.InjectionStatus, ok bool) {
-	raw, ok := pod.GetAnnotations()[v1alpha1.InjectedAnnotation]
-	if !ok {
-		return st, false
-	}
-	_ = json.Unmarshal([]byte(raw), &st)
-	return st, true
-}
-
-// bypassingServices describes the Services that select a protected pod of
-// the policy and send TCP traffic straight to the app's port number, which
-// the sidecar took the name of: that traffic is not limited. Other numeric
+// bypassingServices describes the Services that select a pod of the policy
+// whose spec shows a working sidecar, and whose TCP port reaches that pod's
+// app around the sidecar: by the app's port number (which the sidecar took
+// the name of), or by a port name that the EndpointSlice controller
+// resolves to a container other than the sidecar, when that name is the
+// policy's targetPort or that container port is the app's (a pod whose
+// target-port annotation left the app holding the policy's port). Other
 // ports (metrics, a side port) are none of our business.
-func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, services []corev1.Service) string {
+func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, services []corev1.Service) string {
 	sel := selection.Selector(p)
-	var found []string
+	found := map[string]bool{}
 	for i := range services {
 		svc := &services[i]
 		if len(svc.Spec.Selector) == 0 {
 			continue
 		}
 		svcSel := labels.SelectorFromSet(svc.Spec.Selector)
-		appPorts := map[int32]bool{}
 		for j := range pods {
-			set := labels.Set(pods[j].Labels)
-			if st, ok := injection(&pods[j]); ok && st.AppPort > 0 && svcSel.Matches(set) && sel.Matches(set) {
-				appPorts[st.AppPort] = true
-			}
-		}
-		for _, port := range svc.Spec.Ports {
-			target := port.TargetPort
-			if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP || target.Type == intstr.String && target.StrVal != "" {
+			pod := &pods[j]
+			set := labels.Set(pod.Labels)
+			if !svcSel.Matches(set) || !sel.Matches(set) {
 				continue
 			}
-			num := target.IntVal
-			if num == 0 { // unset: the port number itself
-				num = port.Port
+			g, err := inject.ReadGuard(&pod.Spec)
+			if err != nil {
+				continue // no working sidecar: reported as unprotected
 			}
-			if appPorts[num] {
-				found = append(found, fmt.Sprintf("Service %s port %d targets the app's port number %d", svc.Name, port.Port, num))
+			for _, port := range svc.Spec.Ports {
+				if d := bypassOf(svc.Name, port, pod, g, targetPort(p)); d != "" {
+					found[d] = true
+				}
 			}
 		}
 	}
-	slices.Sort(found)
-	return strings.Join(found, "; ")
+	return strings.Join(slices.Sorted(maps.Keys(found)), "; ")
 }
 
-// carriesSidecar reports whether the pod has been injected, for any port.
-func carriesSidecar(pod metav1.Object) bool {
-	_, ok := injection(pod)
-	return ok
+// bypassOf describes how Service port port reaches the app of pod (whose
+// sidecar guard is g) around the sidecar, or is "".
+func bypassOf(svc string, port corev1.ServicePort, pod *corev1.Pod, g inject.Guard, policyPort string) string {
+	if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP {
+		return ""
+	}
+	target := port.TargetPort
+	if target.Type == intstr.String && target.StrVal != "" {
+		holder, num := inject.PortHolder(&pod.Spec, target.StrVal)
+		if holder != "" && holder != inject.ContainerName && (num == g.AppPort || target.StrVal == policyPort) {
+			return fmt.Sprintf("Service %s port %d targets port name %q, which container %s holds, not the sidecar", svc, port.Port, target.StrVal, holder)
+		}
+		return ""
+	}
+	num := target.IntVal
+	if num == 0 { // unset: the port number itself
+		num = port.Port
+	}
+	if num == g.AppPort {
+		return fmt.Sprintf("Service %s port %d targets the app's port number %d", svc, port.Port, num)
+	}
+	return ""
 }
 
 // ownerReferences points at every policy of the namespace, none as

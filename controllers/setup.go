@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -39,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -87,11 +89,11 @@ func selectorKeys(obj client.Object) []string {
 // CacheOptions are the manager's cache settings the controller relies on: it
 // caches only slidegate's own ConfigMaps and Secrets, selected by name (a
 // field selector on metadata.name, which is what lets RBAC restrict the
-// list and watch to that name) and by label; Pods are watched as metadata
-// only, and only those that have not finished (unfinishedPods). Managed
-// fields are dropped to save memory. The manager's own credentials Secret is
-// read through a cache of its own (SetupWithManager), scoped to its
-// namespace and name.
+// list and watch to that name) and by label; Pods only while they have not
+// finished (unfinishedPods), trimmed to what the status reads (trimPod).
+// Managed fields are dropped to save memory. The manager's own credentials
+// Secret is read through a cache of its own (SetupWithManager), scoped to
+// its namespace and name.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.ManagedByLabel: v1alpha1.ManagedByValue})
 	return cache.Options{
@@ -99,11 +101,60 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: managed, Field: nameSelector(sidecarconfig.ConfigMapName)},
 			&corev1.Secret{}:    {Label: managed, Field: nameSelector(v1alpha1.RedisCredentialsSecretName)},
-			// Also applies to the metadata-only informer: the API server
-			// filters.
-			&corev1.Pod{}: {Field: unfinishedPods},
+			&corev1.Pod{}:       {Field: unfinishedPods, Transform: trimPod},
+			// Only ours: a namespace's own NetworkPolicies are none of our
+			// business.
+			&networkingv1.NetworkPolicy{}: {Label: labels.SelectorFromSet(childLabels(networkPolicyComponent))},
 		},
 	}
+}
+
+// trimPod is the cache's transform for Pods: it keeps what the status reads
+// and drops the rest before the pod is stored. Enforcement is judged from
+// the spec (inject.ReadGuard: the containers' names and ports, the init
+// containers' restart policies, the sidecar's arguments, hostNetwork),
+// the selection from the labels, the causes from the opt-out annotation and
+// the creation time. Env, volumes, probes, resources, the status, the
+// other annotations (last-applied-configuration can be large) and the
+// managed fields are not kept: a cached pod holds a fraction of the pod.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{TypeMeta: pod.TypeMeta}
+	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
+	out.Labels, out.CreationTimestamp, out.DeletionTimestamp = pod.Labels, pod.CreationTimestamp, pod.DeletionTimestamp
+	// The opt-out, and the injection status for the sidecar's config
+	// version (legacySidecars).
+	for _, k := range []string{inject.OptOutAnnotation, v1alpha1.InjectedAnnotation} {
+		if v, ok := pod.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	out.Spec.HostNetwork = pod.Spec.HostNetwork
+	out.Spec.Containers = trimContainers(pod.Spec.Containers)
+	out.Spec.InitContainers = trimContainers(pod.Spec.InitContainers)
+	return out, nil
+}
+
+// trimContainers keeps each container's name, ports and restart policy,
+// and the sidecar's arguments (where it forwards).
+func trimContainers(cs []corev1.Container) []corev1.Container {
+	if cs == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
+		if c.Name == inject.ContainerName {
+			out[i].Args = c.Args
+		}
+	}
+	return out
 }
 
 // unfinishedPods selects the pods that have not finished: a pod that
@@ -160,9 +211,6 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
 	})
-	podMeta := &metav1.PartialObjectMetadata{}
-	podMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.RedisCredentials.Name != "" {
 		c, err := credentialsCache(ctx, mgr, r.RedisCredentials)
@@ -183,13 +231,14 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		// confirm.
 		Watches(&corev1.ConfigMap{}, byNamespace, builder.WithPredicates(predicate.NewPredicateFuncs(isOurConfigMap))).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToNamespaces)).
+		Watches(&networkingv1.NetworkPolicy{}, byNamespace).
 		// Services: a numeric targetPort in front of protected pods is a
 		// bypass to report; only namespaces with policies care.
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToNamespace)).
-		// Pods: label, sidecar annotation and deletion changes of pods that
-		// a policy selects (metadata only; a pod that finishes arrives as
+		// Pods: creation, label and deletion changes of pods that a policy
+		// selects (trimmed, see trimPod; a pod that finishes arrives as
 		// deleted, see unfinishedPods).
-		WatchesMetadata(podMeta, &podHandler{c: mgr.GetClient()}).
+		Watches(&corev1.Pod{}, &podHandler{c: mgr.GetClient()}).
 		// The request names a namespace: log it as one.
 		WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 			log := mgr.GetLogger().WithValues("controller", ControllerName)
@@ -261,7 +310,9 @@ func (r *RateLimitPolicyReconciler) serviceToNamespace(ctx context.Context, o cl
 
 // podHandler enqueues a pod's namespace when a policy selects the pod (before
 // or after the change) and the change matters for the counts: creation,
-// deletion, labels, the sidecar annotation, the start of deletion.
+// deletion, labels, the opt-out annotation (the message), the start of
+// deletion. A pod's containers and ports cannot change once it exists, and
+// its other annotations count for nothing.
 type podHandler struct{ c client.Reader }
 
 var _ handler.EventHandler = &podHandler{}
@@ -277,7 +328,7 @@ func (h *podHandler) Delete(ctx context.Context, e event.DeleteEvent, q workqueu
 func (h *podHandler) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	o, n := e.ObjectOld, e.ObjectNew
 	if labels.Equals(o.GetLabels(), n.GetLabels()) &&
-		carriesSidecar(o) == carriesSidecar(n) &&
+		o.GetAnnotations()[inject.OptOutAnnotation] == n.GetAnnotations()[inject.OptOutAnnotation] &&
 		o.GetDeletionTimestamp().IsZero() == n.GetDeletionTimestamp().IsZero() {
 		return
 	}

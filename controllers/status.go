@@ -240,9 +240,13 @@ func enforcementProblem(p *v1alpha1.RateLimitPolicy, in statusInput) *problem {
 			fmt.Sprintf("all %d selected pods carry the sidecar, but %s: such traffic reaches the app unlimited; set targetPort to the port's name (%s)",
 				in.matched, in.bypass, targetPort(p))}
 	case in.enforced < in.matched:
-		return &problem{v1alpha1.ReasonPartiallyEnforced,
-			fmt.Sprintf("%d of %d selected pods carry the sidecar in front of port %q; %s",
-				in.enforced, in.matched, targetPort(p), in.unprotected)}
+		// The pods come first: a Service's bypass is named after them.
+		msg := fmt.Sprintf("%d of %d selected pods carry the sidecar in front of port %q; %s",
+			in.enforced, in.matched, targetPort(p), in.unprotected)
+		if in.bypass != "" {
+			msg += "; and " + in.bypass
+		}
+		return &problem{v1alpha1.ReasonPartiallyEnforced, msg}
 	}
 	return nil
 }
@@ -251,52 +255,79 @@ func enforcementProblem(p *v1alpha1.RateLimitPolicy, in statusInput) *problem {
 // progress (InProgress) before they are a failure (Stalled).
 const defaultCredentialsGrace = time.Minute
 
-// unprotectedWhy names why the selected pods without the policy's sidecar
-// lack it, from what the controller sees: the pods' metadata (opt-out,
-// injection status, age) and whether the namespace opted in. A pod created
-// after the policy in an opted-in namespace was admitted without the sidecar
-// by the webhook itself; only the warning at its creation holds the reason.
-func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []metav1.PartialObjectMetadata, nsOptedIn bool) string {
+// unprotectedWhy names why the selected pods that the policy's sidecar does
+// not protect lack it, from what the controller sees: the pods' specs (is
+// there a working sidecar, and a way around it: inject.ReadGuard), their
+// metadata (opt-out, age) and whether the namespace opted in. A pod
+// created after the policy in an opted-in namespace without any sidecar was
+// admitted so by the webhook itself; only the warning at its creation holds
+// the reason.
+func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, nsOptedIn bool) string {
 	sel := selection.Selector(p)
 	var names [numCauses][]string
-	otherPorts := map[string]bool{}
+	details := [numCauses]map[string]bool{}
 	for i := range pods {
 		pod := &pods[i]
 		if !sel.Matches(labels.Set(pod.Labels)) {
 			continue
 		}
-		st, injected, guarded := sidecarGuards(p, pod)
-		if guarded {
+		g, err := inject.ReadGuard(&pod.Spec)
+		var c unprotectedCause
+		var detail string
+		switch {
+		case err == nil && g.Covers(&pod.Spec, targetPort(p)):
 			continue
-		}
-		c := causeOf(p, pod, injected, nsOptedIn)
-		if c == otherPort {
-			otherPorts[st.TargetPort] = true
+		case err == nil:
+			c, detail = otherPort, g.Port
+		case errors.Is(err, inject.ErrAround):
+			c, detail = around, detailOf(err)
+		case errors.Is(err, inject.ErrNotSidecar):
+			c, detail = lookAlike, detailOf(err)
+		default:
+			c = causeOf(p, pod, nsOptedIn)
 		}
 		names[c] = append(names[c], pod.Name)
+		if detail != "" {
+			if details[c] == nil {
+				details[c] = map[string]bool{}
+			}
+			details[c][detail] = true
+		}
 	}
-	return describeUnprotected(p, names, slices.Sorted(maps.Keys(otherPorts)))
+	var sorted [numCauses]string
+	for c := range details {
+		sorted[c] = strings.Join(slices.Sorted(maps.Keys(details[c])), "; ")
+	}
+	return describeUnprotected(p, names, sorted)
 }
 
-// unprotectedCause is why a selected pod lacks the policy's sidecar, as far
-// as the controller can see.
+// detailOf is what an inject.ReadGuard error says after its kind.
+func detailOf(err error) string {
+	msg := err.Error()
+	if _, after, ok := strings.Cut(msg, ": "); ok {
+		return after
+	}
+	return msg
+}
+
+// unprotectedCause is why a selected pod is not protected by the policy's
+// sidecar, as far as the controller can see.
 type unprotectedCause int
 
 const (
 	optedOut       unprotectedCause = iota // the pod opted out
-	otherPort                              // a sidecar in front of another port
+	otherPort                              // a sidecar in front of another port, while a container keeps the policy's
 	nsNotOptedIn                           // the namespace is not labelled for injection
 	beforePolicy                           // created before the policy
+	lookAlike                              // a container named like the sidecar that is none
+	around                                 // the sidecar is there, traffic reaches the app around it
 	webhookSkipped                         // the webhook admitted it without (its warning says why)
 	numCauses
 )
 
-// causeOf is why pod, which p selects and whose sidecar (if injected) does
-// not guard p's port, is not protected.
-func causeOf(p *v1alpha1.RateLimitPolicy, pod *metav1.PartialObjectMetadata, injected, nsOptedIn bool) unprotectedCause {
+// causeOf is why pod, which p selects and which has no sidecar, has none.
+func causeOf(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod, nsOptedIn bool) unprotectedCause {
 	switch {
-	case injected:
-		return otherPort
 	case inject.OptedOut(pod.Annotations, pod.Labels):
 		return optedOut
 	case !nsOptedIn:
@@ -308,8 +339,10 @@ func causeOf(p *v1alpha1.RateLimitPolicy, pod *metav1.PartialObjectMetadata, inj
 }
 
 // describeUnprotected is the message of unprotectedWhy: the pods of each
-// cause, with what to do, in a fixed order.
-func describeUnprotected(p *v1alpha1.RateLimitPolicy, names [numCauses][]string, otherPorts []string) string {
+// cause, with what to do, in a fixed order; details holds what the pods'
+// specs say for otherPort (the ports the sidecars hold), lookAlike and
+// around.
+func describeUnprotected(p *v1alpha1.RateLimitPolicy, names [numCauses][]string, details [numCauses]string) string {
 	list := func(n []string) string {
 		slices.Sort(n)
 		return listOf(n)
@@ -323,10 +356,18 @@ func describeUnprotected(p *v1alpha1.RateLimitPolicy, names [numCauses][]string,
 		why = append(why, fmt.Sprintf("pods %s were created before the policy: restart them (kubectl -n %s rollout restart ...)", list(n), p.Namespace))
 	}
 	if n := names[otherPort]; len(n) > 0 {
-		why = append(why, fmt.Sprintf("pods %s carry the sidecar in front of port %s, which another policy selecting them names", list(n), strings.Join(otherPorts, ", ")))
+		why = append(why, fmt.Sprintf("pods %s carry the sidecar in front of port %s, while a container keeps port %q: its traffic passes around the sidecar",
+			list(n), details[otherPort], targetPort(p)))
 	}
 	if n := names[optedOut]; len(n) > 0 {
 		why = append(why, fmt.Sprintf("pods %s opted out with %s=false", list(n), inject.OptOutAnnotation))
+	}
+	if n := names[lookAlike]; len(n) > 0 {
+		why = append(why, fmt.Sprintf("pods %s carry a container named %s that is not a working sidecar (%s): the webhook did not inject them; recreate them",
+			list(n), inject.ContainerName, details[lookAlike]))
+	}
+	if n := names[around]; len(n) > 0 {
+		why = append(why, fmt.Sprintf("in pods %s traffic reaches the app around the sidecar (%s)", list(n), details[around]))
 	}
 	if n := names[webhookSkipped]; len(n) > 0 {
 		why = append(why, fmt.Sprintf("the webhook admitted pods %s without the sidecar (the warning at their creation says why, e.g. no container port named %q)", list(n), targetPort(p)))

@@ -170,10 +170,10 @@ func TestDesiredStatus(t *testing.T) {
 			wantRevision: "r1",
 		},
 		{
-			name: "a bypass is not reported while pods lack the sidecar: that is the first thing to fix",
+			name: "a bypass is named after the pods that lack the sidecar: those are the first thing to fix",
 			in:   statusInput{revision: "r1", matched: 2, enforced: 1, bypass: "Service web port 80 targets the app's port number 8080", unprotected: "pods b opted out"},
 			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
-				`1 of 2 selected pods carry the sidecar in front of port "http"; pods b opted out`}),
+				`1 of 2 selected pods carry the sidecar in front of port "http"; pods b opted out; and Service web port 80 targets the app's port number 8080`}),
 			wantRevision: "r1",
 		},
 		{
@@ -280,29 +280,50 @@ func TestDesiredStatusIsStable(t *testing.T) {
 	}
 }
 
-// metaPod is a pod's metadata as the controller's cache holds it; injected
-// is its injection annotation ("" for none).
-func metaPod(name string, labels map[string]string, injected string) metav1.PartialObjectMetadata {
-	pod := metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: labels}}
-	if injected != "" {
-		pod.Annotations = map[string]string{v1alpha1.InjectedAnnotation: injected}
+// specPod is a pod of an app serving ports http (8080) and grpc (9090),
+// as the controller's cache holds it (trimPod); sidecar is the port name
+// its injected sidecar takes over (inject.Inject, as the webhook does), ""
+// for none.
+func specPod(t *testing.T, name string, labels map[string]string, sidecar string) corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "grpc", ContainerPort: 9090}}}}},
 	}
+	if sidecar != "" {
+		if err := inject.Inject(pod, inject.Options{TargetPort: sidecar}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trimmed, err := trimPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *trimmed.(*corev1.Pod)
+}
+
+// with changes a pod.
+func with(pod corev1.Pod, mutate func(*corev1.Pod)) corev1.Pod {
+	mutate(&pod)
 	return pod
 }
 
-// withAnnotation sets one more annotation on pod.
-func withAnnotation(pod metav1.PartialObjectMetadata, key, value string) metav1.PartialObjectMetadata {
-	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
-	}
-	pod.Annotations[key] = value
-	return pod
+// forgedStatus is an injection status a pod author writes by hand.
+const forgedStatus = `{"version":"v1","container":"slidegate-sidecar","targetPort":"http","appContainer":"app","appPort":8080}`
+
+// forged gives a pod issue 23's forgery: a status and a dummy init
+// container named like the sidecar.
+func forged(p *corev1.Pod) {
+	p.Annotations = map[string]string{v1alpha1.InjectedAnnotation: forgedStatus}
+	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: inject.ContainerName})
 }
 
-// injectedStatus is the injection annotation of a sidecar in front of port
-// name (taken from the app's port number appPort).
-func injectedStatus(port string, appPort int32) string {
-	return fmt.Sprintf(`{"version":"v1","container":"slidegate-sidecar","targetPort":%q,"appContainer":"app","appPort":%d}`, port, appPort)
+// dropPort removes the app's port of that name.
+func dropPort(name string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.Containers[0].Ports = slices.DeleteFunc(p.Spec.Containers[0].Ports, func(cp corev1.ContainerPort) bool { return cp.Name == name })
+	}
 }
 
 func webPolicy(targetPort string) *v1alpha1.RateLimitPolicy {
@@ -317,37 +338,42 @@ func webPolicy(targetPort string) *v1alpha1.RateLimitPolicy {
 
 var webLabels = map[string]string{"app": "web"}
 
+// TestCountPods: enforcedPods counts the pods whose spec shows a sidecar
+// that protects the policy's port; the injection status annotation counts
+// for nothing (issue 23).
 func TestCountPods(t *testing.T) {
 	for _, tc := range []struct {
 		name              string
 		policy            *v1alpha1.RateLimitPolicy
-		pods              []metav1.PartialObjectMetadata
+		pods              []corev1.Pod
 		matched, enforced int32
 		unprotected       []string // pod names
 	}{
 		{"no pods", webPolicy(""), nil, 0, 0, nil},
-		{"unselected pods are not counted, sidecar or not", webPolicy(""), []metav1.PartialObjectMetadata{
-			metaPod("db", map[string]string{"app": "db"}, injectedStatus("http", 8080)), metaPod("bare", nil, "")}, 0, 0, nil},
-		{"a sidecar in front of the policy's port protects", webPolicy("http"), []metav1.PartialObjectMetadata{
-			metaPod("a", webLabels, injectedStatus("http", 8080))}, 1, 1, nil},
-		{"unset targetPort means http", webPolicy(""), []metav1.PartialObjectMetadata{
-			metaPod("a", webLabels, injectedStatus("http", 8080))}, 1, 1, nil},
-		{"a sidecar in front of another port does not protect", webPolicy("http"), []metav1.PartialObjectMetadata{
-			metaPod("a", webLabels, injectedStatus("api", 9090))}, 1, 0, []string{"a"}},
-		{"no sidecar", webPolicy("http"), []metav1.PartialObjectMetadata{
-			metaPod("a", webLabels, ""), metaPod("b", webLabels, injectedStatus("http", 8080))}, 2, 1, []string{"a"}},
-		{"an injection status naming no port guards any", webPolicy("api"), []metav1.PartialObjectMetadata{
-			metaPod("a", webLabels, `{"version":"v1"}`)}, 1, 1, nil},
-		{"an unreadable injection status counts as a sidecar on any port", webPolicy("api"), []metav1.PartialObjectMetadata{
-			metaPod("a", webLabels, "not json")}, 1, 1, nil},
-		{"the pod chose the port (target-port annotation): its sidecar enforces every policy selecting it", webPolicy("http"), []metav1.PartialObjectMetadata{
-			withAnnotation(metaPod("a", webLabels, injectedStatus("grpc", 9090)), inject.TargetPortAnnotation, "grpc")}, 1, 1, nil},
-		{"a target-port annotation added after injection does not move the sidecar", webPolicy("http"), []metav1.PartialObjectMetadata{
-			withAnnotation(metaPod("a", webLabels, injectedStatus("api", 9090)), inject.TargetPortAnnotation, "grpc")}, 1, 0, []string{"a"}},
-		{"a target-port annotation without the sidecar protects nothing", webPolicy("http"), []metav1.PartialObjectMetadata{
-			withAnnotation(metaPod("a", webLabels, ""), inject.TargetPortAnnotation, "grpc")}, 1, 0, []string{"a"}},
-		{"a policy without targetSelector (rate limit service) selects no pod", &v1alpha1.RateLimitPolicy{}, []metav1.PartialObjectMetadata{
-			metaPod("a", webLabels, "")}, 0, 0, nil},
+		{"unselected pods are not counted, sidecar or not", webPolicy(""), []corev1.Pod{
+			specPod(t, "db", map[string]string{"app": "db"}, "http"), specPod(t, "bare", nil, "")}, 0, 0, nil},
+		{"a sidecar in front of the policy's port protects", webPolicy("http"), []corev1.Pod{
+			specPod(t, "a", webLabels, "http")}, 1, 1, nil},
+		{"unset targetPort means http", webPolicy(""), []corev1.Pod{
+			specPod(t, "a", webLabels, "http")}, 1, 1, nil},
+		{"a sidecar in front of another port, while the app keeps the policy's, does not protect", webPolicy("http"), []corev1.Pod{
+			specPod(t, "a", webLabels, "grpc")}, 1, 0, []string{"a"}},
+		{"a sidecar in front of another port protects a policy whose port no container has", webPolicy("http"), []corev1.Pod{
+			with(specPod(t, "a", webLabels, "grpc"), dropPort("http"))}, 1, 1, nil},
+		{"no sidecar", webPolicy("http"), []corev1.Pod{
+			specPod(t, "a", webLabels, ""), specPod(t, "b", webLabels, "http")}, 2, 1, []string{"a"}},
+		{"a forged status and a dummy sidecar protect nothing", webPolicy("http"), []corev1.Pod{
+			with(specPod(t, "a", webLabels, ""), forged)}, 1, 0, []string{"a"}},
+		{"an injected pod that lost its status is still protected", webPolicy("http"), []corev1.Pod{
+			with(specPod(t, "a", webLabels, "http"), func(p *corev1.Pod) { p.Annotations = nil })}, 1, 1, nil},
+		{"a second container holding the port name: not protected", webPolicy("http"), []corev1.Pod{
+			with(specPod(t, "a", webLabels, "http"), func(p *corev1.Pod) {
+				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "admin", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8081}}})
+			})}, 1, 0, []string{"a"}},
+		{"the app's port on the node: not protected", webPolicy("http"), []corev1.Pod{
+			with(specPod(t, "a", webLabels, "http"), func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].HostPort = 30080 })}, 1, 0, []string{"a"}},
+		{"a policy without targetSelector (rate limit service) selects no pod", &v1alpha1.RateLimitPolicy{}, []corev1.Pod{
+			specPod(t, "a", webLabels, "")}, 0, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			unprotected := map[types.UID]bool{}
@@ -373,10 +399,10 @@ func TestBypassingServices(t *testing.T) {
 	port := func(port int32, target intstr.IntOrString) corev1.ServicePort {
 		return corev1.ServicePort{Port: port, TargetPort: target}
 	}
-	protected := []metav1.PartialObjectMetadata{metaPod("a", webLabels, injectedStatus("http", 8080))}
+	protected := []corev1.Pod{specPod(t, "a", webLabels, "http")}
 	for _, tc := range []struct {
 		name     string
-		pods     []metav1.PartialObjectMetadata
+		pods     []corev1.Pod
 		services []corev1.Service
 		want     string
 	}{
@@ -390,17 +416,28 @@ func TestBypassingServices(t *testing.T) {
 			"Service web port 8080 targets the app's port number 8080"},
 		{"another port number (metrics) is none of our business", protected,
 			[]corev1.Service{service("web", webLabels, port(9100, intstr.FromInt32(9100)))}, ""},
+		{"another port's name (grpc) is none of our business", protected,
+			[]corev1.Service{service("web", webLabels, port(9090, intstr.FromString("grpc")))}, ""},
+		{"another name of the app's port number: around the sidecar", []corev1.Pod{with(specPod(t, "a", webLabels, "http"), func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "web", ContainerPort: 8080})
+		})}, []corev1.Service{service("web", webLabels, port(80, intstr.FromString("web")))},
+			`Service web port 80 targets port name "web", which container app holds, not the sidecar`},
+		{"the policy's port, kept by the app when the pod chose another (target-port annotation)", []corev1.Pod{specPod(t, "a", webLabels, "grpc")},
+			[]corev1.Service{service("web", webLabels, port(80, intstr.FromString("http")), port(81, intstr.FromString("grpc")))},
+			`Service web port 80 targets port name "http", which container app holds, not the sidecar`},
 		{"UDP is not limited by the sidecar anyway", protected,
 			[]corev1.Service{service("web", webLabels, corev1.ServicePort{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolUDP})}, ""},
 		{"a Service selecting other pods", protected,
 			[]corev1.Service{service("db", map[string]string{"app": "db"}, port(80, intstr.FromInt32(8080)))}, ""},
 		{"a Service without selector (endpoints by hand)", protected,
 			[]corev1.Service{service("manual", nil, port(80, intstr.FromInt32(8080)))}, ""},
-		{"pods without the sidecar are reported as unprotected, not as bypassed", []metav1.PartialObjectMetadata{metaPod("a", webLabels, "")},
+		{"pods without the sidecar are reported as unprotected, not as bypassed", []corev1.Pod{specPod(t, "a", webLabels, "")},
 			[]corev1.Service{service("web", webLabels, port(80, intstr.FromInt32(8080)))}, ""},
-		{"a protected pod the policy does not select", []metav1.PartialObjectMetadata{metaPod("a", map[string]string{"app": "web2"}, injectedStatus("http", 8080))},
+		{"a forged status is not a sidecar to bypass", []corev1.Pod{with(specPod(t, "a", webLabels, ""), forged)},
+			[]corev1.Service{service("web", webLabels, port(80, intstr.FromInt32(8080)))}, ""},
+		{"a protected pod the policy does not select", []corev1.Pod{specPod(t, "a", map[string]string{"app": "web2"}, "http")},
 			[]corev1.Service{service("web", map[string]string{"app": "web2"}, port(80, intstr.FromInt32(8080)))}, ""},
-		{"several, sorted", protected,
+		{"several, sorted, each once", append(protected, specPod(t, "b", webLabels, "http")),
 			[]corev1.Service{service("web-b", webLabels, port(80, intstr.FromInt32(8080))), service("web-a", webLabels, port(81, intstr.FromInt32(8080)))},
 			"Service web-a port 81 targets the app's port number 8080; Service web-b port 80 targets the app's port number 8080"},
 	} {
@@ -419,40 +456,50 @@ func TestUnprotectedWhy(t *testing.T) {
 	before, after := metav1.NewTime(policyTime.Add(-time.Hour)), metav1.NewTime(policyTime.Add(time.Hour))
 	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", CreationTimestamp: policyTime}}
 	p.Spec.TargetSelector = &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "web"}}
-	pod := func(name string, created metav1.Time, labels, annotations map[string]string) metav1.PartialObjectMetadata {
+	pod := func(name string, created metav1.Time, labels map[string]string, sidecar string, mutate ...func(*corev1.Pod)) corev1.Pod {
 		l := map[string]string{"app": "web"}
 		maps.Copy(l, labels)
-		return metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: created, Labels: l, Annotations: annotations}}
+		out := specPod(t, name, l, sidecar)
+		out.CreationTimestamp = created
+		for _, m := range mutate {
+			m(&out)
+		}
+		return out
 	}
-	injectedOn := func(port string) map[string]string {
-		return map[string]string{v1alpha1.InjectedAnnotation: `{"version":"v1","targetPort":"` + port + `"}`}
-	}
+	optOut := map[string]string{"ratelimit.slidegate.dev/inject": "false"}
 	for _, tc := range []struct {
 		name      string
-		pods      []metav1.PartialObjectMetadata
+		pods      []corev1.Pod
 		optedIn   bool
 		want, not []string
 	}{
-		{"namespace not opted in", []metav1.PartialObjectMetadata{pod("a", after, nil, nil)}, false,
+		{"namespace not opted in", []corev1.Pod{pod("a", after, nil, "")}, false,
 			[]string{"namespace is not labelled ratelimit.slidegate.dev/injection=enabled (pods a)"}, []string{"before the policy", "webhook"}},
-		{"created before the policy", []metav1.PartialObjectMetadata{pod("b", before, nil, nil)}, true,
+		{"created before the policy", []corev1.Pod{pod("b", before, nil, "")}, true,
 			[]string{"pods b were created before the policy: restart them (kubectl -n shop rollout restart"}, []string{"not labelled"}},
-		{"the webhook admitted it without", []metav1.PartialObjectMetadata{pod("c", after, nil, nil)}, true,
+		{"the webhook admitted it without", []corev1.Pod{pod("c", after, nil, "")}, true,
 			[]string{"the webhook admitted pods c without the sidecar", `no container port named "http"`}, []string{"before the policy"}},
-		{"opted out", []metav1.PartialObjectMetadata{pod("d", before, map[string]string{"ratelimit.slidegate.dev/inject": "false"}, nil)}, true,
+		{"opted out", []corev1.Pod{pod("d", before, optOut, "")}, true,
 			[]string{"pods d opted out with ratelimit.slidegate.dev/inject=false"}, []string{"before the policy"}},
-		{"sidecar on another port", []metav1.PartialObjectMetadata{pod("e", after, nil, injectedOn("api"))}, true,
-			[]string{"pods e carry the sidecar in front of port api"}, nil},
-		{"protected and unselected pods are not named", []metav1.PartialObjectMetadata{
-			pod("ok", before, nil, injectedOn("http")), {ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{"app": "db"}}},
-			pod("f", before, nil, nil), pod("g", before, nil, nil), pod("h", before, nil, nil), pod("i", before, nil, nil)}, true,
+		{"sidecar on another port, the app keeping the policy's", []corev1.Pod{pod("e", after, nil, "grpc")}, true,
+			[]string{`pods e carry the sidecar in front of port grpc, while a container keeps port "http": its traffic passes around the sidecar`}, nil},
+		{"a forged status and a dummy sidecar", []corev1.Pod{pod("f", after, nil, "", forged)}, true,
+			[]string{"pods f carry a container named slidegate-sidecar that is not a working sidecar (it is not a native sidecar (restartPolicy Always))"}, []string{"webhook admitted"}},
+		{"a way around the sidecar", []corev1.Pod{pod("g", after, nil, "http", func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].HostPort = 30080 })}, true,
+			[]string{"in pods g traffic reaches the app around the sidecar (container app publishes the app's port 8080 on the node (hostPort 30080))"}, nil},
+		{"protected and unselected pods are not named", []corev1.Pod{
+			pod("ok", before, nil, "http"), specPod(t, "other", map[string]string{"app": "db"}, ""),
+			pod("f", before, nil, ""), pod("g", before, nil, ""), pod("h", before, nil, ""), pod("i", before, nil, "")}, true,
 			[]string{"pods f, g, h and 1 more were created before the policy"}, []string{"ok", "other"}},
-		{"every cause at once, in a fixed order", []metav1.PartialObjectMetadata{
-			pod("w", after, nil, nil), pod("o", after, map[string]string{"ratelimit.slidegate.dev/inject": "false"}, nil),
-			pod("p", after, nil, injectedOn("api")), pod("b", before, nil, nil)}, true,
+		{"every cause at once, in a fixed order", []corev1.Pod{
+			pod("w", after, nil, ""), pod("o", after, optOut, ""),
+			pod("p", after, nil, "grpc"), pod("b", before, nil, ""), pod("l", after, nil, "", forged),
+			pod("r", after, nil, "http", func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].HostPort = 30080 })}, true,
 			[]string{"pods b were created before the policy: restart them (kubectl -n shop rollout restart ...); " +
-				"pods p carry the sidecar in front of port api, which another policy selecting them names; " +
+				`pods p carry the sidecar in front of port grpc, while a container keeps port "http": its traffic passes around the sidecar; ` +
 				"pods o opted out with ratelimit.slidegate.dev/inject=false; " +
+				"pods l carry a container named slidegate-sidecar that is not a working sidecar (it is not a native sidecar (restartPolicy Always)): the webhook did not inject them; recreate them; " +
+				"in pods r traffic reaches the app around the sidecar (container app publishes the app's port 8080 on the node (hostPort 30080)); " +
 				`the webhook admitted pods w without the sidecar (the warning at their creation says why, e.g. no container port named "http")`}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,15 +17,23 @@ limitations under the License.
 package controllers
 
 import (
+	"encoding/json"
 	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
 )
 
 func TestRedisFlags(t *testing.T) {
@@ -146,5 +154,50 @@ func TestTruncateNote(t *testing.T) {
 				t.Errorf("cut to %d bytes, ending %q", len(got), got[len(got)-4:])
 			}
 		})
+	}
+}
+
+// TestTrimPodKeepsWhatTheStatusReads: the cache holds pods trimmed by
+// trimPod, and the status must read from them what it would read from the
+// whole pod: the sidecar's guard (or why there is none) for each of the
+// injector's golden pods and each of its input pods, the labels and the
+// opt-out annotation. And the trimmed pod is much smaller.
+func TestTrimPodKeepsWhatTheStatusReads(t *testing.T) {
+	files, err := filepath.Glob("../internal/inject/testdata/*.*")
+	if err != nil || len(files) < 10 {
+		t.Fatalf("the injector's testdata: %v (%d files)", err, len(files))
+	}
+	var full, kept int
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pod corev1.Pod
+		if err := yaml.Unmarshal(raw, &pod); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		pod.Labels[inject.OptOutAnnotation] = "false"
+		pod.Annotations = map[string]string{inject.OptOutAnnotation: "false", "kubectl.kubernetes.io/last-applied-configuration": string(raw)}
+		out, err := trimPod(pod.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		trimmed := out.(*corev1.Pod)
+		wantGuard, wantErr := inject.ReadGuard(&pod.Spec)
+		gotGuard, gotErr := inject.ReadGuard(&trimmed.Spec)
+		if wantGuard != gotGuard || fmt.Sprint(wantErr) != fmt.Sprint(gotErr) {
+			t.Errorf("%s: ReadGuard of the trimmed pod %+v, %v; of the pod %+v, %v", f, gotGuard, gotErr, wantGuard, wantErr)
+		}
+		if !inject.OptedOut(trimmed.Annotations, nil) || !maps.Equal(pod.Labels, trimmed.Labels) || trimmed.Name != pod.Name {
+			t.Errorf("%s: the trimmed pod lost its metadata: %+v", f, trimmed.ObjectMeta)
+		}
+		a, _ := json.Marshal(&pod)
+		b, _ := json.Marshal(trimmed)
+		full, kept = full+len(a), kept+len(b)
+	}
+	t.Logf("the trimmed pods are %d of %d bytes as JSON (%.0f%%)", kept, full, 100*float64(kept)/float64(full))
+	if kept*3 > full {
+		t.Errorf("the trimmed pods keep %d of %d bytes: more than a third", kept, full)
 	}
 }

@@ -2,7 +2,8 @@
 # Builds the binaries of a real single-node cluster from the Go module proxy
 # and prints the directory that holds them: kubelet, kube-proxy,
 # kube-scheduler, kube-controller-manager (the same wrapper-module build as
-# hack/envtest.sh's kube-apiserver), the CNI plugins and CoreDNS.
+# hack/envtest.sh's kube-apiserver), the CNI plugins and CoreDNS, and SIG
+# Network's kube-network-policies when SLIDEGATE_NODE_NETWORK_POLICY=enforced.
 #
 # Cached by version outside the checkout, like the envtest binaries: the first
 # build takes about 12 minutes on 2 cores (kubelet ~6, controller-manager ~4),
@@ -12,6 +13,7 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-1.37.2}   # equal to hack/envtest.sh's: one control plane, one node
 CNI_VERSION=${CNI_VERSION:-1.9.1}
 COREDNS_VERSION=${COREDNS_VERSION:-1.14.7}
+KNP_VERSION=${KNP_VERSION:-0.8.0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE_ROOT=${SLIDEGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slidegate}
 DEST="$CACHE_ROOT/node/k8s-${K8S_VERSION}_cni-${CNI_VERSION}_coredns-${COREDNS_VERSION}"
@@ -56,6 +58,12 @@ mkdir -p "$DEST"
 build_k8s kubelet kube-proxy kube-scheduler kube-controller-manager
 cni=github.com/containernetworking/plugins
 build_module "$cni" "$CNI_VERSION" cni/bridge="$cni/plugins/main/bridge" \
-	cni/loopback="$cni/plugins/main/loopback" cni/host-local="$cni/plugins/ipam/host-local"
+	cni/loopback="$cni/plugins/main/loopback" cni/host-local="$cni/plugins/ipam/host-local" \
+	cni/portmap="$cni/plugins/meta/portmap"
 build_module github.com/coredns/coredns "$COREDNS_VERSION" coredns=github.com/coredns/coredns
+# A NetworkPolicy implementation, only when asked for (hack/node.sh,
+# SLIDEGATE_NODE_NETWORK_POLICY=enforced): ~6 min cold.
+if [ "${SLIDEGATE_NODE_NETWORK_POLICY:-}" = enforced ]; then
+	build_module sigs.k8s.io/kube-network-policies "$KNP_VERSION" kube-network-policies=sigs.k8s.io/kube-network-policies/cmd
+fi
 echo "$DEST"

@@ -6,6 +6,7 @@
 #   slidegate.test/slidegate:node   /manager, /sidecar and /rls, like the Dockerfile
 #   slidegate.test/demo-app:node    the demo app (test/node/demoapp)
 #   slidegate.test/pause:node       containerd's sandbox image
+#   slidegate.test/kube-network-policies:node   with SLIDEGATE_NODE_KNP_BIN set
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$ROOT/bin/node-images}
@@ -26,4 +27,11 @@ go build -o "$DIR/bin/nodeimage" ./hack/nodeimage
 	/demoapp="$DIR/bin/demoapp"
 "$DIR/bin/nodeimage" -o "$DIR/pause.tar" -tag slidegate.test/pause:node -entrypoint /pause \
 	/pause="$DIR/bin/pause"
+# kube-network-policies, when hack/node.sh runs it (SLIDEGATE_NODE_KNP_BIN is
+# the binary hack/node-bins.sh built); otherwise no image of it.
+rm -f "$DIR/kube-network-policies.tar"
+if [ -n "${SLIDEGATE_NODE_KNP_BIN:-}" ]; then
+	"$DIR/bin/nodeimage" -o "$DIR/kube-network-policies.tar" -tag slidegate.test/kube-network-policies:node \
+		-entrypoint /kube-network-policies /kube-network-policies="$SLIDEGATE_NODE_KNP_BIN"
+fi
 echo "$DIR"

@@ -321,6 +321,8 @@ EOF
     "ipam": {"type": "host-local", "dataDir": "$STATE/cni/ipam",
              "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
              "routes": [{"dst": "0.0.0.0/0"}]}
+  }, {
+    "type": "portmap", "capabilities": {"portMappings": true}, "snat": true
   }]
 }
 EOF
@@ -403,6 +405,27 @@ EOF
 		--timeout=2s "node/$NODE_NAME"
 }
 
+# The bridge CNI plugin enforces no NetworkPolicy. With
+# SLIDEGATE_NODE_NETWORK_POLICY=enforced, SIG Network's kube-network-policies
+# (nftables + NFQUEUE, a privileged hostNetwork pod: hack/node-netpol.yaml)
+# does, and the tests are told so through the same variable.
+start_network_policy() {
+	# kube-network-policies sends new connections to user space with
+	# nftables' queue expression, which needs a kernel with CONFIG_NFT_QUEUE
+	# (this VM's kernel has CONFIG_NETFILTER_XT_TARGET_NFQUEUE only: the
+	# controller then fails every sync with "netlink receive: no such file
+	# or directory" and enforces nothing).
+	ns nft add table inet slidegate-probe &&
+		ns nft add chain inet slidegate-probe c '{ type filter hook postrouting priority 0; }' || die "nftables does not work on the node"
+	local ok=0
+	ns nft add rule inet slidegate-probe c queue num 1 bypass 2>/dev/null && ok=1
+	ns nft delete table inet slidegate-probe
+	[ $ok = 1 ] || die "SLIDEGATE_NODE_NETWORK_POLICY=enforced: this kernel has no nftables queue expression (CONFIG_NFT_QUEUE), which kube-network-policies needs"
+	ns kubectl --kubeconfig "$STATE/admin.kubeconfig" apply -f "$ROOT/hack/node-netpol.yaml" >/dev/null
+	wait_for 120 "kube-network-policies" ns kubectl --kubeconfig "$STATE/admin.kubeconfig" -n kube-system \
+		rollout status daemonset/kube-network-policies --timeout=2s
+}
+
 # --- main -------------------------------------------------------------------
 
 usage() { echo "usage: $0 run -- COMMAND [ARGS...]" >&2; exit 2; }
@@ -416,6 +439,10 @@ shift
 need_packages
 ENVTEST=$("$ROOT/hack/envtest.sh")
 NODE_BIN=$("$ROOT/hack/node-bins.sh")
+NETWORK_POLICY=${SLIDEGATE_NODE_NETWORK_POLICY:-}
+if [ "$NETWORK_POLICY" = enforced ]; then
+	export SLIDEGATE_NODE_KNP_BIN=$NODE_BIN/kube-network-policies
+fi
 IMAGES=${SLIDEGATE_NODE_IMAGES:-$("$ROOT/hack/node-images.sh")}
 
 PIDS=()
@@ -434,11 +461,15 @@ make_cgroups
 start_control_plane
 start_containerd
 start_node
+if [ "$NETWORK_POLICY" = enforced ]; then
+	start_network_policy
+fi
 log "up in $((SECONDS - start))s; running: $*"
 
 export KUBECONFIG=$STATE/admin.kubeconfig
 export SLIDEGATE_NODE_NAME=$NODE_NAME SLIDEGATE_NODE_IP=$NODE_IP SLIDEGATE_NODE_STATE=$STATE
 export SLIDEGATE_NODE_SYNC_FREQUENCY=$SYNC_FREQUENCY
+export SLIDEGATE_NODE_NETWORK_POLICY=$NETWORK_POLICY
 set +e
 # Only the network namespace: the command sees the node's addresses, and the
 # machine's own files (the checkout, Go's caches) rather than the node's mounts.

@@ -385,6 +385,7 @@ type RateLimitServiceTarget struct {
 // +kubebuilder:validation:XValidation:rule="has(self.targetSelector) != has(self.rateLimitService)",message="set exactly one of targetSelector (pods that carry the sidecar) and rateLimitService (requests of Envoy gateways)"
 // +kubebuilder:validation:XValidation:rule="has(self.rateLimitService) || has(self.key)",message="key is required with targetSelector"
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || (!has(self.key) && !has(self.match))",message="key and match do not apply with rateLimitService: the descriptor entries without a value identify the client, and the gateway's rate limit actions choose the requests"
+// +kubebuilder:validation:XValidation:rule="!has(self.networkPolicy) || has(self.targetSelector)",message="networkPolicy applies only with targetSelector: it admits traffic to the selected pods"
 type RateLimitPolicySpec struct {
 	// targetSelector selects the pods of this namespace that enforce the
 	// policy, by their labels. The pods must carry the slidegate sidecar:
@@ -463,6 +464,21 @@ type RateLimitPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=Enforce
 	Mode Mode `json:"mode,omitempty"`
+
+	// Traffic to the pods' IPs (issue 23; the types are in
+	// networkpolicy_types.go).
+
+	// networkPolicy, when set, makes the controller keep a NetworkPolicy
+	// (named slidegate-<policy name>, owned by this policy) that admits
+	// traffic to the selected pods only on the sidecar's ports and the
+	// ports listed here, so that a client dialing a pod's IP on the app's
+	// port is refused instead of passing around the sidecar. It needs a
+	// network plugin that enforces NetworkPolicy (docs/operations.md), and
+	// adds up with the namespace's other NetworkPolicies that select the
+	// same pods: one of them admitting the app's port opens it again. Only
+	// with targetSelector. Unset: no NetworkPolicy.
+	// +optional
+	NetworkPolicy *PodNetworkPolicy `json:"networkPolicy,omitempty"`
 }
 
 // RateLimitPolicyStatus is the observed state of a RateLimitPolicy.
@@ -505,8 +521,11 @@ type RateLimitPolicyStatus struct {
 	// +kubebuilder:default=0
 	MatchedPods int32 `json:"matchedPods"`
 
-	// enforcedPods is the number of matched pods that carry the sidecar
-	// (annotated ratelimit.slidegate.dev/injected).
+	// enforcedPods is the number of matched pods whose spec shows the
+	// sidecar in front of targetPort with no way around it (no other
+	// container holding that port name, the app's port not on the node).
+	// The ratelimit.slidegate.dev/injected annotation is not read: any pod
+	// author can write it.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:default=0

@@ -20,14 +20,24 @@ package v1alpha1
 // of slidegate's contract with the cluster: changing one is a breaking change.
 const (
 	// InjectionLabel on a Namespace opts its pods into sidecar injection
-	// when its value is InjectionEnabled.
+	// when its value is InjectionEnabled or InjectionRequired.
 	InjectionLabel = "ratelimit.slidegate.dev/injection"
-	// InjectionEnabled is the value of InjectionLabel that enables injection.
+	// InjectionEnabled is the value of InjectionLabel that enables injection:
+	// a pod may still opt out (ratelimit.slidegate.dev/inject=false).
 	InjectionEnabled = "enabled"
+	// InjectionRequired is the value of InjectionLabel that enables
+	// injection and lets no pod opt out: the webhook refuses a pod that
+	// opts out, and a pod that some policy selects but that cannot be
+	// injected (no port to take over, hostNetwork, ...), with the reason.
+	InjectionRequired = "required"
 
 	// InjectedAnnotation is set by the injector on every pod that carries
-	// the enforcement sidecar; its value is the injection status. The
-	// controller counts such pods as enforcedPods.
+	// the enforcement sidecar; its value is the injection status, which
+	// re-injection and removal read to give the app its ports back. It is
+	// never evidence of enforcement: a pod author can write it. The
+	// controller counts enforcedPods from the pods' specs, and the webhook
+	// strips a status (and a container named like the sidecar) it did not
+	// write itself.
 	InjectedAnnotation = "ratelimit.slidegate.dev/injected"
 
 	// RevisionAnnotation on the rendered ConfigMap holds the content hash of
@@ -103,6 +113,12 @@ type InjectionStatus struct {
 	// sidecar forwards to.
 	AppContainer string `json:"appContainer"`
 	AppPort      int32  `json:"appPort"`
+	// TakenOver are the container port entries the injector changed, in
+	// order: each lost the target port's name (Named), or its hostPort,
+	// which moved to the sidecar's port, or both. Removing the sidecar gives
+	// them back. Empty in statuses written before it existed: then
+	// AppContainer and AppPort lost the name, and nothing else changed.
+	TakenOver []TakenOverPort `json:"takenOver,omitempty"`
 	// SidecarVersion is the slidegate release that injected the sidecar,
 	// and ConfigMinor the newest minor version of the sidecar configuration
 	// document that the sidecar reads (package sidecarconfig). A pod
@@ -111,6 +127,21 @@ type InjectionStatus struct {
 	// runs in the namespace.
 	SidecarVersion string `json:"sidecarVersion,omitempty"`
 	ConfigMinor    int32  `json:"configMinor,omitempty"`
+}
+
+// TakenOverPort is one container port entry the injector changed.
+type TakenOverPort struct {
+	// Container and Port name the entry (a container port number).
+	Container string `json:"container"`
+	Port      int32  `json:"port"`
+	// Named: the entry had the target port's name.
+	Named bool `json:"named,omitempty"`
+	// HostPort and HostIP: the entry published the port on the node; an
+	// entry of the pod's first container publishes the sidecar's listen
+	// port there instead (the kubelet publishes the hostPorts of regular
+	// containers only, not of init containers such as the sidecar).
+	HostPort int32  `json:"hostPort,omitempty"`
+	HostIP   string `json:"hostIP,omitempty"`
 }
 
 // RedisCredentialKeys are the keys of the credentials Secret that the
@@ -158,16 +189,21 @@ const (
 	ReasonEnforced = "Enforced"
 	// ReasonNoPodsSelected: targetSelector selects no pod (Enforced=False).
 	ReasonNoPodsSelected = "NoPodsSelected"
-	// ReasonPartiallyEnforced: some selected pods lack the sidecar, or
-	// some rate limit service servers have not loaded the policy yet
-	// (Enforced=False).
+	// ReasonPartiallyEnforced: some selected pods lack the sidecar (as
+	// their spec shows it, whatever their annotations say), or their
+	// sidecar guards another port while a container keeps the policy's, or
+	// traffic reaches their app around it (hostPort, another container
+	// holding the sidecar's port name); or some rate limit service servers
+	// have not loaded the policy yet (Enforced=False).
 	ReasonPartiallyEnforced = "PartiallyEnforced"
 	// ReasonNoRateLimitService: a policy for the rate limit service, and no
 	// ready RLS server to enforce it (Enforced=False).
 	ReasonNoRateLimitService = "NoRateLimitService"
 	// ReasonServiceBypassesSidecar: a Service that selects protected pods
-	// sends traffic to a port number, not to the port name the sidecar took
-	// over, so its traffic reaches the app unlimited (Enforced=False).
+	// sends traffic to the app's port number, not to the port name the
+	// sidecar took over, or to a port name that a container other than the
+	// sidecar holds (the policy's targetPort, or another name of the app's
+	// port), so its traffic reaches the app unlimited (Enforced=False).
 	ReasonServiceBypassesSidecar = "ServiceBypassesSidecar"
 	// ReasonSidecarsOutdated (Ready and Enforced False): the policy uses a
 	// field that sidecars injected by an earlier slidegate cannot read, and

@@ -204,6 +204,10 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []
 		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
 		TrustedProxies:   proxies,
 		RedisCredentials: o.redis.CredentialsSecret,
+		// The NetworkPolicies of spec.networkPolicy admit the ports the
+		// injector gives the sidecar.
+		SidecarListenPort: o.webhook.Inject.ListenPort,
+		SidecarAdminPort:  o.webhook.Inject.AdminPort,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)

@@ -8,6 +8,11 @@
 // `targetPort: http` then reaches the sidecar, which forwards to the app on
 // 127.0.0.1:<app port>. A Service with a numeric targetPort bypasses the
 // sidecar; the controller warns about those.
+//
+// Nothing a pod brings counts as injection: Inject takes off any sidecar
+// and injection status the pod carries before injecting it afresh, Remove
+// takes them off pods the webhook does not inject, and ReadGuard (guard.go)
+// reads what a pod's sidecar guards from its spec alone.
 package inject
 
 import (
@@ -31,8 +36,10 @@ import (
 // Pod annotations (and a label) the injector reads.
 const (
 	// OptOutAnnotation set to "false", as a label or an annotation, keeps a
-	// pod free of the sidecar even when a policy selects it. As a label it
-	// also keeps the pod from reaching the webhook at all (objectSelector).
+	// pod free of the sidecar even when a policy selects it, unless its
+	// namespace requires injection (v1alpha1.InjectionRequired): there the
+	// webhook refuses the pod. Opted-out pods still pass the webhook, which
+	// strips a sidecar or status they bring (Remove).
 	OptOutAnnotation = "ratelimit.slidegate.dev/inject"
 	// TargetPortAnnotation names the container port to take over, overriding
 	// the policies' targetPort.
@@ -173,6 +180,19 @@ func SkipReason(pod *corev1.Pod) string {
 	return ""
 }
 
+// NamespaceOptedIn reports whether a namespace with these labels has its
+// pods injected (v1alpha1.InjectionLabel enabled or required).
+func NamespaceOptedIn(labels map[string]string) bool {
+	v := labels[v1alpha1.InjectionLabel]
+	return v == v1alpha1.InjectionEnabled || v == v1alpha1.InjectionRequired
+}
+
+// NamespaceRequires reports whether a namespace with these labels lets no
+// pod opt out (v1alpha1.InjectionRequired).
+func NamespaceRequires(labels map[string]string) bool {
+	return labels[v1alpha1.InjectionLabel] == v1alpha1.InjectionRequired
+}
+
 // OptedOut reports whether a pod with these annotations and labels opted
 // out of injection (OptOutAnnotation=false as either). The status logic,
 // which sees only the pods' metadata, asks it too, so both agree.
@@ -180,8 +200,24 @@ func OptedOut(annotations, labels map[string]string) bool {
 	return strings.EqualFold(annotations[OptOutAnnotation], "false") || strings.EqualFold(labels[OptOutAnnotation], "false")
 }
 
+// ErrReservedName means a regular container of the pod has the sidecar's
+// name: the injector adds the sidecar as an init container of that name,
+// and a container that only looks like it must not pass for it.
+var ErrReservedName = errors.New("container name reserved for slidegate's sidecar")
+
 // Inject adds the sidecar to pod, in place. Injecting an injected pod
 // changes nothing: Inject(Inject(p)) == Inject(p).
+//
+// Nothing the pod brings is taken on trust: an injection status
+// (v1alpha1.InjectedAnnotation) and an init container named like the
+// sidecar are first taken off (release), whoever wrote them, and the pod is
+// injected as if it had never been. The status only says where the app's
+// port names and hostPorts went, and they are given back only from the
+// sidecar being replaced. So a pod author's forged status or look-alike
+// container is replaced by the real sidecar; the webhook's reinvocation
+// (reinvocationPolicy IfNeeded), which cannot be told apart from a forged
+// pod, and a pod re-created from a template copied off an injected pod
+// (kubectl get -o yaml) get exactly what a fresh pod gets.
 func Inject(pod *corev1.Pod, opts Options) error {
 	opts = withDefaults(opts)
 	if err := opts.Validate(); err != nil {
@@ -190,10 +226,15 @@ func Inject(pod *corev1.Pod, opts Options) error {
 	if t := pod.Annotations[TargetPortAnnotation]; t != "" {
 		opts.TargetPort = t
 	}
-	if err := portsFree(pod, opts); err != nil {
+	work := pod.DeepCopy()
+	at, err := release(work)
+	if err != nil {
 		return err
 	}
-	st, err := takeOver(pod, opts.TargetPort)
+	if err := portsFree(work, opts); err != nil {
+		return err
+	}
+	st, err := takeOver(work, opts.TargetPort, opts.ListenPort)
 	if err != nil {
 		return err
 	}
@@ -202,19 +243,16 @@ func Inject(pod *corev1.Pod, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
+	if work.Annotations == nil {
+		work.Annotations = map[string]string{}
 	}
-	pod.Annotations[v1alpha1.InjectedAnnotation] = string(raw)
+	work.Annotations[v1alpha1.InjectedAnnotation] = string(raw)
 
-	c := sidecar(opts, st)
-	if i := indexContainer(pod.Spec.InitContainers, ContainerName); i >= 0 {
-		pod.Spec.InitContainers[i] = c
-	} else {
-		// First, so it is up before any other init container sends traffic.
-		pod.Spec.InitContainers = append([]corev1.Container{c}, pod.Spec.InitContainers...)
-	}
-	setVolume(pod, corev1.Volume{Name: ConfigVolume, VolumeSource: corev1.VolumeSource{
+	// Where the replaced sidecar was, so that a reinvocation moves nothing;
+	// first otherwise, so that it is up before any other init container
+	// sends traffic.
+	work.Spec.InitContainers = slices.Insert(work.Spec.InitContainers, max(at, 0), sidecar(opts, st))
+	setVolume(work, corev1.Volume{Name: ConfigVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: sidecarconfig.ConfigMapName},
 			// The controller writes it shortly after the first policy; the
@@ -222,12 +260,12 @@ func Inject(pod *corev1.Pod, opts Options) error {
 			Optional: ptr.To(true),
 		},
 	}})
-	setVolume(pod, corev1.Volume{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{
+	setVolume(work, corev1.Volume{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{
 		DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{
 			Path: podLabelsFile, FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels"},
 		}}},
 	}})
-	setVolume(pod, corev1.Volume{Name: NoAPITokenVolume, VolumeSource: corev1.VolumeSource{
+	setVolume(work, corev1.Volume{Name: NoAPITokenVolume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{},
 	}})
 	if opts.Redis.TLS {
@@ -239,7 +277,7 @@ func Inject(pod *corev1.Pod, opts Options) error {
 		for _, k := range []string{v1alpha1.RedisTLSCAKey, v1alpha1.RedisTLSCertKey, v1alpha1.RedisTLSKeyKey} {
 			items = append(items, corev1.KeyToPath{Key: k, Path: k})
 		}
-		setVolume(pod, corev1.Volume{Name: RedisTLSVolume, VolumeSource: corev1.VolumeSource{
+		setVolume(work, corev1.Volume{Name: RedisTLSVolume, VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{
 				SecretName:  v1alpha1.RedisCredentialsSecretName,
 				Items:       items,
@@ -249,47 +287,249 @@ func Inject(pod *corev1.Pod, opts Options) error {
 		}})
 	} else {
 		// Re-injection without TLS: the sidecar no longer mounts it.
-		pod.Spec.Volumes = slices.DeleteFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == RedisTLSVolume })
+		work.Spec.Volumes = slices.DeleteFunc(work.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == RedisTLSVolume })
+	}
+	*pod = *work
+	return nil
+}
+
+// Remove takes the sidecar off pod, in place, with everything that marks
+// the pod as injected: the init container named like the sidecar, the
+// injection status, and the volumes only the sidecar mounted. The app gets
+// back the port names and hostPorts the sidecar took (as far as the
+// sidecar being removed holds them). The webhook calls it on every pod it
+// admits without injecting, so that no pod carries a sidecar or a status
+// it did not write. A pod without those marks is left as it is.
+func Remove(pod *corev1.Pod) error {
+	work := pod.DeepCopy()
+	if _, err := release(work); err != nil {
+		return err
+	}
+	mounted := map[string]bool{}
+	for _, cs := range [][]corev1.Container{work.Spec.InitContainers, work.Spec.Containers} {
+		for _, c := range cs {
+			for _, m := range c.VolumeMounts {
+				mounted[m.Name] = true
+			}
+		}
+	}
+	ours := []string{ConfigVolume, PodInfoVolume, NoAPITokenVolume, RedisTLSVolume}
+	work.Spec.Volumes = slices.DeleteFunc(work.Spec.Volumes, func(v corev1.Volume) bool {
+		return slices.Contains(ours, v.Name) && !mounted[v.Name]
+	})
+	*pod = *work
+	return nil
+}
+
+// release takes off what an earlier injection, real or forged, put on the
+// pod: the init containers named like the sidecar and the injection status.
+// The port names and hostPorts the status says were moved to the sidecar
+// go back to the app's ports, but only those the removed sidecar holds (and
+// the first container publishes on its port): a forged status cannot add a
+// name or a hostPort that was not in the pod.
+// It returns where the (first) removed sidecar was, or -1.
+func release(pod *corev1.Pod) (int, error) {
+	if slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ContainerName }) {
+		return -1, fmt.Errorf("%w: regular container %q; rename it", ErrReservedName, ContainerName)
+	}
+	at := sidecarIndex(pod.Spec.InitContainers)
+	if at < 0 {
+		delete(pod.Annotations, v1alpha1.InjectedAnnotation)
+		return -1, nil
+	}
+	if raw, ok := pod.Annotations[v1alpha1.InjectedAnnotation]; ok {
+		var st Status
+		if err := json.Unmarshal([]byte(raw), &st); err == nil && st.Version == statusVersion {
+			giveBack(pod, st, pod.Spec.InitContainers[at])
+		}
+		delete(pod.Annotations, v1alpha1.InjectedAnnotation)
+	}
+	pod.Spec.InitContainers = slices.DeleteFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == ContainerName })
+	return at, nil
+}
+
+// giveBack returns to the app's port entries that st records the name
+// that sidecar holds, and the hostPorts that the first container's entries
+// publish on sidecar's listen port (takeOver put them there), removing
+// those entries.
+func giveBack(pod *corev1.Pod, st Status, sidecar corev1.Container) {
+	records := st.TakenOver
+	if len(records) == 0 && st.AppPort > 0 {
+		// A status of before TakenOver: the app's port lost its name only.
+		records = []v1alpha1.TakenOverPort{{Container: st.AppContainer, Port: st.AppPort, Named: true}}
+	}
+	var listen int32 // the sidecar's listen port: where it holds the name
+	for _, p := range sidecar.Ports {
+		if st.TargetPort != "" && p.Name == st.TargetPort {
+			listen = p.ContainerPort
+			break
+		}
+	}
+	if listen == 0 {
+		return // nothing taken is held by this sidecar
+	}
+	for _, r := range records {
+		c := appContainer(pod, r.Container)
+		if c == nil {
+			continue
+		}
+		name := r.Named && !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == st.TargetPort })
+		host := r.HostPort != 0 && unpublish(pod, listen, r.HostPort, r.HostIP)
+		if !name && !host {
+			continue
+		}
+		for i := range c.Ports {
+			p := &c.Ports[i]
+			if p.ContainerPort != r.Port || !isTCP(p.Protocol) || name && p.Name != "" || host && p.HostPort != 0 {
+				continue
+			}
+			if name {
+				p.Name = st.TargetPort
+			}
+			if host {
+				p.HostPort, p.HostIP = r.HostPort, r.HostIP
+			}
+			break
+		}
+	}
+}
+
+// publish adds to the pod's first container an entry that publishes the
+// sidecar's listen port on the node as hostPort (on hostIP): the kubelet
+// publishes the hostPorts of regular containers only, never of init
+// containers, native sidecars included, and a hostPort maps to a port of
+// the pod's one network namespace, whichever container declares it.
+func publish(pod *corev1.Pod, listen, hostPort int32, hostIP string) {
+	c := &pod.Spec.Containers[0]
+	c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: listen, Protocol: corev1.ProtocolTCP, HostPort: hostPort, HostIP: hostIP})
+}
+
+// unpublish removes the entry publish added, and reports whether there was
+// one.
+func unpublish(pod *corev1.Pod, listen, hostPort int32, hostIP string) bool {
+	if len(pod.Spec.Containers) == 0 {
+		return false
+	}
+	c := &pod.Spec.Containers[0]
+	i := slices.IndexFunc(c.Ports, func(p corev1.ContainerPort) bool {
+		return p.ContainerPort == listen && p.HostPort == hostPort && p.HostIP == hostIP && isTCP(p.Protocol) && p.Name == ""
+	})
+	if i < 0 {
+		return false
+	}
+	c.Ports = slices.Delete(c.Ports, i, i+1)
+	return true
+}
+
+// appContainer is the pod's container (or init container) of that name,
+// other than the sidecar.
+func appContainer(pod *corev1.Pod, name string) *corev1.Container {
+	if name == ContainerName {
+		return nil
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return &cs[i]
+			}
+		}
 	}
 	return nil
 }
 
-// takeOver moves the name of the target port from the app's container to the
-// sidecar and returns what was done. On an injected pod it returns the
-// recorded status instead, so re-injection reproduces the same pod.
-func takeOver(pod *corev1.Pod, target string) (Status, error) {
-	if prev, ok := pod.Annotations[v1alpha1.InjectedAnnotation]; ok && indexContainer(pod.Spec.InitContainers, ContainerName) >= 0 {
-		var st Status
-		if err := json.Unmarshal([]byte(prev), &st); err == nil && st.Version == statusVersion && st.AppPort > 0 {
-			return st, nil
-		}
+func isTCP(p corev1.Protocol) bool { return p == "" || p == corev1.ProtocolTCP }
+
+// isNative reports whether c is a native sidecar (an init container that
+// runs beside the app): the EndpointSlice controller resolves named ports
+// in these after the regular containers.
+func isNative(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// takeOver moves the name of the target port from every container that
+// has it to the sidecar, and the hostPorts of those port numbers too, and
+// returns what was done. The containers share one network namespace, so a
+// port number is the same socket in every container: any entry of it with
+// a hostPort, named or not, would publish the app on the node.
+//
+// Every holder of the name loses it, not only the first: the EndpointSlice
+// controller resolves a named targetPort in the regular containers first,
+// then in the native sidecars (FindPort), so a second container still
+// named like the target would take the Service's traffic past the sidecar.
+// The sidecar forwards to the first holder, the one FindPort chose before.
+// A hostPort taken off the app's port publishes the sidecar's listen port
+// instead (publish), so node:hostPort keeps working, through the sidecar.
+func takeOver(pod *corev1.Pod, target string, listen int32) (Status, error) {
+	st := Status{Version: statusVersion, Container: ContainerName, TargetPort: target}
+	st.AppContainer, st.AppPort = PortHolder(&pod.Spec, target)
+	if st.AppContainer == "" {
+		return Status{}, fmt.Errorf("%w %q (name the app's port, or set %s)", ErrNoTargetPort, target, TargetPortAnnotation)
 	}
-	for ci := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[ci]
-		for pi := range c.Ports {
-			p := &c.Ports[pi]
-			if p.Name != target || (p.Protocol != "" && p.Protocol != corev1.ProtocolTCP) {
-				continue
-			}
-			p.Name = ""
-			// Probes and lifecycle hooks addressing the port by name would
-			// no longer resolve.
-			for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
-				if pr != nil {
-					renumber(pr.HTTPGet, pr.TCPSocket, target, p.ContainerPort)
+	// The entries to change: every entry of the name in a container where
+	// FindPort looks (regular containers, native sidecars), and every TCP
+	// entry with a hostPort on one of their numbers, in any container.
+	type entry struct {
+		c     *corev1.Container
+		p     *corev1.ContainerPort
+		named bool
+	}
+	var entries []entry
+	numbers := map[int32]bool{}
+	for _, pass := range []struct {
+		cs   []corev1.Container
+		init bool
+	}{{pod.Spec.Containers, false}, {pod.Spec.InitContainers, true}} {
+		for ci := range pass.cs {
+			c := &pass.cs[ci]
+			for pi := range c.Ports {
+				// A plain init container's port names are never resolved.
+				e := entry{c, &c.Ports[pi], c.Ports[pi].Name == target && isTCP(c.Ports[pi].Protocol) && (!pass.init || isNative(c))}
+				entries = append(entries, e)
+				if e.named {
+					numbers[e.p.ContainerPort] = true
 				}
 			}
-			if lc := c.Lifecycle; lc != nil {
-				for _, h := range []*corev1.LifecycleHandler{lc.PostStart, lc.PreStop} {
-					if h != nil {
-						renumber(h.HTTPGet, h.TCPSocket, target, p.ContainerPort)
-					}
-				}
-			}
-			return Status{Version: statusVersion, Container: ContainerName, TargetPort: target, AppContainer: c.Name, AppPort: p.ContainerPort}, nil
 		}
 	}
-	return Status{}, fmt.Errorf("%w %q (name the app's port, or set %s)", ErrNoTargetPort, target, TargetPortAnnotation)
+	for _, e := range entries {
+		r := v1alpha1.TakenOverPort{Container: e.c.Name, Port: e.p.ContainerPort}
+		if e.named {
+			r.Named = true
+			e.p.Name = ""
+			renumberContainer(e.c, target, e.p.ContainerPort)
+		}
+		if e.p.HostPort != 0 && isTCP(e.p.Protocol) && numbers[e.p.ContainerPort] {
+			r.HostPort, r.HostIP = e.p.HostPort, e.p.HostIP
+			e.p.HostPort, e.p.HostIP = 0, ""
+		}
+		if r.Named || r.HostPort != 0 {
+			st.TakenOver = append(st.TakenOver, r)
+		}
+	}
+	// After the loop: publish appends to a slice the entries point into.
+	for _, r := range st.TakenOver {
+		if r.HostPort != 0 {
+			publish(pod, listen, r.HostPort, r.HostIP)
+		}
+	}
+	return st, nil
+}
+
+// renumberContainer points the probes and lifecycle hooks of c that address
+// the port by name at its number: the name is gone.
+func renumberContainer(c *corev1.Container, name string, port int32) {
+	for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+		if pr != nil {
+			renumber(pr.HTTPGet, pr.TCPSocket, name, port)
+		}
+	}
+	if lc := c.Lifecycle; lc != nil {
+		for _, h := range []*corev1.LifecycleHandler{lc.PostStart, lc.PreStop} {
+			if h != nil {
+				renumber(h.HTTPGet, h.TCPSocket, name, port)
+			}
+		}
+	}
 }
 
 func renumber(get *corev1.HTTPGetAction, tcp *corev1.TCPSocketAction, name string, port int32) {
@@ -306,7 +546,7 @@ func sidecar(o Options, st Status) corev1.Container {
 	args := []string{
 		"--listen-address=:" + strconv.Itoa(int(o.ListenPort)),
 		"--admin-address=:" + strconv.Itoa(int(o.AdminPort)),
-		"--upstream=http://127.0.0.1:" + strconv.Itoa(int(st.AppPort)),
+		upstreamFlag + strconv.Itoa(int(st.AppPort)),
 		"--config-file=" + ConfigDir + "/" + sidecarconfig.FileName,
 		"--pod-labels-file=" + PodInfoDir + "/" + podLabelsFile,
 		"--fallback-replicas=" + strconv.Itoa(int(o.FallbackReplicas)),
@@ -414,9 +654,10 @@ func withDefaults(o Options) Options {
 	return o
 }
 
-func indexContainer(cs []corev1.Container, name string) int {
+// sidecarIndex is the index of the container named like the sidecar, or -1.
+func sidecarIndex(cs []corev1.Container) int {
 	for i := range cs {
-		if cs[i].Name == name {
+		if cs[i].Name == ContainerName {
 			return i
 		}
 	}

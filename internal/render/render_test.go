@@ -30,7 +30,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/render"
@@ -348,5 +350,66 @@ func TestPolicyRevisions(t *testing.T) {
 				t.Errorf("%d revisions for %d policies", len(revs), len(tc.ps))
 			}
 		})
+	}
+}
+
+// TestNetworkPolicyGolden renders the NetworkPolicy of every
+// testdata/networkpolicy/*.yaml policy (issue 23: traffic to the pods' IPs)
+// and compares it with its .golden file ("" for none); -update rewrites them.
+func TestNetworkPolicyGolden(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/networkpolicy/*.yaml")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no inputs: %v", err)
+	}
+	for _, in := range inputs {
+		t.Run(filepath.Base(in), func(t *testing.T) {
+			raw, err := os.ReadFile(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p v1alpha1.RateLimitPolicy
+			if err := sigsyaml.UnmarshalStrict(raw, &p); err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			if np := render.NetworkPolicy(&p, render.NetworkPolicyOptions{ListenPort: 15280, AdminPort: 15290}); np != nil {
+				if got, err = sigsyaml.Marshal(np); err != nil {
+					t.Fatal(err)
+				}
+			}
+			golden := strings.TrimSuffix(in, ".yaml") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run: go test ./internal/render -update)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("NetworkPolicy(%s) differs from %s (-want +got):\n%s", in, golden, diff)
+			}
+		})
+	}
+}
+
+// TestNetworkPolicyName: the name is slidegate-<policy>, and a policy name
+// too long for that gets a name that still is a valid object name, unique
+// to it.
+func TestNetworkPolicyName(t *testing.T) {
+	if got := render.NetworkPolicyName("per-user"); got != "slidegate-per-user" {
+		t.Errorf("NetworkPolicyName(per-user) = %q", got)
+	}
+	long := strings.Repeat("a", 240) + "." + strings.Repeat("b", 12)
+	other := strings.Repeat("a", 240) + "." + strings.Repeat("c", 12)
+	a, b := render.NetworkPolicyName(long), render.NetworkPolicyName(other)
+	for _, n := range []string{a, b} {
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			t.Errorf("%q: %v", n, errs)
+		}
+	}
+	if a == b {
+		t.Errorf("two long names share the name %q", a)
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -51,7 +53,11 @@ type PodInjector struct {
 }
 
 // Handle injects the sidecar when the pod's namespace opted in and some
-// policy selects the pod. Every other case admits the pod unchanged.
+// policy selects the pod. Every other pod of an opted-in namespace is
+// admitted without a sidecar or injection status of its own making
+// (inject.Remove): only the webhook injects. A namespace labelled
+// required refuses the pods that opt out, and the selected pods that
+// cannot be injected.
 func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Kind.Kind != "Pod" || req.Operation != "CREATE" {
 		return admission.Allowed("not a pod creation")
@@ -60,17 +66,37 @@ func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 	if err := h.Decoder.Decode(req, pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err))
 	}
+	ns := namespaceOf(req, pod)
+	var namespace corev1.Namespace
+	if err := h.Reader.Get(ctx, client.ObjectKey{Name: ns}, &namespace); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading namespace %s: %w", ns, err))
+	}
+	// The webhook's namespaceSelector does the same; checking here keeps
+	// the opt-in true whatever the webhook configuration says.
+	if !inject.NamespaceOptedIn(namespace.Labels) {
+		return admission.Allowed("namespace did not opt in")
+	}
+	required := inject.NamespaceRequires(namespace.Labels)
+	if required && inject.OptedOut(pod.Annotations, pod.Labels) {
+		return admission.Denied(fmt.Sprintf("namespace %s requires the rate limit sidecar (%s=%s): pods may not opt out with %s=false; "+
+			"remove that label or annotation from the pod (or its template), or ask the namespace's owner",
+			ns, v1alpha1.InjectionLabel, v1alpha1.InjectionRequired, inject.OptOutAnnotation))
+	}
+	var list v1alpha1.RateLimitPolicyList
+	if err := h.Reader.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing policies: %w", err))
+	}
+	matched := selection.Matching(pod.Labels, list.Items)
+	if len(matched) == 0 {
+		return admitWithout(req, pod, "no policy selects the pod")
+	}
 	if reason := inject.SkipReason(pod); reason != "" {
-		return admission.Allowed(reason)
+		if required {
+			return notInjectable(ns, matched[0].Name, errors.New(reason))
+		}
+		return admitWithout(req, pod, reason)
 	}
-	matched, notSelected, err := h.selectingPolicies(ctx, namespaceOf(req, pod), pod)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	if notSelected != "" {
-		return admission.Allowed(notSelected)
-	}
-	return h.inject(ctx, req, pod, matched)
+	return h.inject(ctx, req, pod, matched, required)
 }
 
 // namespaceOf is the pod's namespace: pods of a Deployment have no name yet
@@ -82,50 +108,62 @@ func namespaceOf(req admission.Request, pod *corev1.Pod) string {
 	return pod.Namespace
 }
 
-// selectingPolicies returns the policies of namespace ns that select the
-// pod, sorted by name (selection.Matching), or why the pod is admitted
-// unchanged (notSelected).
-func (h *PodInjector) selectingPolicies(ctx context.Context, ns string, pod *corev1.Pod) (matched []v1alpha1.RateLimitPolicy, notSelected string, err error) {
-	var namespace corev1.Namespace
-	if err := h.Reader.Get(ctx, client.ObjectKey{Name: ns}, &namespace); err != nil {
-		return nil, "", fmt.Errorf("reading namespace %s: %w", ns, err)
+// admitWithout admits the pod without the sidecar, having taken off any
+// sidecar and injection status it brought (inject.Remove): the webhook did
+// not inject it, so they are forged or copied from an injected pod, and
+// the pod must not pass for protected. A regular container named like the
+// sidecar is refused.
+func admitWithout(req admission.Request, pod *corev1.Pod, why string, warnings ...string) admission.Response {
+	stripped := pod.DeepCopy()
+	if err := inject.Remove(stripped); err != nil {
+		return admission.Denied(err.Error())
 	}
-	// The webhook's namespaceSelector does the same; checking here keeps
-	// the opt-in true whatever the webhook configuration says.
-	if namespace.Labels[v1alpha1.InjectionLabel] != v1alpha1.InjectionEnabled {
-		return nil, "namespace did not opt in", nil
+	if equality.Semantic.DeepEqual(pod, stripped) {
+		return admission.Allowed(why).WithWarnings(warnings...)
 	}
-	var list v1alpha1.RateLimitPolicyList
-	if err := h.Reader.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return nil, "", fmt.Errorf("listing policies: %w", err)
+	raw, err := json.Marshal(stripped)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	matched = selection.Matching(pod.Labels, list.Items)
-	if len(matched) == 0 {
-		return nil, "no policy selects the pod", nil
-	}
-	return matched, "", nil
+	warnings = append(warnings, fmt.Sprintf("slidegate: removed the %s container and the %s annotation from this pod (%s): only slidegate's webhook injects the sidecar",
+		inject.ContainerName, v1alpha1.InjectedAnnotation, why))
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(warnings...)
+}
+
+// notInjectable refuses a pod of a namespace that requires the sidecar,
+// which policy selects but which cannot carry it.
+func notInjectable(ns, policy string, err error) admission.Response {
+	return admission.Denied(fmt.Sprintf("namespace %s requires the rate limit sidecar (%s=%s), and RateLimitPolicy %s selects this pod, but it cannot carry the sidecar: %v",
+		ns, v1alpha1.InjectionLabel, v1alpha1.InjectionRequired, policy, err))
 }
 
 // inject answers with the patch that adds the sidecar in front of the first
-// matched policy's targetPort, or admits the pod unchanged, with a warning,
-// when it cannot be injected.
-func (h *PodInjector) inject(ctx context.Context, req admission.Request, pod *corev1.Pod, matched []v1alpha1.RateLimitPolicy) admission.Response {
+// matched policy's targetPort. A pod that cannot be injected is admitted
+// without it, with a warning, or refused where the namespace requires the
+// sidecar (or where a regular container has the sidecar's name).
+func (h *PodInjector) inject(ctx context.Context, req admission.Request, pod *corev1.Pod, matched []v1alpha1.RateLimitPolicy, required bool) admission.Response {
 	opts := h.Options
 	opts.TargetPort = matched[0].Spec.TargetPort
 	injected := pod.DeepCopy()
 	if err := inject.Inject(injected, opts); err != nil {
+		switch {
+		case errors.Is(err, inject.ErrReservedName):
+			return admission.Denied(err.Error())
+		case required:
+			return notInjectable(namespaceOf(req, pod), matched[0].Name, err)
+		}
 		// Admit it: refusing would break the workload's rollout over a port
 		// name. The policy's Enforced condition reports the pod as lacking
 		// the sidecar, and the warning reaches whoever created the pod.
 		logf.FromContext(ctx).WithValues("namespace", req.Namespace, "name", req.Name).Info("pod not injected", "reason", err.Error())
-		return admission.Allowed("not injected").WithWarnings(
+		return admitWithout(req, pod, "not injected",
 			fmt.Sprintf("slidegate: pod selected by RateLimitPolicy %s is NOT rate limited: %v", matched[0].Name, err))
 	}
 	raw, err := json.Marshal(injected)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(injectionWarnings(pod, matched, takenOver(injected, opts.TargetPort))...)
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(injectionWarnings(pod, injected, matched, takenOver(injected, opts.TargetPort))...)
 }
 
 // takenOver is the port name the sidecar of the injected pod took over, as
@@ -143,9 +181,10 @@ func takenOver(injected *corev1.Pod, asked string) string {
 }
 
 // injectionWarnings are what the creator of an injected pod must be told:
-// a bare pod cannot be applied again, and policies naming another port than
-// the one taken over are not enforced on it.
-func injectionWarnings(pod *corev1.Pod, matched []v1alpha1.RateLimitPolicy, takenOver string) []string {
+// a bare pod cannot be applied again, and a policy naming another port
+// than the one taken over, which a container of the pod keeps, is not
+// enforced on that port's traffic.
+func injectionWarnings(pod, injected *corev1.Pod, matched []v1alpha1.RateLimitPolicy, takenOver string) []string {
 	var warnings []string
 	// A pod is immutable where the takeover changed it (the app's port lost
 	// its name to the sidecar), so the same manifest applied again is
@@ -156,17 +195,19 @@ func injectionWarnings(pod *corev1.Pod, matched []v1alpha1.RateLimitPolicy, take
 			"applying this manifest again (kubectl apply, Argo CD, Flux) will be refused (\"pod updates may not change fields\"): "+
 			"manage the pod with a Deployment or StatefulSet, or delete and recreate it to change it", takenOver))
 	}
-	// One sidecar guards one port name; a policy naming another port is not
-	// enforced on this pod (its status says so too). Unless the pod chose
-	// the port (inject.TargetPortAnnotation): its sidecar then enforces every
-	// policy that selects it, whatever port they name.
-	if pod.Annotations[inject.TargetPortAnnotation] != "" {
-		return warnings
-	}
-	for _, p := range matched[1:] {
-		if port := cmp.Or(p.Spec.TargetPort, inject.DefaultTargetPort); port != takenOver {
-			warnings = append(warnings, fmt.Sprintf("slidegate: RateLimitPolicy %s names targetPort %q, but the sidecar takes over %q (from %s): %s is not enforced on this pod",
-				p.Name, port, takenOver, matched[0].Name, p.Name))
+	// One sidecar guards one port name, and enforces every policy that
+	// selects the pod on the traffic it sees. A policy naming another port
+	// that a container keeps (another policy's targetPort was taken over,
+	// or the pod's inject.TargetPortAnnotation chose another port) is not
+	// enforced on that port: a Service targeting it reaches the app.
+	for _, p := range matched {
+		port := cmp.Or(p.Spec.TargetPort, inject.DefaultTargetPort)
+		if port == takenOver {
+			continue
+		}
+		if holder, _ := inject.PortHolder(&injected.Spec, port); holder != "" && holder != inject.ContainerName {
+			warnings = append(warnings, fmt.Sprintf("slidegate: RateLimitPolicy %s names targetPort %q, which container %s keeps: its traffic passes around the sidecar (in front of %q), so %s is not enforced on it",
+				p.Name, port, holder, takenOver, p.Name))
 		}
 	}
 	return warnings

@@ -193,7 +193,7 @@ func injected(p *corev1.Pod) bool {
 
 // TestWebhookThroughAPIServer creates pods through the API server and checks
 // what comes back: the webhook is called by the API server itself, with the
-// shipped namespaceSelector and objectSelector.
+// shipped namespaceSelector (opted-out pods reach it too).
 func TestWebhookThroughAPIServer(t *testing.T) {
 	namespace(t, "shop", true)
 	namespace(t, "plain", false)
@@ -343,25 +343,48 @@ func FuzzAdmissionReview(f *testing.F) {
 
 // TestHandlerWarnsOnTargetPortConflict: two policies select the pod with
 // different targetPorts; the sidecar can guard only one, and the other
-// policy's owner is told.
+// policy's owner is told when a container keeps that other port, whose
+// traffic then passes around the sidecar. Without such a port (the paired
+// case) every request reaches the app through the sidecar, which enforces
+// every policy selecting the pod: no warning.
 func TestHandlerWarnsOnTargetPortConflict(t *testing.T) {
 	namespace(t, "mixed", true)
 	policy(t, "mixed")
 	apiPolicy(t, "mixed")
-	resp := injector.Handle(context.Background(), admissionRequest(t, "mixed", owned(webPod("mixed"))))
-	if !resp.Allowed || len(resp.Patches) == 0 {
-		t.Fatalf("allowed=%v patches=%d, want the pod injected for the first policy", resp.Allowed, len(resp.Patches))
-	}
-	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "z-api is not enforced") {
-		t.Fatalf("warnings = %v, want one about z-api", resp.Warnings)
+	for _, tc := range []struct {
+		name    string
+		apiPort bool
+		want    []string
+	}{
+		{"the app keeps port api", true, []string{"z-api names targetPort \"api\", which container app keeps: its traffic passes around the sidecar"}},
+		{"the pod has no port api", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := owned(webPod("mixed"))
+			if tc.apiPort {
+				pod.Spec.Containers[0].Ports = append(pod.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "api", ContainerPort: 9090})
+			}
+			resp := injector.Handle(context.Background(), admissionRequest(t, "mixed", pod))
+			if !resp.Allowed || len(resp.Patches) == 0 {
+				t.Fatalf("allowed=%v patches=%d, want the pod injected for the first policy", resp.Allowed, len(resp.Patches))
+			}
+			if len(resp.Warnings) != len(tc.want) {
+				t.Fatalf("warnings = %q, want %d", resp.Warnings, len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(resp.Warnings[i], w) {
+					t.Errorf("warning %q lacks %q", resp.Warnings[i], w)
+				}
+			}
+		})
 	}
 }
 
 // TestHandlerTargetPortAnnotation: a pod that chooses the port with
 // inject.TargetPortAnnotation gets the sidecar in front of that port, whatever
-// the policies name. The warnings name that port, and warn of no policy as
-// not enforced: the sidecar enforces every policy that selects the pod (the
-// controller counts it so).
+// the policies name. When the app keeps the port a policy names (issue 23:
+// the annotation left the app holding http, and silenced the warning), the
+// pod's creator is told that this port's traffic passes around the sidecar.
 func TestHandlerTargetPortAnnotation(t *testing.T) {
 	namespace(t, "chosen", true)
 	policy(t, "chosen") // targetPort http (the default)
@@ -373,8 +396,15 @@ func TestHandlerTargetPortAnnotation(t *testing.T) {
 	if !resp.Allowed || len(resp.Patches) == 0 {
 		t.Fatalf("allowed=%v patches=%d, want the pod injected", resp.Allowed, len(resp.Patches))
 	}
-	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], `took over port name "grpc"`) {
-		t.Fatalf("warnings = %v, want only the re-apply warning, naming port grpc", resp.Warnings)
+	want := []string{`took over port name "grpc"`,
+		`per-user names targetPort "http", which container app keeps: its traffic passes around the sidecar`}
+	if len(resp.Warnings) != len(want) {
+		t.Fatalf("warnings = %q, want %d: the re-apply warning naming port grpc, and one for port http", resp.Warnings, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(resp.Warnings[i], w) {
+			t.Errorf("warning %q lacks %q", resp.Warnings[i], w)
+		}
 	}
 }
 

@@ -68,6 +68,7 @@ func TestNode(t *testing.T) {
 		{"DemoInjected", testDemoInjected},
 		{"ExactAcrossReplicas", testExactAcrossReplicas},
 		{"NumericTargetPortBypasses", testBypass},
+		{"NoWayAround", testNoWayAround},
 		{"LimitChangeReachesSidecars", testLimitChange},
 		{"FailModes", testFailModes},
 		{"WebhookSurvivesAManagerPod", testWebhookAvailability},

@@ -18,7 +18,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -172,7 +171,7 @@ func runManager(role, credentials string, events bool) error {
 // reconcile (a cached Get), as in production; the baseline starts it
 // upfront.
 func waitSynced(ctx context.Context, mgr ctrl.Manager, role string) error {
-	objs := []client.Object{&v1alpha1.RateLimitPolicy{}, &corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Service{}, podMetadata()}
+	objs := []client.Object{&v1alpha1.RateLimitPolicy{}, &corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Service{}, &corev1.Pod{}}
 	if role == roleBaseline {
 		objs = append(objs, &corev1.Namespace{})
 	}
@@ -187,16 +186,10 @@ func waitSynced(ctx context.Context, mgr ctrl.Manager, role string) error {
 	return nil
 }
 
-func podMetadata() *metav1.PartialObjectMetadata {
-	p := &metav1.PartialObjectMetadata{}
-	p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-	return p
-}
-
 // baseline is "a controller that only caches the same objects": the
 // manager's cache options, the informers and the field index that
 // controllers.SetupWithManager sets up (policies, the sidecar ConfigMaps
-// and mirrored Secrets, Services, pod metadata, Namespaces, and the cache of
+// and mirrored Secrets, Services, trimmed Pods, Namespaces, and the cache of
 // the one credentials Secret), and a controller over them whose reconciler
 // does nothing. Keep it in line with controllers/setup.go.
 type baseline struct {
@@ -241,7 +234,7 @@ func setupBaseline(ctx context.Context, mgr ctrl.Manager, creds types.Namespaced
 	if err := mgr.Add(managerCache{credsCache}); err != nil {
 		return nil, err
 	}
-	for obj, n := range map[client.Object]*atomic.Int64{&v1alpha1.RateLimitPolicy{}: &b.policies, podMetadata(): &b.pods} {
+	for obj, n := range map[client.Object]*atomic.Int64{&v1alpha1.RateLimitPolicy{}: &b.policies, &corev1.Pod{}: &b.pods} {
 		inf, err := mgr.GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 		if err != nil {
 			return nil, err
@@ -265,7 +258,7 @@ func setupBaseline(ctx context.Context, mgr ctrl.Manager, creds types.Namespaced
 		Watches(&corev1.ConfigMap{}, byNamespace).
 		Watches(&corev1.Secret{}, byNamespace).
 		Watches(&corev1.Service{}, byNamespace).
-		WatchesMetadata(podMetadata(), byNamespace).
+		Watches(&corev1.Pod{}, byNamespace).
 		WatchesRawSource(source.Kind[client.Object](credsCache, &corev1.Secret{}, byNamespace)).
 		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
 			return reconcile.Result{}, nil

@@ -5,7 +5,11 @@
 // It counts what reaches it, by X-User-ID, so that a test can compare the
 // app's own view with what the limiter admitted: GET /stats (not counted)
 // returns {"total": N, "byUser": {...}}; GET /hostname (not counted either)
-// names the pod, as agnhost's does. On SIGTERM it keeps serving for
+// names the pod, as agnhost's does. GET /dial?host=H&port=P&request=R&tries=N
+// (agnhost netexec's, HTTP only) makes N requests from this pod to
+// http://H:P/R and answers {"responses": [...], "errors": [...]}: a client
+// inside the pod network, for what a NetworkPolicy admits (the node's own
+// traffic always passes). On SIGTERM it keeps serving for
 // -drain (endpoints and Service rules take a moment to forget a terminating
 // pod), then shuts down gracefully.
 package main
@@ -16,10 +20,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -58,6 +65,7 @@ func run() error {
 	})
 	host, _ := os.Hostname()
 	mux.HandleFunc("/hostname", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, host) })
+	mux.HandleFunc("/dial", dial)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
 		c.Total++
@@ -84,4 +92,37 @@ func run() error {
 	}
 	<-drained // Shutdown returns once in-flight requests are answered
 	return nil
+}
+
+// dial is agnhost netexec's /dial for HTTP: it requests
+// http://host:port/request tries times from this pod, each on a new
+// connection with a 2 s timeout, and reports the bodies and the errors.
+func dial(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	tries := 1
+	if _, err := fmt.Sscan(q.Get("tries"), &tries); err != nil || tries < 1 || tries > 100 {
+		tries = 1
+	}
+	url := fmt.Sprintf("http://%s/%s", net.JoinHostPort(q.Get("host"), q.Get("port")), q.Get("request"))
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	out := struct {
+		Responses []string `json:"responses"`
+		Errors    []string `json:"errors"`
+	}{Responses: []string{}, Errors: []string{}}
+	for range tries {
+		resp, err := c.Get(url)
+		if err != nil {
+			out.Errors = append(out.Errors, err.Error())
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			out.Errors = append(out.Errors, err.Error())
+			continue
+		}
+		out.Responses = append(out.Responses, strings.TrimSpace(string(body)))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
 }
