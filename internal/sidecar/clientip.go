@@ -58,8 +58,7 @@ const (
 
 // forwardedModeOf is the mode of a document's key.forwardedHeader.
 func forwardedModeOf(header string) forwardedMode {
-	switch header {
-	case sidecarconfig.ForwardedRFC7239:
+	if header == sidecarconfig.ForwardedRFC7239 {
 		return forwardedRFC7239
 	}
 	return forwardedXFF

@@ -482,7 +482,7 @@ func TestNewerMinorConfig(t *testing.T) {
 	}
 	rev = h.s.Revision()
 	for _, bad := range []string{
-		strings.Replace(newer, `"namespace"`, `"quota":{},"namespace"`, 1),         // a top-level field it does not know
+		strings.Replace(newer, `"namespace"`, `"quota":{},"namespace"`, 1),       // a top-level field it does not know
 		strings.Replace(newer, "sidecar-config/v1.99", "sidecar-config/v2.0", 1), // another major version
 		strings.Replace(newer, "sidecar-config/v1.99", "sidecar-config/v1.1", 1), // its own minor: strict
 	} {
