@@ -37,6 +37,8 @@ type metrics struct {
 	lastReloadOK    prometheus.Gauge
 	policies        prometheus.Gauge
 	peers           prometheus.Gauge
+	// handshakeFailures counts refused TLS handshakes (TLSCreds).
+	handshakeFailures prometheus.Counter
 }
 
 // newMetrics registers the RLS server's metrics: the sidecar's names under
@@ -85,8 +87,12 @@ func newMetrics(fallbackActive func() float64) *metrics {
 		Namespace: ns, Subsystem: sub, Name: "peers",
 		Help: "RLS replicas counted through Redis (the fail-open share's divisor).",
 	})
+	m.handshakeFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "tls_handshake_failures_total",
+		Help: "Connections to the TLS gRPC listener whose handshake failed: no client certificate, one the client CA did not sign or whose name is not allowed, plaintext, or a dropped connection.",
+	})
 	m.reg.MustRegister(m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
-		fallback, m.reloads, m.lastReloadOK, m.policies, m.peers, buildinfo.Collector("rls"),
+		fallback, m.reloads, m.lastReloadOK, m.policies, m.peers, m.handshakeFailures, buildinfo.Collector("rls"),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +24,10 @@ type PKI struct {
 	CA                    string // ca.pem
 	ServerCert, ServerKey string // server.pem, server-key.pem
 	ClientCert, ClientKey string // client.pem, client-key.pem
+
+	dir   string
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
 }
 
 // NewPKI writes a fresh PKI into a temporary directory of tb.
@@ -37,7 +42,26 @@ func NewPKI(tb testing.TB) PKI {
 		CA:         p("ca.pem"),
 		ServerCert: p("server.pem"), ServerKey: p("server-key.pem"),
 		ClientCert: p("client.pem"), ClientKey: p("client-key.pem"),
+		dir: dir, ca: ca, caKey: caKey,
 	}
+}
+
+// IssueClient writes another client certificate of the PKI's CA, named
+// name (a file name), whose SANs are the given URIs (e.g. SPIFFE IDs)
+// besides localhost and 127.0.0.1, and returns its certificate and key
+// files.
+func (p PKI) IssueClient(tb testing.TB, name string, uris ...string) (cert, key string) {
+	tb.Helper()
+	var us []*url.URL
+	for _, s := range uris {
+		u, err := url.Parse(s)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		us = append(us, u)
+	}
+	writeLeaf(tb, p.dir, name, p.ca, p.caKey, x509.ExtKeyUsageClientAuth, us...)
+	return filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-key.pem")
 }
 
 // RedisTLSArgs are redis-server arguments that serve TLS on tlsPort with
@@ -110,7 +134,7 @@ func writeCA(tb testing.TB, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
 	return ca, key
 }
 
-func writeLeaf(tb testing.TB, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) {
+func writeLeaf(tb testing.TB, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage, uris ...*url.URL) {
 	tb.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -121,6 +145,7 @@ func writeLeaf(tb testing.TB, dir, name string, ca *x509.Certificate, caKey *ecd
 		Subject:      pkix.Name{CommonName: name},
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		URIs:         uris,
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
