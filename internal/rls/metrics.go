@@ -23,6 +23,9 @@ const (
 	responseOverLimit = "over_limit"
 	responseInvalid   = "invalid_argument"
 	responseNoConfig  = "no_config"
+	// responseCallTooLarge: the call's hits added up to more than
+	// MaxCallHits; answered OVER_LIMIT where an enforced policy matched.
+	responseCallTooLarge = "call_too_large"
 )
 
 type metrics struct {
@@ -65,7 +68,7 @@ func newMetrics(fallbackActive func() float64) *metrics {
 	})
 	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "responses_total",
-		Help: "RLS answers by code: ok, over_limit, invalid_argument, no_config (UNAVAILABLE before any config loaded).",
+		Help: "RLS answers by code: ok, over_limit, invalid_argument, no_config (UNAVAILABLE before any config loaded), call_too_large (hits over the bound of one call: OVER_LIMIT, nothing counted).",
 	}, []string{"code"})
 	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "fallback_active",
