@@ -245,9 +245,9 @@ func (r *RateLimitServiceReconciler) recordEnforcement(policies []v1alpha1.RateL
 // serverState is what one ready RLS server reported: the policy revisions
 // it loaded, or why it could not be asked.
 type serverState struct {
-	addr     string
-	policies map[string]string
-	err      error
+	addr   string
+	loaded map[string]bool
+	err    error
 }
 
 // loaded asks every ready endpoint of the RLS Service what it loaded,
@@ -285,15 +285,15 @@ func (r *RateLimitServiceReconciler) loaded(ctx context.Context) ([]serverState,
 	for i, a := range addrs {
 		wg.Go(func() {
 			out[i] = serverState{addr: a}
-			out[i].policies, out[i].err = r.ask(ctx, a)
+			out[i].loaded, out[i].err = r.ask(ctx, a)
 		})
 	}
 	wg.Wait()
 	return out, nil
 }
 
-// ask gets one server's rlsconfig.Loaded.
-func (r *RateLimitServiceReconciler) ask(ctx context.Context, addr string) (map[string]string, error) {
+// ask gets the policy revisions one server loaded (rlsconfig.Loaded).
+func (r *RateLimitServiceReconciler) ask(ctx context.Context, addr string) (map[string]bool, error) {
 	c := r.HTTPClient
 	if c == nil {
 		c = &http.Client{Timeout: 2 * time.Second}
@@ -315,7 +315,7 @@ func (r *RateLimitServiceReconciler) ask(ctx context.Context, addr string) (map[
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&l); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", rlsconfig.LoadedPath, err)
 	}
-	return l.Policies, nil
+	return l.Revisions(), nil
 }
 
 // recheck is Recheck, or its default when unset.
@@ -395,7 +395,7 @@ func serversLoaded(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) rlsLoaded {
 		switch {
 		case s.err != nil:
 			out.unreachable = append(out.unreachable, s.addr+" ("+s.err.Error()+")")
-		case s.policies[rlsconfig.PolicyID(p.Namespace, p.Name)] == in.revision:
+		case s.loaded[in.revision]:
 			out.enforced++
 		default:
 			out.behind = append(out.behind, s.addr)

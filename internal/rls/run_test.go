@@ -72,7 +72,7 @@ func TestServeAndCheck(t *testing.T) {
 	_ = res.Body.Close()
 	data, _ := os.ReadFile(cfg)
 	parsed, _ := rlsconfig.Parse(data)
-	if err != nil || loaded.Revision != rlsconfig.Revision(data) || loaded.Policies["rls/t/per-ip"] != rlsconfig.PolicyRevisions(parsed)["rls/t/per-ip"] {
+	if err != nil || loaded.Revision != rlsconfig.Revision(data) || !loaded.Revisions()[rlsconfig.PolicyRevisions(parsed)["rls/t/per-ip"]] {
 		t.Fatalf("%s: %+v, %v", rlsconfig.LoadedPath, loaded, err)
 	}
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
@@ -205,5 +205,50 @@ func TestConnectionBounds(t *testing.T) {
 				t.Errorf("closed after %v, before the bound %v", took, tc.bound)
 			}
 		})
+	}
+}
+
+// TestLoadedLeaksNothing (issue 22): the admin port's LoadedPath reports
+// the revisions the controller compares, and no namespace, policy name,
+// domain or descriptor: anyone on the pod network may reach the port.
+// Before, it listed every policy by "rls/<namespace>/<name>".
+func TestLoadedLeaksNothing(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	a := pol("login-limit", 5, time.Minute, entry("generic_key", "secret-route"), entry("x-api-key"))
+	a.Namespace, a.ID, a.Domain = "payments", rlsconfig.PolicyID("payments", "login-limit"), "internal-billing"
+	b := pol("per-ip", 5, time.Minute, entry("remote_address"))
+	cfg := writeConfig(t, a, b)
+	s := loadedServer(t, r.Addr, cfg)
+	grpcLn, adminLn := listenLoopback(t), listenLoopback(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Serve(ctx, grpcLn, adminLn, 0, time.Second); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	res, err := http.Get("http://" + adminLn.Addr().String() + rlsconfig.LoadedPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"payments", "login-limit", "internal-billing", "secret-route", "x-api-key", "generic_key", "per-ip", "remote_address", "edge", "rls/"} {
+		if strings.Contains(string(body), secret) {
+			t.Errorf("%s reveals %q: %s", rlsconfig.LoadedPath, secret, body)
+		}
+	}
+	var loaded rlsconfig.Loaded
+	if err := json.Unmarshal(body, &loaded); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(cfg)
+	parsed, _ := rlsconfig.Parse(data)
+	for id, rev := range rlsconfig.PolicyRevisions(parsed) {
+		if !loaded.Revisions()[rev] {
+			t.Errorf("%s: revision %s of %s missing: %s", rlsconfig.LoadedPath, rev, id, body)
+		}
 	}
 }
