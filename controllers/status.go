@@ -60,9 +60,13 @@ func (p *problem) Reason() string { return p.reason }
 func (p *problem) Message() string { return p.message }
 
 // notAcceptedProblem is the problem of a policy the renderer left out of the
-// configuration: err is a *render.InvalidPolicyError or a
-// *render.ConfigTooLargeError (possibly wrapped).
+// configuration: err is a *render.InvalidPolicyError, a
+// *render.ConfigTooLargeError or a *render.DomainNotAllowedError (possibly
+// wrapped).
 func notAcceptedProblem(err error) *problem {
+	if notAllowed, ok := errors.AsType[*render.DomainNotAllowedError](err); ok {
+		return &problem{v1alpha1.ReasonDomainNotAllowed, "not published: " + notAllowed.Error()}
+	}
 	if tooLarge, ok := errors.AsType[*render.ConfigTooLargeError](err); ok {
 		return &problem{v1alpha1.ReasonConfigTooLarge, "not published: " + tooLarge.Error() +
 			"; make room by deleting or shrinking policies of this namespace (fewer or shorter pathPrefixes, smaller selectors)"}
