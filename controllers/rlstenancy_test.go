@@ -190,3 +190,54 @@ func TestRLSDomainOwnership(t *testing.T) {
 		}
 	}
 }
+
+// rlsTestMaxBytes is the suite's budget for the rate limit service's
+// document: about 75 policies of newRLSPolicy.
+const rlsTestMaxBytes = 30_000
+
+// TestRLSFloodKeepsOthers (issue 22): one namespace that creates policies
+// for the rate limit service until the shared document is full pushes out
+// neither another namespace's policy nor its later ones; the flood's own
+// newest policies get ConfigTooLarge, with the shares in the message.
+// Before, the flood's older policies took the budget and the other
+// namespace's later policy got ConfigTooLarge.
+func TestRLSFloodKeepsOthers(t *testing.T) {
+	ctx := context.Background()
+	victim, flood := newNamespace(t), newNamespace(t)
+	before := newRLSPolicy(victim, "before")
+	create(t, before)
+	eventually(t, "the victim's first policy", acceptedIs(before, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "", true))
+
+	var flooded []*v1alpha1.RateLimitPolicy
+	for i := range 100 {
+		p := newRLSPolicy(flood, fmt.Sprintf("flood-%03d", i))
+		create(t, p)
+		flooded = append(flooded, p)
+	}
+	t.Cleanup(func() {
+		for _, p := range flooded {
+			_ = k.Delete(context.Background(), p)
+		}
+	})
+	last := flooded[len(flooded)-1]
+	eventually(t, "the flood overflows its share", acceptedIs(last, metav1.ConditionFalse, v1alpha1.ReasonConfigTooLarge, "shared by the", true))
+
+	after := newRLSPolicy(victim, "after")
+	create(t, after)
+	eventually(t, "the victim's later policy", acceptedIs(after, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "", true))
+	if err := acceptedIs(before, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "", true)(); err != nil {
+		t.Error(err)
+	}
+	ids, _, err := rlsPolicyIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(ids, rlsconfig.PolicyID(victim, "before")) || !slices.Contains(ids, rlsconfig.PolicyID(victim, "after")) {
+		t.Errorf("the victim's policies are not in the document: %d policies", len(ids))
+	}
+	for _, p := range []*v1alpha1.RateLimitPolicy{before, after} {
+		if err := k.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

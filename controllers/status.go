@@ -68,8 +68,11 @@ func notAcceptedProblem(err error) *problem {
 		return &problem{v1alpha1.ReasonDomainNotAllowed, "not published: " + notAllowed.Error()}
 	}
 	if tooLarge, ok := errors.AsType[*render.ConfigTooLargeError](err); ok {
-		return &problem{v1alpha1.ReasonConfigTooLarge, "not published: " + tooLarge.Error() +
-			"; make room by deleting or shrinking policies of this namespace (fewer or shorter pathPrefixes, smaller selectors)"}
+		hint := "; make room by deleting or shrinking policies of this namespace (fewer or shorter pathPrefixes, smaller selectors)"
+		if tooLarge.RateLimitService {
+			hint = "; make room by deleting or shrinking this namespace's policies for the rate limit service (fewer descriptor entries, shorter keys and values)"
+		}
+		return &problem{v1alpha1.ReasonConfigTooLarge, "not published: " + tooLarge.Error() + hint}
 	}
 	return &problem{v1alpha1.ReasonInvalid, "the spec cannot be enforced: " + err.Error()}
 }
