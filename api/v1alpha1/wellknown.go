@@ -193,4 +193,12 @@ const (
 	// namespace's, or one nobody claimed while unclaimed domains are
 	// closed); it is left out of the rate limit service's configuration.
 	ReasonDomainNotAllowed = "DomainNotAllowed"
+	// RLSClientNamespaceLabel, "true" on a Namespace, lets its pods reach
+	// the rate limit service's gRPC port through the NetworkPolicy that
+	// config/components/rls installs: the platform team sets it on the
+	// gateways' namespaces.
+	RLSClientNamespaceLabel = "ratelimit.slidegate.dev/rls-client"
+	// RLSMetricsNamespaceLabel, "true" on a Namespace, lets its pods
+	// (Prometheus) reach the rate limit service's admin port (/metrics).
+	RLSMetricsNamespaceLabel = "ratelimit.slidegate.dev/rls-metrics"
 )
