@@ -447,7 +447,7 @@ func rlsDesiredStatus(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) v1alpha1.R
 	}
 	c.set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
 		"the configuration is published in ConfigMap "+cm+" for the rate limit service")
-	loaded := serversLoaded(p, in)
+	loaded := serversLoaded(in)
 	st.EnforcedPods = loaded.enforced
 	if prob := loaded.problem(in); prob != nil {
 		c.failed(v1alpha1.ConditionEnforced, prob)
@@ -466,8 +466,9 @@ type rlsLoaded struct {
 	behind, unreachable []string
 }
 
-// serversLoaded sorts in.servers by whether they loaded p at in.revision.
-func serversLoaded(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) rlsLoaded {
+// serversLoaded sorts in.servers by whether they loaded the policy's
+// revision, in.revision.
+func serversLoaded(in rlsStatusInput) rlsLoaded {
 	var out rlsLoaded
 	for _, s := range in.servers {
 		switch {

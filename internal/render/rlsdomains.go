@@ -43,12 +43,13 @@ import (
 type UnclaimedDomains string
 
 const (
-	// UnclaimedAllow: any namespace may use it, as before domains could be
+	// UnclaimedAllow lets any namespace use it, as before domains could be
 	// claimed (the default, and what an install without the ConfigMap
 	// gets); such policies are counted (slidegate_rls_unclaimed_domain_policies)
 	// and their Accepted message says the domain is open.
 	UnclaimedAllow UnclaimedDomains = "Allow"
-	// UnclaimedDeny: no namespace may; every domain in use must be listed.
+	// UnclaimedDeny lets no namespace use it: every domain in use must be
+	// listed.
 	UnclaimedDeny UnclaimedDomains = "Deny"
 )
 
