@@ -15,7 +15,6 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/render"
-	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
 // TestArgoCDHealth runs the shipped Argo CD health check
@@ -44,9 +43,8 @@ func TestArgoCDHealth(t *testing.T) {
 		p.Status = rlsDesiredStatus(p, in)
 		return p
 	}
-	id := rlsconfig.PolicyID("shop", "login")
 	loaded := func(rev string) serverState {
-		return serverState{addr: "10.0.0.1:8082", policies: map[string]string{id: rev}}
+		return serverState{addr: "10.0.0.1:8082", loaded: map[string]bool{rev: true}}
 	}
 	specChanged := reconciled(ok)
 	specChanged.Generation = 2

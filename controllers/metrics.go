@@ -50,6 +50,11 @@ var (
 		Help: "RateLimitPolicies per namespace whose Enforced condition is False, by its reason (NotAccepted, NoPodsSelected, PartiallyEnforced, ServiceBypassesSidecar, NoRateLimitService) and target (sidecar: policies with targetSelector; rate-limit-service: policies with rateLimitService).",
 	}, []string{"namespace", "reason", "target"})
 
+	unclaimedDomainPoliciesGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "slidegate_rls_unclaimed_domain_policies",
+		Help: "Accepted policies for the rate limit service on a domain that no namespace claims in ConfigMap slidegate-rls-domains, so that policies of any namespace may limit that domain.",
+	})
+
 	writesCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "slidegate_controller_writes_total",
 		Help: "API writes by the RateLimitPolicy controller, by resource and operation; flat when nothing changes.",
@@ -58,6 +63,7 @@ var (
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(policiesGauge, rejectedPoliciesGauge, unprotectedPodsGauge, notEnforcedGauge, writesCounter,
+		unclaimedDomainPoliciesGauge,
 		buildinfo.Collector("manager"))
 }
 

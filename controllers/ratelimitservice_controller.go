@@ -31,6 +31,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -100,12 +101,20 @@ type RateLimitServiceReconciler struct {
 	// (the ConfigMap, the EndpointSlices): a cache of its own, scoped to
 	// them, set up by SetupWithManager; nil: Client.
 	local client.Reader
+	// domains reads the platform team's ConfigMap of domain owners
+	// (v1alpha1.RLSDomainsConfigMapName): a cache of that one object; nil:
+	// Client.
+	domains client.Reader
+	// maxBytes is the budget of the document (0: render.DefaultMaxBytes);
+	// tests make it small.
+	maxBytes int
 	// recorded are the namespaces whose not-enforced counts were last
 	// recorded (one reconcile at a time: no lock).
 	recorded map[string]bool
 }
 
 // +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=list;watch;patch;delete,resourceNames=slidegate-rls-config
+// +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=list;watch,resourceNames=slidegate-rls-domains
 // +kubebuilder:rbac:groups=discovery.k8s.io,namespace=system,resources=endpointslices,verbs=list;watch
 
 // rlsRequest is the one request of this controller: its document is one.
@@ -113,9 +122,10 @@ var rlsRequest = reconcile.Request{NamespacedName: types.NamespacedName{Name: "r
 
 // Reconcile brings the rate limit service's ConfigMap and the status of the
 // cluster's policies for it to their desired state in phases: gather the
-// policies (none: remove the ConfigMap) → render the document → apply the
-// ConfigMap → ask the servers what they loaded → compute each policy's
-// status → write the statuses that changed → record metrics.
+// policies (none: remove the ConfigMap) and the domain owners → render the
+// document → apply the ConfigMap → ask the servers what they loaded →
+// compute each policy's status → write the statuses that changed → record
+// metrics.
 func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	policies, err := livePolicies(ctx, r.Client, true)
 	if err != nil {
@@ -125,10 +135,18 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	if len(policies) == 0 {
 		recordRLSEnforcement(nil, r.recorded)
 		r.recorded = nil
+		unclaimedDomainPoliciesGauge.Set(0)
 		return ctrl.Result{}, deleteManaged(ctx, r.Client, r.reader(), key, &corev1.ConfigMap{}, "configmap", "no policy for the rate limit service is left")
 	}
+	owners, err := r.domainOwners(ctx)
+	if err != nil {
+		// Nothing changes until the platform team fixes its list: a
+		// document rendered without it would either open every domain or
+		// drop every policy.
+		return ctrl.Result{}, err
+	}
 
-	desired, err := renderRLS(policies)
+	desired, err := renderRLS(policies, owners, r.maxBytes)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -148,6 +166,7 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 		p := &policies[i]
 		want[i] = rlsDesiredStatus(p, rlsStatusInput{
 			notAccepted: desired.notAccepted[client.ObjectKeyFromObject(p)],
+			unclaimed:   desired.unclaimed[client.ObjectKeyFromObject(p)],
 			revision:    desired.revisions[rlsconfig.PolicyID(p.Namespace, p.Name)],
 			servers:     servers,
 			namespace:   r.Namespace,
@@ -160,7 +179,9 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	}
 
 	r.recordEnforcement(policies)
-	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(policies), "rejected", len(desired.notAccepted), "revision", desired.revision, "servers", len(servers))
+	unclaimedDomainPoliciesGauge.Set(float64(len(desired.unclaimed)))
+	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(policies), "rejected", len(desired.notAccepted),
+		"unclaimedDomainPolicies", len(desired.unclaimed), "revision", desired.revision, "servers", len(servers))
 	return r.requeue(conflicted, want), nil
 }
 
@@ -195,26 +216,42 @@ type rlsRender struct {
 	revisions map[string]string
 	// notAccepted holds why each policy left out of data is.
 	notAccepted map[types.NamespacedName]*problem
+	// unclaimed holds the accepted policies on a domain that no namespace
+	// claimed (open to all).
+	unclaimed map[types.NamespacedName]bool
 }
 
 // renderRLS renders the cluster's policies for the rate limit service: the
-// valid policies that fit; the others are left out and reported.
-func renderRLS(policies []v1alpha1.RateLimitPolicy) (rlsRender, error) {
-	out := rlsRender{notAccepted: map[types.NamespacedName]*problem{}}
+// valid policies on domains their namespace may use (owners; nil: all)
+// that fit within maxBytes (0: the default); the others are left out and
+// reported.
+func renderRLS(policies []v1alpha1.RateLimitPolicy, owners *render.DomainOwners, maxBytes int) (rlsRender, error) {
+	out := rlsRender{notAccepted: map[types.NamespacedName]*problem{}, unclaimed: map[types.NamespacedName]bool{}}
 	var valid []v1alpha1.RateLimitPolicy
 	for i := range policies {
-		if _, err := render.RLSPolicy(&policies[i]); err != nil {
-			out.notAccepted[client.ObjectKeyFromObject(&policies[i])] = notAcceptedProblem(err)
+		p := &policies[i]
+		if _, err := render.RLSPolicy(p); err != nil {
+			out.notAccepted[client.ObjectKeyFromObject(p)] = notAcceptedProblem(err)
 			continue
 		}
-		valid = append(valid, policies[i])
+		unclaimed, err := owners.Check(p.Namespace, p.Name, p.Spec.RateLimitService.Domain)
+		if err != nil {
+			out.notAccepted[client.ObjectKeyFromObject(p)] = notAcceptedProblem(err)
+			continue
+		}
+		if unclaimed {
+			out.unclaimed[client.ObjectKeyFromObject(p)] = true
+		}
+		valid = append(valid, *p)
 	}
-	fit, tooLarge, err := render.FitRLS(valid, 0)
+	fit, tooLarge, err := render.FitRLS(valid, maxBytes)
 	if err != nil {
 		return out, err
 	}
 	for _, e := range tooLarge {
-		out.notAccepted[types.NamespacedName{Namespace: e.Namespace, Name: e.Name}] = notAcceptedProblem(e)
+		k := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
+		out.notAccepted[k] = notAcceptedProblem(e)
+		delete(out.unclaimed, k)
 	}
 	cfg, err := render.RLS(fit)
 	if err != nil {
@@ -245,9 +282,9 @@ func (r *RateLimitServiceReconciler) recordEnforcement(policies []v1alpha1.RateL
 // serverState is what one ready RLS server reported: the policy revisions
 // it loaded, or why it could not be asked.
 type serverState struct {
-	addr     string
-	policies map[string]string
-	err      error
+	addr   string
+	loaded map[string]bool
+	err    error
 }
 
 // loaded asks every ready endpoint of the RLS Service what it loaded,
@@ -285,15 +322,15 @@ func (r *RateLimitServiceReconciler) loaded(ctx context.Context) ([]serverState,
 	for i, a := range addrs {
 		wg.Go(func() {
 			out[i] = serverState{addr: a}
-			out[i].policies, out[i].err = r.ask(ctx, a)
+			out[i].loaded, out[i].err = r.ask(ctx, a)
 		})
 	}
 	wg.Wait()
 	return out, nil
 }
 
-// ask gets one server's rlsconfig.Loaded.
-func (r *RateLimitServiceReconciler) ask(ctx context.Context, addr string) (map[string]string, error) {
+// ask gets the policy revisions one server loaded (rlsconfig.Loaded).
+func (r *RateLimitServiceReconciler) ask(ctx context.Context, addr string) (map[string]bool, error) {
 	c := r.HTTPClient
 	if c == nil {
 		c = &http.Client{Timeout: 2 * time.Second}
@@ -315,7 +352,7 @@ func (r *RateLimitServiceReconciler) ask(ctx context.Context, addr string) (map[
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&l); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", rlsconfig.LoadedPath, err)
 	}
-	return l.Policies, nil
+	return l.Revisions(), nil
 }
 
 // recheck is Recheck, or its default when unset.
@@ -334,6 +371,40 @@ func (r *RateLimitServiceReconciler) serviceName() string {
 	return DefaultRLSServiceName
 }
 
+// domainOwners reads the platform team's list of domain owners: nil (every
+// domain open) without the ConfigMap. An invalid list is an error that no
+// retry fixes (the ConfigMap's change brings the next reconcile), reported
+// as a Warning event on the ConfigMap.
+func (r *RateLimitServiceReconciler) domainOwners(ctx context.Context) (*render.DomainOwners, error) {
+	rd := r.domains
+	if rd == nil {
+		rd = r.Client
+	}
+	var cm corev1.ConfigMap
+	err := rd.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: v1alpha1.RLSDomainsConfigMapName}, &cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, v1alpha1.RLSDomainsConfigMapName, err)
+	}
+	data, ok := cm.Data[v1alpha1.RLSDomainsKey]
+	if !ok {
+		err = fmt.Errorf("no key %s", v1alpha1.RLSDomainsKey)
+	} else {
+		var owners *render.DomainOwners
+		if owners, err = render.ParseDomainOwners([]byte(data)); err == nil {
+			return owners, nil
+		}
+	}
+	err = fmt.Errorf("ConfigMap %s/%s: %w; the rate limit service's configuration and the policies' statuses stay as they are until it is fixed",
+		r.Namespace, v1alpha1.RLSDomainsConfigMapName, err)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(&cm, nil, corev1.EventTypeWarning, "InvalidDomainOwners", "Reconcile", "%s", truncateNote(err.Error()))
+	}
+	return nil, reconcile.TerminalError(err)
+}
+
 // reader reads the objects of Namespace: the controller's own cache once
 // SetupWithManager ran, else (a reconciler driven by hand) the client.
 func (r *RateLimitServiceReconciler) reader() client.Reader {
@@ -347,8 +418,10 @@ func (r *RateLimitServiceReconciler) reader() client.Reader {
 // rate limit service.
 type rlsStatusInput struct {
 	notAccepted *problem // as statusInput's
-	revision    string   // the policy's revision in the document
-	servers     []serverState
+	// unclaimed: its domain is claimed by no namespace (open to all).
+	unclaimed bool
+	revision  string // the policy's revision in the document
+	servers   []serverState
 	// namespace and service locate the RLS servers, for the messages.
 	namespace, service string
 }
@@ -367,9 +440,14 @@ func rlsDesiredStatus(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) v1alpha1.R
 	st.MatchedPods = int32(len(in.servers))
 	cm := in.namespace + "/" + rlsconfig.ConfigMapName
 	c.accepted(in.revision, cm)
+	if in.unclaimed {
+		c.set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, fmt.Sprintf(
+			"rendered into ConfigMap %s; its domain %q is claimed by no namespace, so policies of any namespace may limit it too (ConfigMap %s/%s lists who may use which domain)",
+			cm, p.Spec.RateLimitService.Domain, in.namespace, v1alpha1.RLSDomainsConfigMapName))
+	}
 	c.set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
 		"the configuration is published in ConfigMap "+cm+" for the rate limit service")
-	loaded := serversLoaded(p, in)
+	loaded := serversLoaded(in)
 	st.EnforcedPods = loaded.enforced
 	if prob := loaded.problem(in); prob != nil {
 		c.failed(v1alpha1.ConditionEnforced, prob)
@@ -388,14 +466,15 @@ type rlsLoaded struct {
 	behind, unreachable []string
 }
 
-// serversLoaded sorts in.servers by whether they loaded p at in.revision.
-func serversLoaded(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) rlsLoaded {
+// serversLoaded sorts in.servers by whether they loaded the policy's
+// revision, in.revision.
+func serversLoaded(in rlsStatusInput) rlsLoaded {
 	var out rlsLoaded
 	for _, s := range in.servers {
 		switch {
 		case s.err != nil:
 			out.unreachable = append(out.unreachable, s.addr+" ("+s.err.Error()+")")
-		case s.policies[rlsconfig.PolicyID(p.Namespace, p.Name)] == in.revision:
+		case s.loaded[in.revision]:
 			out.enforced++
 		default:
 			out.behind = append(out.behind, s.addr)
@@ -456,6 +535,26 @@ func (r *RateLimitServiceReconciler) SetupWithManager(ctx context.Context, mgr c
 		return err
 	}
 	r.local = local
+	// The domain owners are a second ConfigMap, so a second cache: one
+	// cache selects a type's objects in a namespace by one field selector.
+	domains, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme:           mgr.GetScheme(),
+		Mapper:           mgr.GetRESTMapper(),
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{r.Namespace: {FieldSelector: nameSelector(v1alpha1.RLSDomainsConfigMapName)}}},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the cache of the domain owners' ConfigMap: %w", err)
+	}
+	if _, err := domains.GetInformer(ctx, &corev1.ConfigMap{}); err != nil {
+		return err
+	}
+	if err := mgr.Add(managerCache{domains}); err != nil {
+		return err
+	}
+	r.domains = domains
 	always := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{rlsRequest}
 	})
@@ -468,6 +567,8 @@ func (r *RateLimitServiceReconciler) SetupWithManager(ctx context.Context, mgr c
 		// EndpointSlices: servers coming, going, turning ready.
 		WatchesRawSource(source.Kind[client.Object](local, &corev1.ConfigMap{}, always)).
 		WatchesRawSource(source.Kind[client.Object](local, &discoveryv1.EndpointSlice{}, always)).
+		// The platform team's list of domain owners.
+		WatchesRawSource(source.Kind[client.Object](domains, &corev1.ConfigMap{}, always)).
 		Complete(r)
 }
 

@@ -60,12 +60,19 @@ func (p *problem) Reason() string { return p.reason }
 func (p *problem) Message() string { return p.message }
 
 // notAcceptedProblem is the problem of a policy the renderer left out of the
-// configuration: err is a *render.InvalidPolicyError or a
-// *render.ConfigTooLargeError (possibly wrapped).
+// configuration: err is a *render.InvalidPolicyError, a
+// *render.ConfigTooLargeError or a *render.DomainNotAllowedError (possibly
+// wrapped).
 func notAcceptedProblem(err error) *problem {
+	if notAllowed, ok := errors.AsType[*render.DomainNotAllowedError](err); ok {
+		return &problem{v1alpha1.ReasonDomainNotAllowed, "not published: " + notAllowed.Error()}
+	}
 	if tooLarge, ok := errors.AsType[*render.ConfigTooLargeError](err); ok {
-		return &problem{v1alpha1.ReasonConfigTooLarge, "not published: " + tooLarge.Error() +
-			"; make room by deleting or shrinking policies of this namespace (fewer or shorter pathPrefixes, smaller selectors)"}
+		hint := "; make room by deleting or shrinking policies of this namespace (fewer or shorter pathPrefixes, smaller selectors)"
+		if tooLarge.RateLimitService {
+			hint = "; make room by deleting or shrinking this namespace's policies for the rate limit service (fewer descriptor entries, shorter keys and values)"
+		}
+		return &problem{v1alpha1.ReasonConfigTooLarge, "not published: " + tooLarge.Error() + hint}
 	}
 	return &problem{v1alpha1.ReasonInvalid, "the spec cannot be enforced: " + err.Error()}
 }

@@ -41,7 +41,6 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/render"
-	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
 // cond is a condition as a table states it: its status, reason and exact
@@ -519,9 +518,8 @@ func TestUnprotectedWhy(t *testing.T) {
 }
 
 func TestRLSDesiredStatus(t *testing.T) {
-	id := rlsconfig.PolicyID("shop", "login")
 	server := func(addr, rev string) serverState {
-		return serverState{addr: addr, policies: map[string]string{id: rev}}
+		return serverState{addr: addr, loaded: map[string]bool{rev: true}}
 	}
 	down := serverState{addr: "10.0.0.9:8082", err: errors.New("connection refused")}
 	invalid := &render.InvalidPolicyError{Namespace: "shop", Name: "login", Err: errors.New("window 0s")}

@@ -169,6 +169,9 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		Namespace:  redisSecret.Namespace,
 		HTTPClient: &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: rlsTestDial}},
 		Recheck:    300 * time.Millisecond,
+		// Small, so that TestRLSFloodKeepsOthers fills it with a hundred
+		// policies rather than thousands.
+		maxBytes: rlsTestMaxBytes,
 	}
 	if err := rlsReconciler.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err

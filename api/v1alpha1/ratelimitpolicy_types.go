@@ -501,7 +501,10 @@ type RateLimitPolicyStatus struct {
 	// Accepted is False with reason Invalid for a spec the controller cannot
 	// render, or ConfigTooLarge when the namespace's policies together exceed
 	// what one ConfigMap holds and this one is left out, older policies
-	// taking precedence.
+	// taking precedence (for the rate limit service, whose one ConfigMap all
+	// namespaces share: when the namespace's policies exceed its share of
+	// it), or DomainNotAllowed for a policy for the rate limit service on a
+	// domain that its namespace may not use (docs/rls.md).
 	// Ready is False with reason RedisCredentialsUnavailable while the
 	// Secret named by the manager's --redis-secret-name is missing; after a
 	// minute Stalled is True too (kstatus: Failed), since only its owner can

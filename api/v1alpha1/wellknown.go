@@ -159,7 +159,8 @@ const (
 	ConditionReady = "Ready"
 	// ConditionAccepted is True when the spec is valid and rendered into the
 	// namespace's sidecar configuration; False with reason Invalid or
-	// ConfigTooLarge otherwise.
+	// ConfigTooLarge otherwise (or, for the rate limit service,
+	// DomainNotAllowed).
 	ConditionAccepted = "Accepted"
 	// ConditionEnforced is True when at least one pod is selected and every
 	// selected pod carries the sidecar. Its message counts them.
@@ -210,4 +211,30 @@ const (
 	// such pods still run in the namespace; the policy is held back until
 	// they are restarted.
 	ReasonSidecarsOutdated = "SidecarsOutdated"
+)
+
+// Tenancy of the rate limit service (issue 22): which namespaces may put
+// policies on which domain. Added after v0.2.0.
+const (
+	// RLSDomainsConfigMapName is the ConfigMap, in the manager's namespace,
+	// in which the platform team lists which namespaces may address which
+	// rate limit service domains, under the key RLSDomainsKey (format:
+	// docs/rls.md, "Who may use a domain"). Without it every domain is
+	// open to every namespace, as before it existed.
+	RLSDomainsConfigMapName = "slidegate-rls-domains"
+	// RLSDomainsKey is the key of RLSDomainsConfigMapName holding the list.
+	RLSDomainsKey = "domains.yaml"
+	// ReasonDomainNotAllowed (Accepted False): a policy for the rate limit
+	// service on a domain that its namespace may not use (another
+	// namespace's, or one nobody claimed while unclaimed domains are
+	// closed); it is left out of the rate limit service's configuration.
+	ReasonDomainNotAllowed = "DomainNotAllowed"
+	// RLSClientNamespaceLabel, "true" on a Namespace, lets its pods reach
+	// the rate limit service's gRPC port through the NetworkPolicy that
+	// config/components/rls installs: the platform team sets it on the
+	// gateways' namespaces.
+	RLSClientNamespaceLabel = "ratelimit.slidegate.dev/rls-client"
+	// RLSMetricsNamespaceLabel, "true" on a Namespace, lets its pods
+	// (Prometheus) reach the rate limit service's admin port (/metrics).
+	RLSMetricsNamespaceLabel = "ratelimit.slidegate.dev/rls-metrics"
 )

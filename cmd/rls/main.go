@@ -7,6 +7,7 @@
 //
 //	rls [flags]                 serve
 //	rls check -target host:port -domain d -descriptor k=v[,k=v] ...
+//	          [-tls -tls-ca-file ca.crt -tls-cert-file tls.crt -tls-key-file tls.key]
 //	                            send one request, print the answer
 package main
 
@@ -47,8 +48,11 @@ func serve(args []string) int {
 	fs := flag.NewFlagSet("rls", flag.ExitOnError)
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "gRPC address (RLS v3 and grpc.health.v1)")
 	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress, "HTTP address serving /metrics, /healthz and /readyz")
-	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "PEM certificate for the gRPC listener (with --tls-key-file; empty: plaintext)")
-	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "PEM key for the gRPC listener")
+	var clientNames string
+	fs.StringVar(&o.TLS.CertFile, "tls-cert-file", "", "PEM certificate for the gRPC listener (with --tls-key-file; empty: plaintext); read again when it changes")
+	fs.StringVar(&o.TLS.KeyFile, "tls-key-file", "", "PEM key for the gRPC listener")
+	fs.StringVar(&o.TLS.ClientCAFile, "tls-client-ca-file", "", "PEM CA that must have signed every caller's client certificate (mTLS; needs --tls-cert-file); read again when it changes")
+	fs.StringVar(&clientNames, "tls-client-names", "", "comma-separated URI or DNS SANs, one of which a caller's certificate must carry (e.g. the gateway's SPIFFE ID); empty: any certificate of the client CA")
 	fs.StringVar(&o.Server.ConfigFile, "config-file", o.Server.ConfigFile, "rendered RLS config (its directory is watched; missing: no policies)")
 	fs.DurationVar(&o.Server.ResyncInterval, "config-resync-interval", o.Server.ResyncInterval, "re-read the config this often even without a file event")
 	o.Redis.RegisterFlags(fs)
@@ -73,6 +77,15 @@ func serve(args []string) int {
 		return 2
 	}
 	o.Redis.ApplyEnvCredentials(os.LookupEnv)
+	if clientNames != "" {
+		o.TLS.ClientNames = strings.Split(clientNames, ",")
+	}
+	if err := o.TLS.Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(os.Stderr, "rls: %s\n", line)
+		}
+		return 2
+	}
 	level, err := cli.ParseLevel(logLevel)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rls: --log-level: %v\n", err)
@@ -111,6 +124,8 @@ func check(args []string) int {
 	fs.StringVar(&o.Target, "target", "127.0.0.1:8081", "RLS server host:port")
 	fs.BoolVar(&o.TLS, "tls", false, "dial with TLS")
 	fs.StringVar(&o.CAFile, "tls-ca-file", "", "PEM CA to verify the server with (default: system roots)")
+	fs.StringVar(&o.CertFile, "tls-cert-file", "", "PEM client certificate to present (a server with --tls-client-ca-file requires one)")
+	fs.StringVar(&o.KeyFile, "tls-key-file", "", "PEM key of -tls-cert-file")
 	fs.StringVar(&o.Domain, "domain", "", "rate limit domain (the gateway's)")
 	fs.Var((*descriptorsFlag)(&o.Descriptors), "descriptor", "one descriptor as key=value[,key=value]; repeat for several")
 	fs.UintVar(&hits, "hits", 0, "hits_addend (0: 1)")

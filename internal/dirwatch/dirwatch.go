@@ -9,6 +9,7 @@ package dirwatch
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -124,4 +125,17 @@ func (d *watch) note(ev fsnotify.Event) {
 	if d.log.Enabled(context.Background(), slog.LevelDebug) {
 		d.log.Debug("config directory event", "event", ev.String())
 	}
+}
+
+// Snapshot is the directory to read a mounted volume's files from, so that
+// they come from one version: the files of a Secret or ConfigMap volume are
+// links into its ..data directory, which the kubelet swaps atomically on an
+// update, so a certificate and its key read through the target of ..data
+// never come from two versions. A directory without ..data (not a
+// kubelet-managed volume) is itself.
+func Snapshot(dir string) string {
+	if snap, err := filepath.EvalSymlinks(filepath.Join(dir, "..data")); err == nil {
+		return snap
+	}
+	return dir
 }

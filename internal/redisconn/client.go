@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidegate/slidegate/internal/dirwatch"
 )
 
 // UniversalOptions builds go-redis options from c, with the settings the
@@ -132,13 +134,8 @@ func (c Config) tlsDirDialer(timeout time.Duration) func(ctx context.Context, ne
 
 func (c Config) tlsConfigFromDir() (*tls.Config, error) {
 	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.TLSServerName}
-	// A mounted Secret's files are links into ..data, which the kubelet
-	// swaps atomically on an update: read all three from one snapshot, so
-	// that a certificate and key never come from two versions.
-	dir := c.TLSDir
-	if snap, err := filepath.EvalSymlinks(filepath.Join(dir, "..data")); err == nil {
-		dir = snap
-	}
+	// All three from one version of the mounted Secret.
+	dir := dirwatch.Snapshot(c.TLSDir)
 	read := func(name string) ([]byte, bool, error) {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if errors.Is(err, fs.ErrNotExist) {

@@ -63,15 +63,24 @@ type ConfigTooLargeError struct {
 	// Ahead is the number of policies that fit before it.
 	Ahead int
 	// RateLimitService: the document is the rate limit service's (one for
-	// the cluster), not a namespace's sidecar configuration.
-	RateLimitService bool
+	// the cluster), not a namespace's sidecar configuration; the budget is
+	// shared by Namespaces namespaces (FitRLS), each guaranteed ShareBytes
+	// for its policies, of which the policy's own namespace keeps
+	// NamespaceBytes.
+	RateLimitService                       bool
+	Namespaces, ShareBytes, NamespaceBytes int
 }
 
 func (e *ConfigTooLargeError) Error() string {
-	doc, cm := "the sidecar configuration", sidecarconfig.ConfigMapName
 	if e.RateLimitService {
-		doc, cm = "the rate limit service's configuration (all such policies of the cluster)", rlsconfig.ConfigMapName
+		return fmt.Sprintf("policy %s/%s (%s bytes) does not fit in the rate limit service's configuration (ConfigMap %s, one for the cluster): "+
+			"its %s-byte budget is shared by the %d namespaces that have such policies, each guaranteed %s bytes for its policies; "+
+			"namespace %s's policies that come before it (created earlier, or at the same second and earlier by name) take %s bytes, "+
+			"and the room other namespaces leave is taken",
+			e.Namespace, e.Name, thousands(e.PolicyBytes), rlsconfig.ConfigMapName, thousands(e.MaxBytes), e.Namespaces,
+			thousands(e.ShareBytes), e.Namespace, thousands(e.NamespaceBytes))
 	}
+	doc, cm := "the sidecar configuration", sidecarconfig.ConfigMapName
 	return fmt.Sprintf("policy %s/%s (%s bytes) does not fit: with it %s would be %s bytes, "+
 		"over the %s-byte budget of ConfigMap %s (the API server refuses more than 1 MiB); the %d policies that come before it "+
 		"(created earlier, or at the same second and earlier by name) fill %s bytes",
@@ -101,7 +110,7 @@ func Fit(policies []v1alpha1.RateLimitPolicy, opts Options) (fit []v1alpha1.Rate
 	if err != nil {
 		return nil, nil, fmt.Errorf("render: %w", err)
 	}
-	return fitWithin(policies, len(empty), opts.MaxBytes, false, func(p *v1alpha1.RateLimitPolicy) (int, error) {
+	return fitWithin(policies, len(empty), opts.MaxBytes, func(p *v1alpha1.RateLimitPolicy) (int, error) {
 		if p.Namespace != opts.Namespace {
 			return 0, fmt.Errorf("policy %s/%s is not in namespace %q", p.Namespace, p.Name, opts.Namespace)
 		}
@@ -115,9 +124,9 @@ func Fit(policies []v1alpha1.RateLimitPolicy, opts Options) (fit []v1alpha1.Rate
 
 // fitWithin keeps, in order of precedence, the policies whose encodings
 // (cost) fit in a document of emptyBytes with no policy and a budget of
-// maxBytes (0: DefaultMaxBytes). Both documents, the sidecars' and the rate
-// limit service's, are encoded alike (a list of policies at depth 2).
-func fitWithin(policies []v1alpha1.RateLimitPolicy, emptyBytes, maxBytes int, rls bool,
+// maxBytes (0: DefaultMaxBytes). (The rate limit service's document is
+// encoded alike, a list of policies at depth 2, but shared: FitRLS.)
+func fitWithin(policies []v1alpha1.RateLimitPolicy, emptyBytes, maxBytes int,
 	cost func(*v1alpha1.RateLimitPolicy) (int, error)) (fit []v1alpha1.RateLimitPolicy, tooLarge []*ConfigTooLargeError, err error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBytes
@@ -143,7 +152,7 @@ func fitWithin(policies []v1alpha1.RateLimitPolicy, emptyBytes, maxBytes int, rl
 		if total+c > maxBytes {
 			tooLarge = append(tooLarge, &ConfigTooLargeError{
 				Namespace: p.Namespace, Name: p.Name,
-				PolicyBytes: c, TotalBytes: total + c, MaxBytes: maxBytes, Ahead: ahead, RateLimitService: rls,
+				PolicyBytes: c, TotalBytes: total + c, MaxBytes: maxBytes, Ahead: ahead,
 			})
 			continue
 		}

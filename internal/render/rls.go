@@ -102,20 +102,91 @@ func RLS(policies []v1alpha1.RateLimitPolicy) (*rlsconfig.Config, error) {
 }
 
 // FitRLS chooses the policies the rate limit service's document holds
-// within maxBytes (0: DefaultMaxBytes), in the same order of precedence as
-// Fit: the oldest first, so a new policy never pushes out an enforced one.
+// within maxBytes (0: DefaultMaxBytes). The document is one for the whole
+// cluster, so that no namespace can fill it for the others, the budget is
+// shared: each of the N namespaces that have such policies is guaranteed
+// 1/N of it. First, each namespace takes its own policies in order of
+// precedence (the oldest first, then by name, as Fit) while they fit in its
+// share; then the room the namespaces left goes to the remaining policies
+// in order of precedence across namespaces, as it all did before shares. A
+// namespace within its share therefore keeps every policy whatever the
+// others add; one above it keeps its share and whatever the others leave
+// (a namespace that comes later, or grows within its share, can take that
+// back). A policy left out at its turn never fits afterwards, so the
+// document holds as much as it can. What a policy costs depends on the
+// policy alone, so the same policies always give the same choice.
 func FitRLS(policies []v1alpha1.RateLimitPolicy, maxBytes int) (fit []v1alpha1.RateLimitPolicy, tooLarge []*ConfigTooLargeError, err error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	if len(policies) == 0 {
+		return nil, nil, nil
+	}
 	empty, err := rlsconfig.Marshal(&rlsconfig.Config{Version: rlsconfig.Version, Policies: []rlsconfig.Policy{}})
 	if err != nil {
 		return nil, nil, fmt.Errorf("render: %w", err)
 	}
-	return fitWithin(policies, len(empty), maxBytes, true, func(p *v1alpha1.RateLimitPolicy) (int, error) {
-		rp, err := RLSPolicy(p)
-		if err != nil {
-			return 0, err
+	cost := make([]int, len(policies))
+	var errs []error
+	for i := range policies {
+		rp, err := RLSPolicy(&policies[i])
+		if err == nil {
+			cost[i], err = encodedBytes(rp)
 		}
-		return encodedBytes(rp)
-	})
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, fmt.Errorf("render: %w", err)
+	}
+	order := make([]int, len(policies))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return precedence(&policies[a], &policies[b]) })
+	// The bytes all policies can take: the budget less the empty document
+	// and what a non-empty list adds.
+	room := maxBytes - len(empty) - listBytes
+	used := map[string]int{} // bytes kept, by namespace: every one with policies
+	for i := range policies {
+		used[policies[i].Namespace] = 0
+	}
+	share := max(room, 0) / len(used)
+
+	keep := make([]bool, len(policies))
+	for _, i := range order { // each namespace within its share
+		ns := policies[i].Namespace
+		if used[ns]+cost[i] <= share {
+			used[ns] += cost[i]
+			keep[i] = true
+		}
+	}
+	total := 0
+	for _, b := range used {
+		total += b
+	}
+	for _, i := range order { // what the shares left, by precedence
+		if keep[i] {
+			continue
+		}
+		p := &policies[i]
+		if total+cost[i] <= room {
+			total += cost[i]
+			used[p.Namespace] += cost[i]
+			keep[i] = true
+			continue
+		}
+		tooLarge = append(tooLarge, &ConfigTooLargeError{
+			Namespace: p.Namespace, Name: p.Name,
+			PolicyBytes: cost[i], TotalBytes: len(empty) + listBytes + total + cost[i], MaxBytes: maxBytes,
+			RateLimitService: true, Namespaces: len(used), ShareBytes: share, NamespaceBytes: used[p.Namespace],
+		})
+	}
+	for i := range policies {
+		if keep[i] {
+			fit = append(fit, policies[i])
+		}
+	}
+	return fit, tooLarge, nil
 }
 
 // EncodeRLS returns the canonical bytes of the rate limit service's

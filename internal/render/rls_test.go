@@ -19,6 +19,7 @@ package render_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +176,138 @@ func TestFitRLS(t *testing.T) {
 	// The exact budget keeps all ten.
 	if fit, tooLarge, _ := render.FitRLS(ps, len(full)); len(fit) != 10 || len(tooLarge) != 0 {
 		t.Errorf("at the exact size: fit %d, left out %d", len(fit), len(tooLarge))
+	}
+}
+
+// rlsSize is the encoded size of the rate limit service's document with
+// the policies ps.
+func rlsSize(t *testing.T, ps ...v1alpha1.RateLimitPolicy) int {
+	t.Helper()
+	cfg, err := render.RLS(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, err := render.EncodeRLS(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(data)
+}
+
+// TestFitRLSShares (issue 22): the cluster-wide document is shared, each
+// namespace with policies guaranteed an equal share of its budget, the
+// room left over going by precedence as before. One namespace that floods
+// the document pushes out no other namespace's policy that fits in its
+// share, however new; alone, a namespace has the whole budget. Before, the
+// flood's older policies took the budget and every later policy of other
+// namespaces got ConfigTooLarge.
+func TestFitRLSShares(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	at := func(ns, name string, second int) v1alpha1.RateLimitPolicy {
+		p := rlsPolicy(ns, name)
+		p.CreationTimestamp = metav1.NewTime(now.Add(time.Duration(second) * time.Second))
+		return p
+	}
+	many := func(ns string, n, from int) []v1alpha1.RateLimitPolicy {
+		var ps []v1alpha1.RateLimitPolicy
+		for i := range n {
+			ps = append(ps, at(ns, fmt.Sprintf("p%02d", i), from+i))
+		}
+		return ps
+	}
+	// Every policy below has the same size: namespaces and names of one
+	// length.
+	flood, victim := many("flood", 40, 0), many("fence", 3, 100)
+	twenty := rlsSize(t, flood[:20]...)
+	tests := []struct {
+		name     string
+		policies []v1alpha1.RateLimitPolicy
+		maxBytes int
+		// kept per namespace
+		want map[string]int
+	}{
+		{"a flood, then another namespace's policy", append(append([]v1alpha1.RateLimitPolicy{}, flood...), victim[0]), twenty,
+			map[string]int{"flood": 19, "fence": 1}},
+		{"a flood, then three policies of another namespace", append(append([]v1alpha1.RateLimitPolicy{}, flood...), victim...), twenty,
+			map[string]int{"flood": 17, "fence": 3}},
+		{"alone: the whole budget, oldest first", flood, twenty, map[string]int{"flood": 20}},
+		// 21 policies' room, 7 each: the small namespace uses 1, and its 6
+		// go to the older of the two big ones.
+		{"three namespaces: the small one's room goes to the older big one", append(append(many("bigol", 20, 0), many("bignw", 20, 50)...), at("small", "p00", 200)),
+			rlsSize(t, flood[:21]...), map[string]int{"bigol": 13, "bignw": 7, "small": 1}},
+		{"all fit", append(many("a", 3, 0), many("b", 3, 0)...), 0, map[string]int{"a": 3, "b": 3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fit, tooLarge, err := render.FitRLS(tc.policies, tc.maxBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int{}
+			for _, p := range fit {
+				got[p.Namespace]++
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("kept per namespace (-want +got):\n%s", diff)
+			}
+			budget := tc.maxBytes
+			if budget == 0 {
+				budget = render.DefaultMaxBytes
+			}
+			if size := rlsSize(t, fit...); size > budget {
+				t.Errorf("the document is %d bytes, over %d", size, budget)
+			}
+			for _, e := range tooLarge {
+				if e.Namespaces != len(tc.want) || !strings.Contains(e.Error(), "shared by the") {
+					t.Errorf("left out: %v", e)
+				}
+			}
+		})
+	}
+}
+
+// TestFitRLSMaximal: whatever the mix of namespaces, ages and sizes, the
+// document stays within the budget and no policy left out would fit in
+// what remains; each namespace within its share keeps all its policies.
+func TestFitRLSMaximal(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		var ps []v1alpha1.RateLimitPolicy
+		for i := range 1 + rng.IntN(30) {
+			entries := 1 + rng.IntN(8)
+			p := rlsPolicy(fmt.Sprintf("ns%d", rng.IntN(4)), fmt.Sprintf("p%d", i), func(s *v1alpha1.RateLimitPolicySpec) {
+				s.RateLimitService.Descriptor = nil
+				for j := range entries {
+					s.RateLimitService.Descriptor = append(s.RateLimitService.Descriptor,
+						v1alpha1.DescriptorEntry{Key: fmt.Sprintf("k%d", j), Value: strings.Repeat("v", rng.IntN(200))})
+				}
+			})
+			p.CreationTimestamp = metav1.NewTime(now.Add(time.Duration(rng.IntN(20)) * time.Second))
+			ps = append(ps, p)
+		}
+		budget := rlsSize(t) + rng.IntN(rlsSize(t, ps...))
+		fit, tooLarge, err := render.FitRLS(ps, budget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := rlsSize(t, fit...)
+		if size > budget || len(fit)+len(tooLarge) != len(ps) {
+			t.Fatalf("round %d: %d kept in %d bytes of %d, %d left out of %d", round, len(fit), size, budget, len(tooLarge), len(ps))
+		}
+		for _, e := range tooLarge {
+			var p v1alpha1.RateLimitPolicy
+			for _, q := range ps {
+				if q.Namespace == e.Namespace && q.Name == e.Name {
+					p = q
+				}
+			}
+			if with := rlsSize(t, append(append([]v1alpha1.RateLimitPolicy{}, fit...), p)...); with <= budget {
+				t.Fatalf("round %d: %s/%s left out, yet the document with it is %d bytes of %d", round, e.Namespace, e.Name, with, budget)
+			}
+			if e.NamespaceBytes+e.PolicyBytes <= e.ShareBytes {
+				t.Fatalf("round %d: %s/%s left out within its namespace's share: %d + %d of %d", round, e.Namespace, e.Name, e.NamespaceBytes, e.PolicyBytes, e.ShareBytes)
+			}
+		}
 	}
 }

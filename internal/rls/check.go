@@ -22,10 +22,13 @@ import (
 // (`rls check`): what a gateway would send, without a gateway or grpcurl.
 type CheckOptions struct {
 	Target string // host:port of the RLS server
-	// TLS dials with TLS, verified against CAFile (default: system roots).
-	TLS    bool
-	CAFile string
-	Domain string
+	// TLS dials with TLS, verified against CAFile (default: system roots);
+	// CertFile and KeyFile present a client certificate, for a server
+	// that authenticates its callers (--tls-client-ca-file).
+	TLS               bool
+	CAFile            string
+	CertFile, KeyFile string
+	Domain            string
 	// Descriptors, one per element, each "key=value,key=value".
 	Descriptors []string
 	Hits        uint32
@@ -70,6 +73,13 @@ func Check(ctx context.Context, o CheckOptions, w io.Writer) (*rlsv3.RateLimitRe
 			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
 				return nil, fmt.Errorf("%s holds no PEM certificate", o.CAFile)
 			}
+		}
+		if o.CertFile != "" || o.KeyFile != "" {
+			pair, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("client certificate: %w", err)
+			}
+			cfg.Certificates = []tls.Certificate{pair}
 		}
 		creds = credentials.NewTLS(cfg)
 	}

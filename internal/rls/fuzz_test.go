@@ -15,7 +15,7 @@ import (
 // FuzzRequestKey fuzzes the request→key path: validation, matching and the
 // client key, with no Redis. A request is either refused by validate or
 // yields bounded client keys; distinct value tuples never share a key (the
-// join is unambiguous), and hits stay within MaxHits.
+// join is unambiguous), and the hits of a call stay within MaxCallHits.
 //
 //	go test -fuzz FuzzRequestKey ./internal/rls
 func FuzzRequestKey(f *testing.F) {
@@ -41,16 +41,15 @@ func FuzzRequestKey(f *testing.F) {
 		if validate(req) != nil {
 			return
 		}
-		reqs, pols, descs, err := s.gather(ix, req)
-		if err != nil {
-			return
+		reqs, pols, descs, tooLarge := s.gather(ix, req)
+		if len(descs) != 2 || len(reqs) != len(pols) || tooLarge && len(reqs) > 0 {
+			t.Fatalf("%d statuses, %d requests, %d policies, too large %v", len(descs), len(reqs), len(pols), tooLarge)
 		}
-		if len(descs) != 2 || len(reqs) != len(pols) {
-			t.Fatalf("%d statuses, %d requests, %d policies", len(descs), len(reqs), len(pols))
-		}
+		var total int64
 		for _, r := range reqs {
-			if r.Hits < 1 || r.Hits > MaxHits {
-				t.Fatalf("hits %d", r.Hits)
+			total += r.Hits
+			if r.Hits < 1 || r.Hits > MaxHits || total > MaxCallHits {
+				t.Fatalf("hits %d, %d in all", r.Hits, total)
 			}
 			if r.Client != clientGlobal && (!strings.HasPrefix(r.Client, clientPrefix) || len(r.Client) != len(clientPrefix)+22) {
 				t.Fatalf("client key %q", r.Client)

@@ -23,6 +23,9 @@ const (
 	responseOverLimit = "over_limit"
 	responseInvalid   = "invalid_argument"
 	responseNoConfig  = "no_config"
+	// responseCallTooLarge: the call's hits added up to more than
+	// MaxCallHits; answered OVER_LIMIT where an enforced policy matched.
+	responseCallTooLarge = "call_too_large"
 )
 
 type metrics struct {
@@ -37,6 +40,8 @@ type metrics struct {
 	lastReloadOK    prometheus.Gauge
 	policies        prometheus.Gauge
 	peers           prometheus.Gauge
+	// handshakeFailures counts refused TLS handshakes (TLSCreds).
+	handshakeFailures prometheus.Counter
 }
 
 // newMetrics registers the RLS server's metrics: the sidecar's names under
@@ -63,7 +68,7 @@ func newMetrics(fallbackActive func() float64) *metrics {
 	})
 	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "responses_total",
-		Help: "RLS answers by code: ok, over_limit, invalid_argument, no_config (UNAVAILABLE before any config loaded).",
+		Help: "RLS answers by code: ok, over_limit, invalid_argument, no_config (UNAVAILABLE before any config loaded), call_too_large (hits over the bound of one call: OVER_LIMIT, nothing counted).",
 	}, []string{"code"})
 	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "fallback_active",
@@ -85,8 +90,12 @@ func newMetrics(fallbackActive func() float64) *metrics {
 		Namespace: ns, Subsystem: sub, Name: "peers",
 		Help: "RLS replicas counted through Redis (the fail-open share's divisor).",
 	})
+	m.handshakeFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "tls_handshake_failures_total",
+		Help: "Connections to the TLS gRPC listener whose handshake failed: no client certificate, one the client CA did not sign or whose name is not allowed, plaintext, or a dropped connection.",
+	})
 	m.reg.MustRegister(m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
-		fallback, m.reloads, m.lastReloadOK, m.policies, m.peers, buildinfo.Collector("rls"),
+		fallback, m.reloads, m.lastReloadOK, m.policies, m.peers, m.handshakeFailures, buildinfo.Collector("rls"),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

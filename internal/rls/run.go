@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,7 +15,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -53,6 +51,18 @@ func TuneGC() {
 	}
 }
 
+// Connection bounds of the gRPC listener (see Serve).
+const (
+	HandshakeTimeout     = 10 * time.Second
+	KeepaliveTime        = 30 * time.Second
+	KeepaliveTimeout     = 10 * time.Second
+	MaxConnectionIdle    = 15 * time.Minute
+	MaxConcurrentStreams = 1024
+)
+
+// adminReadHeaderTimeout bounds the request headers on the admin port.
+const adminReadHeaderTimeout = 5 * time.Second
+
 // RunOptions are the process settings of cmd/rls beyond the Server's.
 type RunOptions struct {
 	Server Options
@@ -64,10 +74,9 @@ type RunOptions struct {
 	// ListenAddress serves gRPC (RLS and grpc.health.v1); AdminAddress
 	// serves /metrics, /healthz and /readyz over HTTP.
 	ListenAddress, AdminAddress string
-	// TLSCertFile and TLSKeyFile, when both set, serve gRPC over TLS; the
-	// files are read again for every handshake, so a renewed Secret takes
-	// effect without a restart.
-	TLSCertFile, TLSKeyFile string
+	// TLS of the gRPC listener, and the client authentication of its
+	// callers (TLSOptions); zero: plaintext.
+	TLS TLSOptions
 	// ShutdownDelay keeps serving with readiness failing after the signal,
 	// so endpoints drop the pod before connections close; ShutdownTimeout
 	// bounds the drain of calls in flight (GracefulStop), then Stop.
@@ -79,8 +88,8 @@ type RunOptions struct {
 // Redis need not be up: the limiter connects lazily and each policy's fail
 // mode decides meanwhile.
 func Run(ctx context.Context, o RunOptions, log *slog.Logger) error {
-	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
-		return errors.New("--tls-cert-file and --tls-key-file go together")
+	if err := o.TLS.Validate(); err != nil {
+		return err
 	}
 	TuneGC()
 	rdb, err := redisconn.NewClient(o.Redis)
@@ -102,6 +111,17 @@ func Run(ctx context.Context, o RunOptions, log *slog.Logger) error {
 		log.Error("initial config not loaded; not ready until a valid one is", "error", err)
 	}
 
+	var gopts []grpc.ServerOption
+	if o.TLS.Enabled() {
+		creds, err := s.TLSCreds(o.TLS)
+		if err != nil {
+			return err
+		}
+		gopts = append(gopts, creds)
+	} else {
+		log.Warn("the gRPC listener is plaintext and authenticates no caller: any pod that reaches it can spend any client's budget; set --tls-cert-file, --tls-key-file and --tls-client-ca-file (docs/rls.md)")
+	}
+
 	var lc net.ListenConfig
 	grpcLn, err := lc.Listen(ctx, "tcp", o.ListenAddress)
 	if err != nil {
@@ -112,26 +132,10 @@ func Run(ctx context.Context, o RunOptions, log *slog.Logger) error {
 		_ = grpcLn.Close()
 		return fmt.Errorf("listen %s: %w", o.AdminAddress, err)
 	}
-	var gopts []grpc.ServerOption
-	if o.TLSCertFile != "" {
-		gopts = append(gopts, TLSCreds(o.TLSCertFile, o.TLSKeyFile))
-	}
-	log.Info("starting", "listen", o.ListenAddress, "admin", o.AdminAddress, "tls", o.TLSCertFile != "",
+	log.Info("starting", "listen", o.ListenAddress, "admin", o.AdminAddress, "tls", o.TLS.Enabled(), "clientAuth", o.TLS.ClientAuth(),
+		"clientNames", len(o.TLS.ClientNames),
 		"configFile", o.Server.ConfigFile, "decisionTimeout", o.Limiter.Timeout)
 	return s.Serve(ctx, grpcLn, adminLn, o.ShutdownDelay, o.ShutdownTimeout, gopts...)
-}
-
-// TLSCreds serves gRPC over TLS with the key pair in certFile and keyFile,
-// read again for every handshake so that a renewed Secret applies without
-// a restart (a gateway's connections are long-lived; handshakes are rare).
-func TLSCreds(certFile, keyFile string) grpc.ServerOption {
-	return grpc.Creds(credentials.NewTLS(&tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			c, err := tls.LoadX509KeyPair(certFile, keyFile)
-			return &c, err
-		},
-	}))
 }
 
 // Serve serves RLS and grpc.health.v1 on grpcLn and the admin endpoints on
@@ -141,6 +145,18 @@ func (s *Server) Serve(ctx context.Context, grpcLn, adminLn net.Listener, shutdo
 	gopts = append(gopts,
 		grpc.MaxRecvMsgSize(4<<20),
 		grpc.NumStreamWorkers(StreamWorkers),
+		// Bounds of a connection (gRPC's equivalent of an HTTP server's
+		// timeouts): the handshake, TLS included, must end within
+		// HandshakeTimeout; a peer that stops answering pings (gone, or no
+		// longer reading) is closed after KeepaliveTime+KeepaliveTimeout;
+		// a connection without calls for MaxConnectionIdle is sent GOAWAY
+		// (a gateway opens a new one when it needs it); and one
+		// connection carries at most MaxConcurrentStreams calls at once.
+		grpc.ConnectionTimeout(HandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: KeepaliveTime, Timeout: KeepaliveTimeout, MaxConnectionIdle: MaxConnectionIdle,
+		}),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		// Gateways keep one connection open; the server lets it idle.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
@@ -162,7 +178,16 @@ func (s *Server) Serve(ctx context.Context, grpcLn, adminLn net.Listener, shutdo
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	admin := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Its clients are the kubelet, Prometheus and the manager: small
+	// requests and answers.
+	admin := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: adminReadHeaderTimeout,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second, // /metrics of a busy server
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
+	}
 
 	bg, cancel := context.WithCancel(ctx)
 	defer cancel()

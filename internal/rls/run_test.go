@@ -72,7 +72,7 @@ func TestServeAndCheck(t *testing.T) {
 	_ = res.Body.Close()
 	data, _ := os.ReadFile(cfg)
 	parsed, _ := rlsconfig.Parse(data)
-	if err != nil || loaded.Revision != rlsconfig.Revision(data) || loaded.Policies["rls/t/per-ip"] != rlsconfig.PolicyRevisions(parsed)["rls/t/per-ip"] {
+	if err != nil || loaded.Revision != rlsconfig.Revision(data) || !loaded.Revisions()[rlsconfig.PolicyRevisions(parsed)["rls/t/per-ip"]] {
 		t.Fatalf("%s: %+v, %v", rlsconfig.LoadedPath, loaded, err)
 	}
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
@@ -97,7 +97,7 @@ func TestServeAndCheck(t *testing.T) {
 	}
 }
 
-// TestTLSListener: with TLSCreds the gRPC listener speaks TLS, verified by
+// TestTLSListener: with TLSCreds (no client CA) the gRPC listener speaks TLS, verified by
 // the quick check against the CA; a plaintext client is refused.
 func TestTLSListener(t *testing.T) {
 	t.Parallel()
@@ -108,7 +108,11 @@ func TestTLSListener(t *testing.T) {
 	grpcLn, adminLn := listenLoopback(t), listenLoopback(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = s.Serve(ctx, grpcLn, adminLn, 0, time.Second, TLSCreds(pki.ServerCert, pki.ServerKey)) }()
+	creds, err := s.TLSCreds(TLSOptions{CertFile: pki.ServerCert, KeyFile: pki.ServerKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ctx, grpcLn, adminLn, 0, time.Second, creds) }()
 
 	o := CheckOptions{Target: grpcLn.Addr().String(), TLS: true, CAFile: pki.CA, Domain: "edge", Descriptors: []string{"remote_address=10.0.0.1"}}
 	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
@@ -152,4 +156,99 @@ func listenLoopback(t *testing.T) net.Listener {
 		t.Fatal(err)
 	}
 	return ln
+}
+
+// TestConnectionBounds: a connection that never completes its handshake
+// (gRPC: the HTTP/2 preface, and TLS when served) is closed after
+// HandshakeTimeout, and one that never completes its request headers on
+// the admin port after the admin server's header timeout. Before,
+// gRPC-go's default held such a connection for 120 s.
+func TestConnectionBounds(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	s := loadedServer(t, r.Addr, writeConfig(t, pol("per-ip", 1, time.Minute, entry("remote_address"))))
+	grpcLn, adminLn := listenLoopback(t), listenLoopback(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Serve(ctx, grpcLn, adminLn, 0, time.Second); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	for _, tc := range []struct {
+		name  string
+		addr  string
+		send  string
+		bound time.Duration
+	}{
+		{"gRPC, nothing sent", grpcLn.Addr().String(), "", HandshakeTimeout},
+		{"admin, half a request", adminLn.Addr().String(), "GET /metrics HTTP/1.1\r\nHost: x\r\n", adminReadHeaderTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", tc.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = conn.Close() }()
+			start := time.Now()
+			if _, err := conn.Write([]byte(tc.send)); err != nil {
+				t.Fatal(err)
+			}
+			// The margin covers a busy machine; the default it replaces
+			// (120 s, or none) is far beyond it.
+			_ = conn.SetReadDeadline(start.Add(tc.bound + 10*time.Second))
+			_, err = io.Copy(io.Discard, conn)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatalf("still open after %v (bound %v): %v", took.Round(time.Millisecond), tc.bound, err)
+			}
+			if took < tc.bound-time.Second {
+				t.Errorf("closed after %v, before the bound %v", took, tc.bound)
+			}
+		})
+	}
+}
+
+// TestLoadedLeaksNothing (issue 22): the admin port's LoadedPath reports
+// the revisions the controller compares, and no namespace, policy name,
+// domain or descriptor: anyone on the pod network may reach the port.
+// Before, it listed every policy by "rls/<namespace>/<name>".
+func TestLoadedLeaksNothing(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	a := pol("login-limit", 5, time.Minute, entry("generic_key", "secret-route"), entry("x-api-key"))
+	a.Namespace, a.ID, a.Domain = "payments", rlsconfig.PolicyID("payments", "login-limit"), "internal-billing"
+	b := pol("per-ip", 5, time.Minute, entry("remote_address"))
+	cfg := writeConfig(t, a, b)
+	s := loadedServer(t, r.Addr, cfg)
+	grpcLn, adminLn := listenLoopback(t), listenLoopback(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Serve(ctx, grpcLn, adminLn, 0, time.Second); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	res, err := http.Get("http://" + adminLn.Addr().String() + rlsconfig.LoadedPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"payments", "login-limit", "internal-billing", "secret-route", "x-api-key", "generic_key", "per-ip", "remote_address", "edge", "rls/"} {
+		if strings.Contains(string(body), secret) {
+			t.Errorf("%s reveals %q: %s", rlsconfig.LoadedPath, secret, body)
+		}
+	}
+	var loaded rlsconfig.Loaded
+	if err := json.Unmarshal(body, &loaded); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(cfg)
+	parsed, _ := rlsconfig.Parse(data)
+	for id, rev := range rlsconfig.PolicyRevisions(parsed) {
+		if !loaded.Revisions()[rev] {
+			t.Errorf("%s: revision %s of %s missing: %s", rlsconfig.LoadedPath, rev, id, body)
+		}
+	}
 }

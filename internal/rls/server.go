@@ -36,10 +36,20 @@ const (
 	MaxKeyBytes    = 256
 	MaxValueBytes  = 64 << 10
 	MaxDomainBytes = 256
-	// MaxHits bounds hits_addend (request or descriptor) and the hits that
-	// one (policy, client) pair sums over the descriptors of a request:
-	// each hit is one sorted-set member written by the decision.
+	// MaxHits is the limiter's bound on the hits of one (policy, client)
+	// pair in one decision.
 	MaxHits = limiter.MaxHits
+	// MaxCallHits bounds what one call may add to Redis: its hits summed
+	// over every (policy, client) pair its descriptors matched (a pair
+	// matched by n descriptors counts their n hits). Each hit of a
+	// SlidingLog policy is one sorted-set member that lives for the window
+	// (a day for a daily policy); a SlidingWindowCounter adds to a counter
+	// instead, and counts the same here. Without it one call of 64
+	// descriptors of distinct values at 1000 hits wrote 64,000 members. A
+	// call above it is answered OVER_LIMIT (see tooLarge) and decides and
+	// counts nothing. It equals MaxHits: a call may cost what one maximal
+	// request to one policy costs.
+	MaxCallHits = limiter.MaxHits
 )
 
 // Server implements RateLimitServiceServer. Its config is swapped
@@ -85,9 +95,11 @@ func (s *Server) Loaded() (*rlsconfig.Config, string) {
 }
 
 // descriptor is one request descriptor, checked, with the (policy, client)
-// pairs it matched (indexes into the decided requests).
+// pairs it matched (indexes into the decided requests), and the first
+// enforced (not DryRun) policy it matched, if any.
 type descriptor struct {
-	pairs []int
+	pairs    []int
+	enforced *policy
 }
 
 // ShouldRateLimit decides one request of Envoy's rate limit filter.
@@ -101,10 +113,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.metrics.responses.WithLabelValues(responseNoConfig).Inc()
 		return nil, status.Error(codes.Unavailable, "slidegate rls: no config loaded yet")
 	}
-	reqs, pols, descs, err := s.gather(ix, req)
-	if err != nil {
-		s.metrics.responses.WithLabelValues(responseInvalid).Inc()
-		return nil, err
+	reqs, pols, descs, tooLarge := s.gather(ix, req)
+	if tooLarge {
+		s.metrics.responses.WithLabelValues(responseCallTooLarge).Inc()
+		return s.tooLarge(descs), nil
 	}
 	var ds []limiter.Decision
 	if len(reqs) > 0 {
@@ -132,9 +144,11 @@ func validate(req *rlsv3.RateLimitRequest) error {
 		return status.Error(codes.InvalidArgument, "at least one descriptor is required")
 	case len(req.GetDescriptors()) > MaxDescriptors:
 		return status.Errorf(codes.InvalidArgument, "%d descriptors, at most %d", len(req.GetDescriptors()), MaxDescriptors)
-	case req.GetHitsAddend() > MaxHits:
-		return status.Errorf(codes.InvalidArgument, "hits_addend %d above %d", req.GetHitsAddend(), MaxHits)
 	}
+	// Hits are not refused here: an error lets the request through
+	// uncounted on a gateway left at failure_mode_deny false (Envoy's
+	// default), so a request that costs too much is answered OVER_LIMIT
+	// instead (MaxCallHits).
 	for i, d := range req.GetDescriptors() {
 		if err := validateDescriptor(d); err != nil {
 			return status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
@@ -154,8 +168,6 @@ func validateDescriptor(d *ratelimitv3.RateLimitDescriptor) error {
 		// Sliding-log admits are requests that happened; giving budget
 		// back by hand would make the window's count a fiction.
 		return fmt.Errorf("is_negative_hits is not supported")
-	case d.GetHitsAddend() != nil && d.GetHitsAddend().GetValue() > MaxHits:
-		return fmt.Errorf("hits_addend %d above %d", d.GetHitsAddend().GetValue(), MaxHits)
 	}
 	for j, e := range es {
 		if e.GetKey() == "" || len(e.GetKey()) > MaxKeyBytes {
@@ -170,46 +182,56 @@ func validateDescriptor(d *ratelimitv3.RateLimitDescriptor) error {
 
 // hitsOf is what descriptor d costs: its own hits_addend when set, else
 // the request's; 0 (unset, or Envoy's filter-state override of 0) is 1,
-// since the limiter only decides requests that count.
+// since the limiter only decides requests that count. Anything above
+// MaxCallHits is MaxCallHits+1: too much for a call in any case.
 func hitsOf(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64 {
-	h := int64(req.GetHitsAddend())
+	h := uint64(req.GetHitsAddend())
 	if v := d.GetHitsAddend(); v != nil {
-		h = int64(v.GetValue()) //nolint:gosec // validated ≤ MaxHits
+		h = v.GetValue()
 	}
-	return max(h, 1)
+	return int64(min(max(h, 1), MaxCallHits+1)) //nolint:gosec // clamped
 }
 
 // gather matches every descriptor and builds the limiter requests: one per
 // distinct (policy, client) pair, whose hits sum over the descriptors that
 // matched it (the same key twice in one Decide would be checked twice
-// against the same count).
-func (s *Server) gather(ix *index, req *rlsv3.RateLimitRequest) ([]limiter.Request, []*policy, []descriptor, error) {
-	descs := make([]descriptor, len(req.GetDescriptors()))
+// against the same count). tooLarge: the hits add up to more than
+// MaxCallHits; then no request is built, and descs say only which enforced
+// policy each descriptor matched.
+func (s *Server) gather(ix *index, req *rlsv3.RateLimitRequest) (reqs []limiter.Request, pols []*policy, descs []descriptor, tooLarge bool) {
+	descs = make([]descriptor, len(req.GetDescriptors()))
 	shapes := ix.domains[req.GetDomain()]
 	if shapes == nil {
-		return nil, nil, descs, nil // unknown domain: nothing limits it
+		return nil, nil, descs, false // unknown domain: nothing limits it
 	}
 	replicas := int(s.peers.Load())
-	var reqs []limiter.Request
-	var pols []*policy
 	var keys, values []string
 	var ms []matched
+	var total int64
 	for i, d := range req.GetDescriptors() {
 		keys, values = keys[:0], values[:0]
 		for _, e := range d.GetEntries() {
 			keys, values = append(keys, e.GetKey()), append(values, e.GetValue())
 		}
 		ms = ix.match(shapes, keys, values, ms[:0])
+		for _, m := range ms {
+			if !m.p.dryRun {
+				descs[i].enforced = m.p
+				break
+			}
+		}
 		h := hitsOf(req, d)
+		// At most MaxCallHits+1 per pair and a bounded number of pairs
+		// per descriptor: no overflow.
+		total += h * int64(len(ms))
+		if tooLarge = tooLarge || total > MaxCallHits; tooLarge {
+			continue // only which policies the rest matched
+		}
 	pairs:
 		for _, m := range ms {
 			for k := range reqs {
 				if pols[k] == m.p && reqs[k].Client == m.client {
 					reqs[k].Hits += h
-					if reqs[k].Hits > MaxHits {
-						return nil, nil, nil, status.Errorf(codes.InvalidArgument,
-							"the descriptors matching policy %s/%s add up to more than %d hits", m.p.namespace, m.p.name, MaxHits)
-					}
 					descs[i].pairs = append(descs[i].pairs, k)
 					continue pairs
 				}
@@ -221,7 +243,33 @@ func (s *Server) gather(ix *index, req *rlsv3.RateLimitRequest) ([]limiter.Reque
 			descs[i].pairs = append(descs[i].pairs, len(reqs)-1)
 		}
 	}
-	return reqs, pols, descs, nil
+	if tooLarge {
+		return nil, nil, descs, true
+	}
+	return reqs, pols, descs, false
+}
+
+// tooLarge answers a call whose hits add up to more than MaxCallHits: each
+// descriptor that matched an enforced policy is OVER_LIMIT with that
+// policy's limit (no reset time: waiting does not make the call fit), the
+// others OK; nothing was decided or counted. Not INVALID_ARGUMENT: Envoy
+// turns an error into its failure_mode_deny choice, which by default lets
+// the request through uncounted, so a client able to raise the hits
+// (hits_addend from a request header or body) would pass every limit.
+func (s *Server) tooLarge(descs []descriptor) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
+	}
+	for i, d := range descs {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		if d.enforced != nil {
+			st.Code, st.CurrentLimit = rlsv3.RateLimitResponse_OVER_LIMIT, d.enforced.limit
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		resp.Statuses[i] = st
+	}
+	return resp
 }
 
 // answer builds the response from the decisions: a descriptor is

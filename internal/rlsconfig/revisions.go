@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"slices"
 )
 
 // Revision is the content hash of a document: the first 16 hex digits of
@@ -35,7 +36,8 @@ func Revision(data []byte) string {
 // server enforces for that policy changes, not when other policies do. The
 // controller puts it in the policy's status.revision, and the RLS server
 // reports the revisions it loaded (Loaded), which is how the controller
-// knows that the servers enforce a policy.
+// knows that the servers enforce a policy. Two policies never share one:
+// the entry includes the ID.
 func PolicyRevisions(c *Config) map[string]string {
 	out := make(map[string]string, len(c.Policies))
 	for i := range c.Policies {
@@ -53,12 +55,36 @@ func PolicyRevisions(c *Config) map[string]string {
 // loaded, as Loaded in JSON.
 const LoadedPath = "/loaded"
 
-// Loaded is what an RLS server serves at LoadedPath: the revision of the
-// document it enforces (empty: none loaded yet) and the revision of each of
-// its policies, by ID.
+// Loaded is what an RLS server serves at LoadedPath: what the controller
+// needs to report a policy Enforced, and nothing more. The admin port is
+// reachable by whatever the network lets through, so it names no policy,
+// namespace, domain or descriptor: a policy revision is a hash over the
+// policy's whole entry (its namespace and name included), which tells
+// whoever knows a policy whether it is loaded, and nobody what is.
 type Loaded struct {
-	Revision string            `json:"revision"`
-	Policies map[string]string `json:"policies"`
+	// Revision is the revision of the document in force ("" before the
+	// first load).
+	Revision string `json:"revision"`
+	// PolicyRevisions are the revisions of its policies (PolicyRevisions),
+	// sorted.
+	PolicyRevisions []string `json:"policyRevisions"`
+	// Policies is what servers of earlier releases report instead: each
+	// policy's revision by ID ("rls/<namespace>/<name>"). Read, so that a
+	// manager upgraded before its servers still sees what they loaded;
+	// never written.
+	Policies map[string]string `json:"policies,omitempty"`
+}
+
+// Revisions is the set of policy revisions l reports, in either form.
+func (l *Loaded) Revisions() map[string]bool {
+	out := make(map[string]bool, len(l.PolicyRevisions)+len(l.Policies))
+	for _, r := range l.PolicyRevisions {
+		out[r] = true
+	}
+	for _, r := range l.Policies {
+		out[r] = true
+	}
+	return out
 }
 
 // LoadedHandler serves Loaded at LoadedPath for the document that current
@@ -72,9 +98,13 @@ func LoadedHandler(current func() (c *Config, revision string)) http.Handler {
 			http.Error(w, "use GET", http.StatusMethodNotAllowed)
 			return
 		}
-		l := Loaded{Policies: map[string]string{}}
+		l := Loaded{PolicyRevisions: []string{}}
 		if c, rev := current(); c != nil {
-			l.Revision, l.Policies = rev, PolicyRevisions(c)
+			l.Revision = rev
+			for _, r := range PolicyRevisions(c) {
+				l.PolicyRevisions = append(l.PolicyRevisions, r)
+			}
+			slices.Sort(l.PolicyRevisions)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(l)

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,21 +24,62 @@ type PKI struct {
 	CA                    string // ca.pem
 	ServerCert, ServerKey string // server.pem, server-key.pem
 	ClientCert, ClientKey string // client.pem, client-key.pem
+
+	dir   string
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
 }
 
 // NewPKI writes a fresh PKI into a temporary directory of tb.
 func NewPKI(tb testing.TB) PKI {
 	tb.Helper()
-	dir := tb.TempDir()
-	ca, caKey := writeCA(tb, dir)
-	writeLeaf(tb, dir, "server", ca, caKey, x509.ExtKeyUsageServerAuth)
-	writeLeaf(tb, dir, "client", ca, caKey, x509.ExtKeyUsageClientAuth)
+	p, err := WritePKI(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// WritePKI writes a fresh PKI into dir, for programs without a testing.TB
+// (the benchmarks).
+func WritePKI(dir string) (PKI, error) {
+	ca, caKey, err := writeCA(dir)
+	if err != nil {
+		return PKI{}, err
+	}
+	if err := writeLeaf(dir, "server", ca, caKey, x509.ExtKeyUsageServerAuth); err != nil {
+		return PKI{}, err
+	}
+	if err := writeLeaf(dir, "client", ca, caKey, x509.ExtKeyUsageClientAuth); err != nil {
+		return PKI{}, err
+	}
 	p := func(name string) string { return filepath.Join(dir, name) }
 	return PKI{
 		CA:         p("ca.pem"),
 		ServerCert: p("server.pem"), ServerKey: p("server-key.pem"),
 		ClientCert: p("client.pem"), ClientKey: p("client-key.pem"),
+		dir: dir, ca: ca, caKey: caKey,
+	}, nil
+}
+
+// IssueClient writes another client certificate of the PKI's CA, named
+// name (a file name), whose SANs are the given URIs (e.g. SPIFFE IDs)
+// besides localhost and 127.0.0.1, and returns its certificate and key
+// files.
+func (p PKI) IssueClient(tb testing.TB, name string, uris ...string) (cert, key string) {
+	tb.Helper()
+	var us []*url.URL
+	for _, s := range uris {
+		u, err := url.Parse(s)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		us = append(us, u)
 	}
+	if err := writeLeaf(p.dir, name, p.ca, p.caKey, x509.ExtKeyUsageClientAuth, us...); err != nil {
+		tb.Fatal(err)
+	}
+	return filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-key.pem")
 }
 
 // RedisTLSArgs are redis-server arguments that serve TLS on tlsPort with
@@ -83,11 +125,10 @@ func StartTLSRedis(tb testing.TB, p PKI, clientAuth bool) (*Redis, string) {
 	return nil, ""
 }
 
-func writeCA(tb testing.TB, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	tb.Helper()
+func writeCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
@@ -100,27 +141,26 @@ func writeCA(tb testing.TB, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
-	writePEM(tb, filepath.Join(dir, "ca.pem"), "CERTIFICATE", der)
+	if err := writePEM(filepath.Join(dir, "ca.pem"), "CERTIFICATE", der); err != nil {
+		return nil, nil, err
+	}
 	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return ca, key
+	return ca, key, err
 }
 
-func writeLeaf(tb testing.TB, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) {
-	tb.Helper()
+func writeLeaf(dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage, uris ...*url.URL) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		tb.Fatal(err)
+		return err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
 		Subject:      pkix.Name{CommonName: name},
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		URIs:         uris,
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -128,19 +168,18 @@ func writeLeaf(tb testing.TB, dir, name string, ca *x509.Certificate, caKey *ecd
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
-		tb.Fatal(err)
+		return err
 	}
-	writePEM(tb, filepath.Join(dir, name+".pem"), "CERTIFICATE", der)
+	if err := writePEM(filepath.Join(dir, name+".pem"), "CERTIFICATE", der); err != nil {
+		return err
+	}
 	kder, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		tb.Fatal(err)
+		return err
 	}
-	writePEM(tb, filepath.Join(dir, name+"-key.pem"), "EC PRIVATE KEY", kder)
+	return writePEM(filepath.Join(dir, name+"-key.pem"), "EC PRIVATE KEY", kder)
 }
 
-func writePEM(tb testing.TB, path, typ string, der []byte) {
-	tb.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+func writePEM(path, typ string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
 }

@@ -277,6 +277,14 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
 	}
+	rls := &controllers.RateLimitServiceReconciler{
+		Client:    mgr.GetClient(),
+		Recorder:  mgr.GetEventRecorder("slidegate-controller"),
+		Namespace: systemNS,
+	}
+	if err := rls.SetupWithManager(ctx, mgr); err != nil {
+		return nil, err
+	}
 	if _, err := webhook.Setup(mgr, webhook.Options{
 		CertMode: webhook.CertModeSelf, CertDir: certDir, Namespace: systemNS,
 		SecretName: webhookSecret, ServiceName: webhookService, ConfigurationName: webhookConfig,
@@ -396,6 +404,51 @@ func TestManagerRunsWithInstallRBAC(t *testing.T) {
 		if err := admin.Get(ctx, types.NamespacedName{Namespace: n, Name: "decoy"}, &corev1.Secret{}); err != nil {
 			t.Errorf("decoy Secret in %s: %v", n, err)
 		}
+	}
+}
+
+// TestRateLimitServiceWithInstallRBAC: as its ServiceAccount, the manager
+// renders a policy for the rate limit service into its ConfigMap and reads
+// the platform team's list of domain owners (issue 22), whose claim on the
+// domain then refuses the policy of another namespace; the API server
+// refuses none of its requests.
+func TestRateLimitServiceWithInstallRBAC(t *testing.T) {
+	ctx := context.Background()
+	defer forbidden.check(t)
+	ns := "gateway-team"
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	p := &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "login", Namespace: ns},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			RateLimitService: &v1alpha1.RateLimitServiceTarget{Domain: "edge", Descriptor: []v1alpha1.DescriptorEntry{{Key: "remote_address"}}},
+			Window:           "1m",
+			Limit:            5,
+		},
+	}
+	mustCreate(t, p)
+	accepted := func(reason string) func() error {
+		return func() error {
+			var got v1alpha1.RateLimitPolicy
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+				return err
+			}
+			if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted); c == nil || c.Reason != reason {
+				return fmt.Errorf("Accepted is %+v, want reason %s", c, reason)
+			}
+			return nil
+		}
+	}
+	eventually(t, "accepted", accepted(v1alpha1.ReasonAccepted))
+	if err := admin.Get(ctx, types.NamespacedName{Namespace: systemNS, Name: "slidegate-rls-config"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the rate limit service's ConfigMap: %v", err)
+	}
+	mustCreate(t, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: v1alpha1.RLSDomainsConfigMapName},
+		Data:       map[string]string{v1alpha1.RLSDomainsKey: "domains:\n  - domain: edge\n    namespaces: [istio-system]\n"},
+	})
+	eventually(t, "refused once the domain is claimed", accepted(v1alpha1.ReasonDomainNotAllowed))
+	if err := admin.Delete(ctx, p); err != nil {
+		t.Fatal(err)
 	}
 }
 

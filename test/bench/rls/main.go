@@ -15,7 +15,15 @@
 //     connections, many streams each, one gRPC request body;
 //   - gRPC-go clients in this process, each request one of 10,000 client
 //     addresses: the load generator's CPU is charged to the server here,
-//     so this side is a lower bound.
+//     so this side is a lower bound;
+//   - the two RLS sides again over TLS (issue 22), in the same run: the
+//     gRPC-go clients present client certificates to a server that
+//     requires them (--tls-client-ca-file); h2load, which cannot present
+//     one (nghttp2 1.52 has no option for it), speaks TLS to a server with
+//     the same certificate and no client authentication. A connection's
+//     handshake is its only extra step with a client certificate, and the
+//     gateways' connections are long-lived, so either measures what TLS
+//     costs per decision.
 //
 // Each request is one descriptor matching one SlidingLog policy. Loops are
 // closed (a caller sends its next request when the last one is answered)
@@ -26,6 +34,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -46,6 +56,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
@@ -78,6 +89,8 @@ type side struct {
 type row struct {
 	callers      int
 	lim, h2, goc side
+	// Over TLS: h2load (server TLS), gRPC-go (mTLS).
+	h2tls, gomtls side
 }
 
 func (r row) ratio(s side) float64 {
@@ -201,33 +214,59 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 	}
 	defer func() { _ = lim.Close() }()
 
-	sv, err := startServer(ctx, srv.Addr)
-	if err != nil {
-		return err
-	}
-	defer sv.stop()
-	var cs []rlsv3.RateLimitServiceClient
-	for range conns {
-		conn, err := grpc.NewClient(sv.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return err
-		}
-		defer func() { _ = conn.Close() }()
-		cs = append(cs, rlsv3.NewRateLimitServiceClient(conn))
-	}
 	tmp, err := os.MkdirTemp("", "rls-bench-h2load")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
+	pki, err := testsupport.WritePKI(tmp)
+	if err != nil {
+		return err
+	}
+
+	sv, err := startServer(ctx, srv.Addr, rls.TLSOptions{})
+	if err != nil {
+		return err
+	}
+	defer sv.stop()
+	tlsSv, err := startServer(ctx, srv.Addr, rls.TLSOptions{CertFile: pki.ServerCert, KeyFile: pki.ServerKey})
+	if err != nil {
+		return err
+	}
+	defer tlsSv.stop()
+	mtlsSv, err := startServer(ctx, srv.Addr, rls.TLSOptions{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CA})
+	if err != nil {
+		return err
+	}
+	defer mtlsSv.stop()
+	cs, closeCs, err := dialSide(sv.addr, insecure.NewCredentials())
+	if err != nil {
+		return err
+	}
+	defer closeCs()
+	mtlsCreds, err := clientTLS(pki)
+	if err != nil {
+		return err
+	}
+	mcs, closeMcs, err := dialSide(mtlsSv.addr, mtlsCreds)
+	if err != nil {
+		return err
+	}
+	defer closeMcs()
 
 	sides := []phase{
 		func(c, _ int, d time.Duration) (slice, error) { return measureLimiter(ctx, lim, c, d), nil },
 		func(c, n int, d time.Duration) (slice, error) {
-			return sv.counted(c, func() (slice, error) { return measureH2load(ctx, tmp, sv.addr, c, n, d) })
+			return sv.counted(c, func() (slice, error) { return measureH2load(ctx, tmp, "http://"+sv.addr, c, n, d) })
 		},
 		func(c, _ int, d time.Duration) (slice, error) {
 			return sv.counted(c, func() (slice, error) { return measureGRPC(ctx, cs, c, d) })
+		},
+		func(c, n int, d time.Duration) (slice, error) {
+			return tlsSv.counted(c, func() (slice, error) { return measureH2load(ctx, tmp, "https://"+tlsSv.addr, c, n, d) })
+		},
+		func(c, _ int, d time.Duration) (slice, error) {
+			return mtlsSv.counted(c, func() (slice, error) { return measureGRPC(ctx, mcs, c, d) })
 		},
 	}
 	var rows []row
@@ -240,10 +279,12 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 				}
 			}
 		}
-		r := row{callers: c, lim: ts[0].result(), h2: ts[1].result(), goc: ts[2].result()}
+		r := row{callers: c, lim: ts[0].result(), h2: ts[1].result(), goc: ts[2].result(), h2tls: ts[3].result(), gomtls: ts[4].result()}
 		fmt.Fprintf(os.Stderr, "callers=%-3d limiter %6.0f/s  h2load→RLS %6.0f/s (%.2f)  gRPC-go→RLS %6.0f/s (%.2f)  µs CPU/decision (self+redis+h2load): %.1f+%.1f, %.1f+%.1f+%.1f, %.1f+%.1f\n",
 			c, r.lim.DPS, r.h2.DPS, r.ratio(r.h2), r.goc.DPS, r.ratio(r.goc),
 			us(r.lim.self), us(r.lim.redis), us(r.h2.self), us(r.h2.redis), us(r.h2.client), us(r.goc.self), us(r.goc.redis))
+		fmt.Fprintf(os.Stderr, "            TLS: h2load→RLS %6.0f/s (%.2f of h2c)  gRPC-go→RLS mTLS %6.0f/s (%.2f of h2c)\n",
+			r.h2tls.DPS, of(r.h2tls.DPS, r.h2.DPS), r.gomtls.DPS, of(r.gomtls.DPS, r.goc.DPS))
 		rows = append(rows, r)
 	}
 	return write(out, rows, dur, rounds, time.Since(started), loadBefore, loadAvg())
@@ -257,8 +298,53 @@ type server struct {
 	stop func()
 }
 
-// startServer runs the server with one policy per client address.
-func startServer(ctx context.Context, redisAddr string) (*server, error) {
+// dialSide opens the gRPC-go side's connections to addr.
+func dialSide(addr string, creds credentials.TransportCredentials) ([]rlsv3.RateLimitServiceClient, func(), error) {
+	var cs []rlsv3.RateLimitServiceClient
+	var open []*grpc.ClientConn
+	closeAll := func() {
+		for _, c := range open {
+			_ = c.Close()
+		}
+	}
+	for range conns {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		open = append(open, conn)
+		cs = append(cs, rlsv3.NewRateLimitServiceClient(conn))
+	}
+	return cs, closeAll, nil
+}
+
+// clientTLS trusts the PKI's CA and presents its client certificate.
+func clientTLS(p testsupport.PKI) (credentials.TransportCredentials, error) {
+	pair, err := tls.LoadX509KeyPair(p.ClientCert, p.ClientKey)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(p.CA)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, Certificates: []tls.Certificate{pair}}), nil
+}
+
+// of is a/b, or 0.
+func of(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// startServer runs the server with one policy per client address, with
+// the TLS of o (zero: h2c).
+func startServer(ctx context.Context, redisAddr string, o rls.TLSOptions) (*server, error) {
 	dir, err := os.MkdirTemp("", "rls-bench")
 	if err != nil {
 		return nil, err
@@ -296,9 +382,17 @@ func startServer(ctx context.Context, redisAddr string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var gopts []grpc.ServerOption
+	if o.Enabled() {
+		creds, err := s.TLSCreds(o)
+		if err != nil {
+			return nil, err
+		}
+		gopts = append(gopts, creds)
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { _ = s.Serve(sctx, gl, al, 0, time.Second); close(done) }()
+	go func() { _ = s.Serve(sctx, gl, al, 0, time.Second, gopts...); close(done) }()
 	return &server{addr: gl.Addr().String(), lim: lim, stop: func() {
 		cancel()
 		<-done
@@ -359,12 +453,13 @@ func measureGRPC(ctx context.Context, cs []rlsv3.RateLimitServiceClient, callers
 	return slice{lat: lat, elapsed: elapsed}, firstErr
 }
 
-// measureH2load runs h2load for d with `callers` streams in flight over at
-// most conns connections. h2load sends one body: every request of slice n
+// measureH2load runs h2load against base (http:// for h2c, https:// for
+// TLS) for d with `callers` streams in flight over at most conns
+// connections. h2load sends one body: every request of slice n
 // is one client address, fresh for each slice (one hot sorted set, as a
 // gateway's generic_key limit; the in-process limiter measured the same
 // rate with one key as with 10,000).
-func measureH2load(ctx context.Context, dir, addr string, callers, n int, d time.Duration) (slice, error) {
+func measureH2load(ctx context.Context, dir, base string, callers, n int, d time.Duration) (slice, error) {
 	body, err := grpcFrame(&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprintf("h2load-%d-%d", callers, n)}},
 	}}})
@@ -385,7 +480,7 @@ func measureH2load(ctx context.Context, dir, addr string, callers, n int, d time
 		"-D", strconv.FormatInt(d.Milliseconds(), 10)+"ms", "--warm-up-time", "0",
 		"-c", strconv.Itoa(c), "-m", strconv.Itoa(m), "-t", "1",
 		"-H", "content-type: application/grpc", "-H", "te: trailers",
-		"-d", bodyFile, "--log-file", logFile, "http://"+addr+method)
+		"-d", bodyFile, "--log-file", logFile, base+method)
 	start := time.Now()
 	outb, err := cmd.CombinedOutput()
 	elapsed := time.Since(start)
@@ -468,15 +563,20 @@ func write(out string, rows []row, dur time.Duration, rounds int, took time.Dura
 	b.WriteString("## RLS server\n\n")
 	b.WriteString("Envoy's rate limit service (`ShouldRateLimit`, one descriptor matching one\n")
 	b.WriteString("SlidingLog policy) against one redis-server, beside the limiter deciding\n")
-	b.WriteString("in-process in the same run: what the gRPC layer costs. Three sides per point, in\n")
+	b.WriteString("in-process in the same run: what the gRPC layer costs, and what TLS adds to it. Five\nsides per point, in\n")
 	fmt.Fprintf(&b, "%d alternating slices (%v per side in all):\n\n", rounds, dur)
 	b.WriteString("- **limiter**: `Decide` called in-process, 10,000 client keys (the reference);\n")
 	fmt.Fprintf(&b, "- **h2load → RLS**: h2load (nghttp2, C) over %d connections with the callers as\n", conns)
 	b.WriteString("  streams, as a gateway sends; one client key per slice, since h2load sends one body\n")
 	b.WriteString("  (the in-process limiter decides one key as fast as 10,000);\n")
 	fmt.Fprintf(&b, "- **gRPC-go → RLS**: gRPC-go clients in the server's process over %d connections,\n", conns)
-	b.WriteString("  10,000 client keys: the clients' CPU is charged to the server (a lower bound).\n\n")
-	fmt.Fprintf(&b, "The process runs with the server's GOGC (%d, `rls.GCPercent`), all three sides alike.\n\n", debug.SetGCPercent(-1))
+	b.WriteString("  10,000 client keys: the clients' CPU is charged to the server (a lower bound);\n")
+	b.WriteString("- **over TLS** (issue 22), the same two again: gRPC-go clients presenting client\n")
+	b.WriteString("  certificates to a server that requires them (`--tls-client-ca-file`), and h2load\n")
+	b.WriteString("  speaking TLS to a server with the same certificate but no client authentication,\n")
+	b.WriteString("  since h2load cannot present a certificate. The handshake is a connection's only\n")
+	b.WriteString("  extra step with one, and connections are long-lived: both measure TLS per decision.\n\n")
+	fmt.Fprintf(&b, "The process runs with the server's GOGC (%d, `rls.GCPercent`), all sides alike.\n\n", debug.SetGCPercent(-1))
 	b.WriteString("| callers | limiter decisions/s | p50 ms | p99 ms | h2load → RLS decisions/s | p50 ms | p99 ms | ÷ limiter | gRPC-go → RLS decisions/s | p99 ms | ÷ limiter |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	verdict := "not measured"
@@ -500,6 +600,15 @@ func write(out string, rows []row, dur time.Duration, rounds int, took time.Dura
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %d | %.1f + %.1f | %.1f + %.1f + %.1f | %.1f + %.1f |\n", r.callers,
 			us(r.lim.self), us(r.lim.redis), us(r.h2.self), us(r.h2.redis), us(r.h2.client), us(r.goc.self), us(r.goc.redis))
+	}
+	b.WriteString("\nTLS against h2c, same run: decisions/s, p99 and the server process's CPU per\n")
+	b.WriteString("decision over TLS, and their ratio to the same client over h2c.\n\n")
+	b.WriteString("| callers | h2load → RLS TLS decisions/s | ÷ h2c | p99 ms | ÷ h2c | µs CPU | ÷ h2c | gRPC-go → RLS mTLS decisions/s | ÷ h2c | p99 ms | ÷ h2c | µs CPU | ÷ h2c |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %d | %.0f | %.2f | %s | %.2f | %.1f | %.2f | %.0f | %.2f | %s | %.2f | %.1f | %.2f |\n", r.callers,
+			r.h2tls.DPS, of(r.h2tls.DPS, r.h2.DPS), ms(r.h2tls.P99), of(float64(r.h2tls.P99), float64(r.h2.P99)), us(r.h2tls.self), of(us(r.h2tls.self), us(r.h2.self)),
+			r.gomtls.DPS, of(r.gomtls.DPS, r.goc.DPS), ms(r.gomtls.P99), of(float64(r.gomtls.P99), float64(r.goc.P99)), us(r.gomtls.self), of(us(r.gomtls.self), us(r.goc.self)))
 	}
 	fmt.Fprintf(&b, "\nGoal: at %d callers the RLS server reaches ≥ %.1f × the in-process limiter rate: %s.\n", goalAt, goal, verdict)
 	fmt.Fprintf(&b, "The section took %v; 1-minute load average %s before, %s after (the machine is shared).\n",
