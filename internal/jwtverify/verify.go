@@ -1,0 +1,142 @@
+package jwtverify
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+)
+
+// Leeway is the clock skew allowed when checking exp, nbf and iat: small,
+// since the issuer and the sidecar both keep time by NTP, and every second
+// of it lets an expired token in for that long.
+const Leeway = 30 * time.Second
+
+// maxCandidates bounds the keys one token is tried against, so that a
+// token that names no key id cannot make a sidecar run a signature check
+// per key of a large set.
+const maxCandidates = 4
+
+// Failure is why a token does not verify: a bounded set, for metrics.
+type Failure string
+
+// The failures, each a metric label value.
+const (
+	// FailureMalformed: not a JWS compact token with a JSON payload.
+	FailureMalformed Failure = "malformed"
+	// FailureAlgorithm: its alg is none of those the keys verify ("none",
+	// HS256 against a public key, an unknown one).
+	FailureAlgorithm Failure = "algorithm"
+	// FailureUnknownKey: no key of the set has its key id (and algorithm):
+	// a key the sidecar has not got yet, during a rotation, shows here.
+	FailureUnknownKey Failure = "unknown_key"
+	// FailureSignature: no candidate key verifies the signature.
+	FailureSignature Failure = "signature"
+	// FailureExpired: exp is past (beyond Leeway), or missing.
+	FailureExpired Failure = "expired"
+	// FailureNotYetValid: nbf or iat is in the future (beyond Leeway).
+	FailureNotYetValid Failure = "not_yet_valid"
+	// FailureIssuer: iss is not the expected issuer.
+	FailureIssuer Failure = "issuer"
+	// FailureAudience: aud names none of the expected audiences.
+	FailureAudience Failure = "audience"
+)
+
+// Failures lists every Failure, for metrics.
+var Failures = []Failure{FailureMalformed, FailureAlgorithm, FailureUnknownKey, FailureSignature,
+	FailureExpired, FailureNotYetValid, FailureIssuer, FailureAudience}
+
+// Verifier verifies the tokens of one issuer for some audiences against a
+// key set. It is immutable and safe for concurrent use.
+type Verifier struct {
+	issuer    string
+	audiences jwt.Audience
+	set       *KeySet
+}
+
+// NewVerifier is a verifier of tokens from issuer for any of audiences,
+// signed by a key of set. issuer and audiences must not be empty: an empty
+// expectation would pass any token.
+func NewVerifier(issuer string, audiences []string, set *KeySet) (*Verifier, error) {
+	if issuer == "" || len(audiences) == 0 || set == nil {
+		return nil, errors.New("a verifier needs an issuer, at least one audience and a key set")
+	}
+	for _, a := range audiences {
+		if a == "" {
+			return nil, errors.New("an audience is empty")
+		}
+	}
+	return &Verifier{issuer: issuer, audiences: jwt.Audience(audiences), set: set}, nil
+}
+
+// Verify checks token's signature against the key set and its claims (iss,
+// aud, exp, which must be present, nbf and iat) at time now, and returns
+// its claims. Any input gives a claims map or a Failure, never a panic.
+func (v *Verifier) Verify(token string, now time.Time) (map[string]json.RawMessage, Failure) {
+	if len(v.set.keys) == 0 {
+		return nil, FailureUnknownKey
+	}
+	tok, err := jwt.ParseSigned(token, v.set.algs)
+	if err != nil {
+		if _, ok := errors.AsType[*jose.ErrUnexpectedSignatureAlgorithm](err); ok {
+			return nil, FailureAlgorithm
+		}
+		return nil, FailureMalformed
+	}
+	if len(tok.Headers) != 1 {
+		return nil, FailureMalformed
+	}
+	h := tok.Headers[0]
+	alg := jose.SignatureAlgorithm(h.Algorithm)
+	tried := 0
+	for i := range v.set.keys {
+		k := &v.set.keys[i]
+		// A key with an id verifies only the tokens that name it; one
+		// without verifies any token of its algorithm.
+		if k.alg != alg || k.kid != "" && k.kid != h.KeyID {
+			continue
+		}
+		if tried == maxCandidates {
+			break
+		}
+		tried++
+		var std jwt.Claims
+		var claims map[string]json.RawMessage
+		if err := tok.Claims(k.pub, &std, &claims); err != nil {
+			if errors.Is(err, jose.ErrCryptoFailure) {
+				continue // another key of the same id and algorithm may
+			}
+			// Verified, but the payload is not a JSON object of claims.
+			return nil, FailureMalformed
+		}
+		return claims, v.checkClaims(&std, now)
+	}
+	if tried == 0 {
+		return nil, FailureUnknownKey
+	}
+	return nil, FailureSignature
+}
+
+// checkClaims checks the registered claims of a verified token; "" when
+// they are fine.
+func (v *Verifier) checkClaims(c *jwt.Claims, now time.Time) Failure {
+	if c.Expiry == nil {
+		// A token that never expires is a credential that cannot be
+		// taken back; the policy documents that exp is required.
+		return FailureExpired
+	}
+	switch c.ValidateWithLeeway(jwt.Expected{Issuer: v.issuer, AnyAudience: v.audiences, Time: now}, Leeway) {
+	case nil:
+		return ""
+	case jwt.ErrInvalidIssuer:
+		return FailureIssuer
+	case jwt.ErrInvalidAudience:
+		return FailureAudience
+	case jwt.ErrExpired:
+		return FailureExpired
+	default: // ErrNotValidYet, ErrIssuedInTheFuture
+		return FailureNotYetValid
+	}
+}
