@@ -227,7 +227,6 @@ func marshalSet(keys []jose.JSONWebKey) ([]byte, error) {
 // KeySet is a parsed canonical key set, ready to verify with.
 type KeySet struct {
 	keys []key
-	algs []jose.SignatureAlgorithm // every algorithm some key verifies
 }
 
 // Len is the number of keys.
@@ -272,9 +271,6 @@ func Parse(canonical []byte) (*KeySet, error) {
 		}
 		for _, a := range algs {
 			set.keys = append(set.keys, key{kid: k.KeyID, alg: a, pub: k.Key})
-			if !slices.Contains(set.algs, a) {
-				set.algs = append(set.algs, a)
-			}
 		}
 	}
 	return set, nil

@@ -19,6 +19,13 @@ const Leeway = 30 * time.Second
 // per key of a large set.
 const maxCandidates = 4
 
+// asymmetric are the algorithms a token may name at all: those of the key
+// types a set may hold. "none" and the HMACs fail here (FailureAlgorithm);
+// one of these that no key of the set verifies is FailureUnknownKey, the
+// sign of a key the sidecar has not got.
+var asymmetric = []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512, jose.PS256, jose.PS384, jose.PS512,
+	jose.ES256, jose.ES384, jose.ES512, jose.EdDSA}
+
 // Failure is why a token does not verify: a bounded set, for metrics.
 type Failure string
 
@@ -26,8 +33,9 @@ type Failure string
 const (
 	// FailureMalformed: not a JWS compact token with a JSON payload.
 	FailureMalformed Failure = "malformed"
-	// FailureAlgorithm: its alg is none of those the keys verify ("none",
-	// HS256 against a public key, an unknown one).
+	// FailureAlgorithm: its alg is not an asymmetric signature ("none",
+	// HS256, the confusion of a public key for an HMAC secret, an unknown
+	// one).
 	FailureAlgorithm Failure = "algorithm"
 	// FailureUnknownKey: no key of the set has its key id (and algorithm):
 	// a key the sidecar has not got yet, during a rotation, shows here.
@@ -78,7 +86,7 @@ func (v *Verifier) Verify(token string, now time.Time) (map[string]json.RawMessa
 	if len(v.set.keys) == 0 {
 		return nil, FailureUnknownKey
 	}
-	tok, err := jwt.ParseSigned(token, v.set.algs)
+	tok, err := jwt.ParseSigned(token, asymmetric)
 	if err != nil {
 		if _, ok := errors.AsType[*jose.ErrUnexpectedSignatureAlgorithm](err); ok {
 			return nil, FailureAlgorithm
