@@ -40,6 +40,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -71,9 +72,19 @@ type RateLimitPolicyReconciler struct {
 	// the policies report Stalled (0: one minute).
 	CredentialsGrace time.Duration
 
+	// JWKSFetch configures the fetcher of the key sets policies name by
+	// URL (key.jwt.jwks.url); its zero value takes jwksfetch's defaults.
+	// Changed and InUse are set by SetupWithManager.
+	JWKSFetch jwksfetch.Options
+
 	// credentials reads RedisCredentials: a cache of that one Secret, set
 	// up by SetupWithManager.
 	credentials client.Reader
+	// jwksReader reads the namespaces' slidegate-jwks ConfigMaps (a cache
+	// of that name only) and fetcher fetches key set URLs; both set up by
+	// SetupWithManager.
+	jwksReader client.Reader
+	fetcher    *jwksfetch.Fetcher
 }
 
 // RBAC (docs/operations.md, "Permissions", explains each verb). The
@@ -112,7 +123,11 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 
 	legacy := legacySidecars(pods)
-	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, LegacySidecars: len(legacy) > 0})
+	keySets, keyProblems, keyNotes, err := r.keySets(ctx, ns, policies)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, LegacySidecars: len(legacy) > 0, KeySets: keySets})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -131,6 +146,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, err
 	}
 	facts.legacySidecars = legacy
+	facts.keys, facts.keyNotes = keyProblems, keyNotes
 	want, unprotected := policyStatuses(policies, desired, facts, time.Now(), r.credentialsGrace())
 	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, policies, want, facts.terminating)
 	if err != nil {
@@ -258,6 +274,10 @@ type namespaceFacts struct {
 	// legacySidecars names the pods whose sidecars read only minor version
 	// 0 of the configuration (injected by the first release).
 	legacySidecars []string
+	// keys says, by policy name, why a policy that verifies tokens has no
+	// keys; keyNotes, that its keys are an older fetch.
+	keys     map[string]*problem
+	keyNotes map[string]string
 }
 
 // namespaceFacts gathers the Services and the Namespace for the statuses,
@@ -290,6 +310,8 @@ func policyStatuses(policies []v1alpha1.RateLimitPolicy, desired namespaceRender
 			heldBack:    heldBackProblem(desired.heldBack[p.Name], facts.legacySidecars, p.Namespace),
 			revision:    desired.revisions[p.Name],
 			credentials: facts.credentials,
+			keys:        facts.keys[p.Name],
+			keysNote:    facts.keyNotes[p.Name],
 			now:         now,
 			grace:       grace,
 		}
