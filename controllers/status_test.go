@@ -144,9 +144,9 @@ func TestDesiredStatus(t *testing.T) {
 			wantRevision: "r1",
 		},
 		{
-			name: "credentials and keys missing: the credentials first",
-			in:   statusInput{revision: "r1", matched: 1, enforced: 1, keys: noKeys, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
-			want: conds(accepted, cond{metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials}, enforced1),
+			name:         "credentials and keys missing: the credentials first",
+			in:           statusInput{revision: "r1", matched: 1, enforced: 1, keys: noKeys, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			want:         conds(accepted, cond{metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials}, enforced1),
 			wantRevision: "r1",
 		},
 		{
