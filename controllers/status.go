@@ -210,7 +210,8 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 		u := unverifiedProblem()
 		c.set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, u.Reason(), u.Message())
 	}
-	if in.credentials != nil {
+	switch {
+	case in.credentials != nil:
 		ready := c.failedSince(v1alpha1.ConditionReady, in.credentials)
 		// Stalled (kstatus: Failed) once the credentials have been missing
 		// for the grace (a minute): nothing the controller does brings them, so
@@ -224,9 +225,9 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 		if !in.now.IsZero() && !in.now.Before(ready.LastTransitionTime.Add(in.grace)) {
 			c.stalled(in.credentials)
 		}
-	} else if in.keys != nil {
+	case in.keys != nil:
 		c.failed(v1alpha1.ConditionReady, in.keys)
-	} else {
+	default:
 		c.set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
 			fmt.Sprintf("the configuration is published in ConfigMap %s%s", sidecarconfig.ConfigMapName, in.keysNote))
 	}

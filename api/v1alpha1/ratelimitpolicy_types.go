@@ -643,8 +643,8 @@ type JWTVerification struct {
 type InsecureSkipVerification string
 
 const (
-	// InsecureSkipVerificationVerifiedUpstream: a gateway in front of the
-	// pods verifies every token.
+	// InsecureSkipVerificationVerifiedUpstream says that a gateway in front
+	// of the pods verifies every token.
 	InsecureSkipVerificationVerifiedUpstream InsecureSkipVerification = "VerifiedUpstream"
 )
 

@@ -140,11 +140,8 @@ func usableKey(raw json.RawMessage) (jose.JSONWebKey, string) {
 	if len(algs) == 0 {
 		return k, "not an RSA (2048 bits or more), EC P-256/P-384/P-521 or Ed25519 key"
 	}
-	if k.Algorithm != "" {
-		if !slices.Contains(algs, jose.SignatureAlgorithm(k.Algorithm)) {
-			return k, fmt.Sprintf("its alg %q is not one its key type verifies", boundedString(k.Algorithm))
-		}
-		algs = []jose.SignatureAlgorithm{jose.SignatureAlgorithm(k.Algorithm)}
+	if k.Algorithm != "" && !slices.Contains(algs, jose.SignatureAlgorithm(k.Algorithm)) {
+		return k, fmt.Sprintf("its alg %q is not one its key type verifies", boundedString(k.Algorithm))
 	}
 	// "alg" stays as the set named it; absent, the key verifies every
 	// algorithm of its type.

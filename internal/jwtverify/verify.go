@@ -135,14 +135,15 @@ func (v *Verifier) checkClaims(c *jwt.Claims, now time.Time) Failure {
 		// taken back; the policy documents that exp is required.
 		return FailureExpired
 	}
-	switch c.ValidateWithLeeway(jwt.Expected{Issuer: v.issuer, AnyAudience: v.audiences, Time: now}, Leeway) {
-	case nil:
+	err := c.ValidateWithLeeway(jwt.Expected{Issuer: v.issuer, AnyAudience: v.audiences, Time: now}, Leeway)
+	switch {
+	case err == nil:
 		return ""
-	case jwt.ErrInvalidIssuer:
+	case errors.Is(err, jwt.ErrInvalidIssuer):
 		return FailureIssuer
-	case jwt.ErrInvalidAudience:
+	case errors.Is(err, jwt.ErrInvalidAudience):
 		return FailureAudience
-	case jwt.ErrExpired:
+	case errors.Is(err, jwt.ErrExpired):
 		return FailureExpired
 	default: // ErrNotValidYet, ErrIssuedInTheFuture
 		return FailureNotYetValid
