@@ -1,6 +1,7 @@
 package jwtverify
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"time"
@@ -62,6 +63,7 @@ type Verifier struct {
 	issuer    string
 	audiences jwt.Audience
 	set       *KeySet
+	cache     *tokenCache
 }
 
 // NewVerifier is a verifier of tokens from issuer for any of audiences,
@@ -76,7 +78,15 @@ func NewVerifier(issuer string, audiences []string, set *KeySet) (*Verifier, err
 			return nil, errors.New("an audience is empty")
 		}
 	}
-	return &Verifier{issuer: issuer, audiences: jwt.Audience(audiences), set: set}, nil
+	return &Verifier{issuer: issuer, audiences: jwt.Audience(audiences), set: set, cache: newTokenCache(DefaultCacheSize)}, nil
+}
+
+// cached is the number of verified tokens v remembers (for tests).
+func (v *Verifier) cached() int {
+	if v.cache == nil {
+		return 0
+	}
+	return v.cache.len()
 }
 
 // Verify checks token's signature against the key set and its claims (iss,
@@ -86,15 +96,39 @@ func (v *Verifier) Verify(token string, now time.Time) (map[string]json.RawMessa
 	if len(v.set.keys) == 0 {
 		return nil, FailureUnknownKey
 	}
+	if v.cache == nil {
+		claims, _, failure := v.verify(token, now)
+		return claims, failure
+	}
+	sum := sha256.Sum256([]byte(token))
+	if hit := v.cache.get(sum); hit != nil {
+		// Verified before with these keys: only time has moved since, and
+		// it can only have made the token expire (nbf and iat were past).
+		if now.Add(-Leeway).After(hit.exp) {
+			v.cache.drop(sum)
+			return nil, FailureExpired
+		}
+		return hit.claims, ""
+	}
+	claims, exp, failure := v.verify(token, now)
+	if failure != "" {
+		return nil, failure
+	}
+	v.cache.put(sum, &verified{claims: claims, exp: exp})
+	return claims, ""
+}
+
+// verify is Verify without the cache.
+func (v *Verifier) verify(token string, now time.Time) (map[string]json.RawMessage, time.Time, Failure) {
 	tok, err := jwt.ParseSigned(token, asymmetric)
 	if err != nil {
 		if _, ok := errors.AsType[*jose.ErrUnexpectedSignatureAlgorithm](err); ok {
-			return nil, FailureAlgorithm
+			return nil, time.Time{}, FailureAlgorithm
 		}
-		return nil, FailureMalformed
+		return nil, time.Time{}, FailureMalformed
 	}
 	if len(tok.Headers) != 1 {
-		return nil, FailureMalformed
+		return nil, time.Time{}, FailureMalformed
 	}
 	h := tok.Headers[0]
 	alg := jose.SignatureAlgorithm(h.Algorithm)
@@ -117,14 +151,17 @@ func (v *Verifier) Verify(token string, now time.Time) (map[string]json.RawMessa
 				continue // another key of the same id and algorithm may
 			}
 			// Verified, but the payload is not a JSON object of claims.
-			return nil, FailureMalformed
+			return nil, time.Time{}, FailureMalformed
 		}
-		return claims, v.checkClaims(&std, now)
+		if f := v.checkClaims(&std, now); f != "" {
+			return nil, time.Time{}, f
+		}
+		return claims, std.Expiry.Time(), ""
 	}
 	if tried == 0 {
-		return nil, FailureUnknownKey
+		return nil, time.Time{}, FailureUnknownKey
 	}
-	return nil, FailureSignature
+	return nil, time.Time{}, FailureSignature
 }
 
 // checkClaims checks the registered claims of a verified token; "" when
