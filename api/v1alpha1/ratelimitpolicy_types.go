@@ -215,7 +215,29 @@ type ClientKey struct {
 	RemoteAddress *ClientAddress `json:"remoteAddress,omitempty"`
 
 	// jwt, for the source JWTClaim (required there), says which bearer
-	// tokens count: see JWTVerification.
+	// tokens count: either issuer, audiences and jwks (all three), or
+	// insecureSkipVerification alone.
+	//
+	// A token counts only when its signature verifies with one of the jwks
+	// keys (RS256/384/512 and PS256/384/512 for RSA keys of 2048 bits or
+	// more, ES256/384/512 for EC keys, EdDSA for Ed25519 keys; a key's
+	// "alg", when it has one, is the only algorithm it verifies; "none" and
+	// HMAC algorithms never), its iss is issuer, its aud names one of
+	// audiences, it has an exp that has not passed, and its nbf and iat
+	// have come, allowing 30 seconds of clock skew. A token that does not
+	// verify, for whatever reason, counts as missing: onMissing decides
+	// (its default, RemoteAddress, counts the request against its client
+	// address). The sidecar makes no network call: the manager renders the
+	// keys into the namespace's sidecar configuration, and a change of keys
+	// reaches running sidecars within the kubelet's ConfigMap sync (about a
+	// minute), without a restart; while the keys are unavailable, no token
+	// verifies, and Ready is False with reason JWTKeysUnavailable.
+	//
+	// Key rotation: publish the new key beside the old one first, and sign
+	// with it only once the sidecars have it (the policy's status.revision
+	// changes; allow the kubelet's sync); remove the old key once the last
+	// token it signed has expired. Tokens signed by a key a sidecar does not
+	// have yet show as unknown_key in slidegate_sidecar_jwt_tokens_total.
 	// +optional
 	JWT *JWTVerification `json:"jwt,omitempty"`
 }
@@ -579,27 +601,8 @@ type RateLimitPolicyList struct {
 // ---------------------------------------------------------------------------
 
 // JWTVerification says how the sidecar verifies a JWTClaim policy's bearer
-// tokens: either issuer, audiences and jwks (all three), or
-// insecureSkipVerification alone.
-//
-// A token counts only when its signature verifies with one of the jwks
-// keys (RS256/384/512 and PS256/384/512 for RSA keys of 2048 bits or more,
-// ES256/384/512 for EC keys, EdDSA for Ed25519 keys; a key's "alg", when it
-// has one, is the only algorithm it verifies; "none" and HMAC algorithms
-// never), its iss is issuer, its aud names one of audiences, it has an exp
-// that has not passed, and its nbf and iat have come, allowing 30 seconds
-// of clock skew. A token that does not verify, for whatever reason, counts
-// as missing: onMissing decides (its default, RemoteAddress, counts the
-// request against its client address). The sidecar makes no network call:
-// the manager renders the keys into the namespace's sidecar configuration,
-// and a change of keys reaches running sidecars within the kubelet's
-// ConfigMap sync (about a minute), without a restart.
-//
-// Key rotation: publish the new key beside the old one first, and sign with
-// it only once the sidecars have it (the policy's status.revision changes;
-// allow the kubelet's sync); remove the old key once the last token it
-// signed has expired. Tokens signed by a key the sidecar does not have yet
-// show as unknown_key in slidegate_sidecar_jwt_tokens_total.
+// tokens (see ClientKey.JWT): either issuer, audiences and jwks (all
+// three), or insecureSkipVerification alone.
 // +kubebuilder:validation:XValidation:rule="has(self.insecureSkipVerification) ? !(has(self.issuer) || has(self.audiences) || has(self.jwks)) : (has(self.issuer) && has(self.audiences) && has(self.jwks))",message="set issuer, audiences and jwks to verify tokens, or only insecureSkipVerification: VerifiedUpstream when a gateway in front of the pods verifies every token"
 type JWTVerification struct {
 	// issuer is the value the token's iss claim must have, exactly, e.g.
