@@ -105,11 +105,15 @@ func (r *RateLimitPolicyReconciler) newFetcher(mgr ctrl.Manager, events chan<- e
 		ns, err := namespaces(url)
 		return err != nil || len(ns) > 0
 	}
-	opts.Changed = func(url string) {
+	opts.Changed = func(ctx context.Context, url string) {
 		ns, _ := namespaces(url)
 		for _, n := range ns {
 			obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: n}}
-			events <- event.TypedGenericEvent[client.Object]{Object: obj}
+			select {
+			case events <- event.TypedGenericEvent[client.Object]{Object: obj}:
+			case <-ctx.Done(): // the manager stops: nobody reads events any more
+				return
+			}
 		}
 	}
 	return jwksfetch.New(opts)

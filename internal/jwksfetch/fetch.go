@@ -57,9 +57,10 @@ type Options struct {
 	RootCAs *x509.CertPool
 	// AllowAddr says whether an address may be dialed; nil: PublicAddr.
 	AllowAddr func(netip.Addr) bool
-	// Changed is called (from the fetching goroutine) when a URL's result
-	// changes: new keys, a new failure, or a recovery.
-	Changed func(url string)
+	// Changed is called (from the fetching goroutine, with its context,
+	// which ends when the Fetcher stops) when a URL's result changes: new
+	// keys, a new failure, or a recovery.
+	Changed func(ctx context.Context, url string)
 	// InUse is asked before each refresh whether a policy still names the
 	// URL; false forgets it. nil: always.
 	InUse func(url string) bool
@@ -220,7 +221,7 @@ func (f *Fetcher) loop(ctx context.Context, u string) {
 			return
 		}
 		if f.record(u, keys, err) && f.opts.Changed != nil {
-			f.opts.Changed(u)
+			f.opts.Changed(ctx, u)
 		}
 		wait := f.opts.Refresh
 		if err != nil {

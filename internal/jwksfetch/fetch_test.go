@@ -70,7 +70,7 @@ func started(t *testing.T, is *issuer, mod func(*jwksfetch.Options)) (*jwksfetch
 		Retry:     50 * time.Millisecond,
 		Timeout:   2 * time.Second,
 		AllowAddr: loopback,
-		Changed: func(u string) {
+		Changed: func(_ context.Context, u string) {
 			n, _ := changes.LoadOrStore(u, new(atomic.Int64))
 			n.(*atomic.Int64).Add(1)
 		},
