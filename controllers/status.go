@@ -206,7 +206,7 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 		return *st
 	}
 	c.accepted(in.revision, sidecarconfig.ConfigMapName)
-	if _, legacy := render.Unverified(p); legacy {
+	if render.LegacyUnverified(p) {
 		u := unverifiedProblem()
 		c.set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, u.Reason(), u.Message())
 	}

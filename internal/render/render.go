@@ -421,19 +421,12 @@ func jwtSettings(k *v1alpha1.ClientKey, out *sidecarconfig.Key) error {
 	return nil
 }
 
-// Unverified reports whether a policy keys on a token claim that the
-// sidecars read without verifying it: one that opts out explicitly
-// (insecureSkipVerification), or one stored before key.jwt existed.
-// Legacy is true for the latter, whose status says so loudly.
-func Unverified(p *v1alpha1.RateLimitPolicy) (unverified, legacy bool) {
-	k := &p.Spec.Key
-	if p.Spec.TargetSelector == nil || k.Source != v1alpha1.KeySourceJWTClaim {
-		return false, false
-	}
-	if k.JWT == nil {
-		return true, true
-	}
-	return k.JWT.InsecureSkipVerification != "", false
+// LegacyUnverified reports whether p keys on a token claim without saying
+// how tokens are verified: a JWTClaim policy stored before key.jwt existed
+// (the API server refuses new ones). It renders as it did then, the token
+// read unverified, and its status says so loudly.
+func LegacyUnverified(p *v1alpha1.RateLimitPolicy) bool {
+	return p.Spec.TargetSelector != nil && p.Spec.Key.Source == v1alpha1.KeySourceJWTClaim && p.Spec.Key.JWT == nil
 }
 
 // MinIPv6PrefixLength is the shortest IPv6 prefix a policy may count a
