@@ -41,6 +41,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -76,9 +77,19 @@ type RateLimitPolicyReconciler struct {
 	// defaults), which the NetworkPolicies of spec.networkPolicy admit.
 	SidecarListenPort, SidecarAdminPort int32
 
+	// JWKSFetch configures the fetcher of the key sets policies name by
+	// URL (key.jwt.jwks.url); its zero value takes jwksfetch's defaults.
+	// Changed and InUse are set by SetupWithManager.
+	JWKSFetch jwksfetch.Options
+
 	// credentials reads RedisCredentials: a cache of that one Secret, set
 	// up by SetupWithManager.
 	credentials client.Reader
+	// jwksReader reads the namespaces' slidegate-jwks ConfigMaps (a cache
+	// of that name only) and fetcher fetches key set URLs; both set up by
+	// SetupWithManager.
+	jwksReader client.Reader
+	fetcher    *jwksfetch.Fetcher
 }
 
 // RBAC (docs/operations.md, "Permissions", explains each verb). The
@@ -121,7 +132,11 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	// them, after the app has drained (and on a rollout's old pods, for
 	// seconds to the whole grace period), and read the ConfigMap meanwhile.
 	legacy := legacySidecars(running)
-	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, LegacySidecars: len(legacy) > 0})
+	keySets, keyProblems, keyNotes, err := r.keySets(ctx, ns, policies)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, LegacySidecars: len(legacy) > 0, KeySets: keySets})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -143,6 +158,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, err
 	}
 	facts.legacySidecars = legacy
+	facts.keys, facts.keyNotes = keyProblems, keyNotes
 	want, unprotected := policyStatuses(policies, desired, facts, time.Now(), r.credentialsGrace())
 	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, policies, want, facts.terminating)
 	if err != nil {
@@ -271,6 +287,10 @@ type namespaceFacts struct {
 	// legacySidecars names the pods whose sidecars read only minor version
 	// 0 of the configuration (injected by the first release).
 	legacySidecars []string
+	// keys says, by policy name, why a policy that verifies tokens has no
+	// keys; keyNotes, that its keys are an older fetch.
+	keys     map[string]*problem
+	keyNotes map[string]string
 }
 
 // namespaceFacts gathers the Services and the Namespace for the statuses,
@@ -303,6 +323,8 @@ func policyStatuses(policies []v1alpha1.RateLimitPolicy, desired namespaceRender
 			heldBack:    heldBackProblem(desired.heldBack[p.Name], facts.legacySidecars, p.Namespace),
 			revision:    desired.revisions[p.Name],
 			credentials: facts.credentials,
+			keys:        facts.keys[p.Name],
+			keysNote:    facts.keyNotes[p.Name],
 			now:         now,
 			grace:       grace,
 		}

@@ -208,6 +208,9 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RateLimitPolicy{}, policySelectorKeysIndex, selectorKeys); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RateLimitPolicy{}, jwksURLIndex, jwksURL); err != nil {
+		return err
+	}
 	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
 	})
@@ -221,6 +224,20 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		// The source changed: every namespace with policies re-mirrors it.
 		b = b.WatchesRawSource(source.Kind[client.Object](c, &corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.credentialsToNamespaces)))
 	}
+	// Key sets: the namespaces' slidegate-jwks ConfigMaps, and the URLs the
+	// fetcher keeps (it runs on the leader only, as the controller does).
+	jwks, err := jwksConfigMapCache(ctx, mgr)
+	if err != nil {
+		return fmt.Errorf("creating the cache of the %s ConfigMaps: %w", v1alpha1.JWKSConfigMapName, err)
+	}
+	r.jwksReader = jwks
+	fetched := make(chan event.TypedGenericEvent[client.Object], 1024)
+	r.fetcher = r.newFetcher(mgr, fetched)
+	if err := mgr.Add(r.fetcher); err != nil {
+		return err
+	}
+	b = b.WatchesRawSource(source.Kind[client.Object](jwks, &corev1.ConfigMap{}, byNamespace)).
+		WatchesRawSource(source.Channel(fetched, byNamespace))
 	return b.
 		Named(ControllerName).
 		// Policies: spec changes (generation) and deletion; not our own

@@ -107,6 +107,10 @@ type statusInput struct {
 	revision string // the policy's revision in the namespace's configuration
 	// credentials is why sidecars cannot get Redis credentials; nil: fine.
 	credentials *problem
+	// keys is why a policy that verifies tokens has no keys (keysProblem);
+	// keysNote says that its keys are those of an older fetch.
+	keys     *problem
+	keysNote string
 	// now and grace: credentials missing since grace before now are Stalled.
 	now               time.Time
 	grace             time.Duration
@@ -209,7 +213,12 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 		return *st
 	}
 	c.accepted(in.revision, sidecarconfig.ConfigMapName)
-	if in.credentials != nil {
+	if render.LegacyUnverified(p) {
+		u := unverifiedProblem()
+		c.set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, u.Reason(), u.Message())
+	}
+	switch {
+	case in.credentials != nil:
 		ready := c.failedSince(v1alpha1.ConditionReady, in.credentials)
 		// Stalled (kstatus: Failed) once the credentials have been missing
 		// for the grace (a minute): nothing the controller does brings them, so
@@ -223,9 +232,11 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 		if !in.now.IsZero() && !in.now.Before(ready.LastTransitionTime.Add(in.grace)) {
 			c.stalled(in.credentials)
 		}
-	} else {
+	case in.keys != nil:
+		c.failed(v1alpha1.ConditionReady, in.keys)
+	default:
 		c.set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
-			fmt.Sprintf("the configuration is published in ConfigMap %s", sidecarconfig.ConfigMapName))
+			fmt.Sprintf("the configuration is published in ConfigMap %s%s", sidecarconfig.ConfigMapName, in.keysNote))
 	}
 	if prob := enforcementProblem(p, in); prob != nil {
 		c.failed(v1alpha1.ConditionEnforced, prob)
@@ -412,7 +423,8 @@ func emitTransitions(rec events.EventRecorder, old, updated *v1alpha1.RateLimitP
 		if prev := meta.FindStatusCondition(old.Status.Conditions, typ); prev != nil && prev.Status == c.Status && prev.Reason == c.Reason {
 			continue
 		}
-		abnormal := c.Status != metav1.ConditionTrue && c.Reason != v1alpha1.ReasonNoPodsSelected
+		// An unverified token policy is accepted, and still warned about.
+		abnormal := c.Status != metav1.ConditionTrue && c.Reason != v1alpha1.ReasonNoPodsSelected || c.Reason == v1alpha1.ReasonUnverifiedJWT
 		if reason == "" || (abnormal && kind == corev1.EventTypeNormal) {
 			reason = c.Reason
 		}

@@ -112,13 +112,56 @@ func TestDesiredStatus(t *testing.T) {
 	accepted := cond{metav1.ConditionTrue, v1alpha1.ReasonAccepted, acceptedMsg}
 	published := cond{metav1.ConditionTrue, v1alpha1.ReasonPublished, publishedMsg}
 
+	const noKeysMsg = "no keys to verify bearer tokens with: ConfigMap slidegate-jwks does not exist in namespace shop (create it with the key set under the key \"auth.json\"); " +
+		"until there are, no token verifies and onMissing RemoteAddress decides every request"
+	noKeys := keysProblem(`ConfigMap slidegate-jwks does not exist in namespace shop (create it with the key set under the key "auth.json")`, &v1alpha1.RateLimitPolicy{})
+	legacyJWT := &v1alpha1.RateLimitPolicySpec{TargetSelector: &v1alpha1.LabelSelector{}, Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub"}}
+	optedOut := legacyJWT.DeepCopy()
+	optedOut.Key.JWT = &v1alpha1.JWTVerification{InsecureSkipVerification: v1alpha1.InsecureSkipVerificationVerifiedUpstream}
+	enforced1 := cond{metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"}
+
 	for _, tc := range []struct {
 		name         string
+		spec         *v1alpha1.RateLimitPolicySpec
 		before       v1alpha1.RateLimitPolicyStatus
 		in           statusInput
 		want         map[string]cond
 		wantRevision string
 	}{
+		// Verified tokens (issue 23).
+		{
+			name:         "no keys to verify tokens with: accepted and enforced (onMissing decides), not ready",
+			in:           statusInput{revision: "r1", matched: 1, enforced: 1, keys: noKeys},
+			want:         conds(accepted, cond{metav1.ConditionFalse, v1alpha1.ReasonJWTKeysUnavailable, noKeysMsg}, enforced1),
+			wantRevision: "r1",
+		},
+		{
+			name: "keys of an older fetch: ready, and says so",
+			in:   statusInput{revision: "r1", matched: 1, enforced: 1, keysNote: "; the keys are those last fetched from https://a.example/k, whose refresh fails: GET: HTTP status 503"},
+			want: conds(accepted, cond{metav1.ConditionTrue, v1alpha1.ReasonPublished,
+				publishedMsg + "; the keys are those last fetched from https://a.example/k, whose refresh fails: GET: HTTP status 503"}, enforced1),
+			wantRevision: "r1",
+		},
+		{
+			name:         "credentials and keys missing: the credentials first",
+			in:           statusInput{revision: "r1", matched: 1, enforced: 1, keys: noKeys, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			want:         conds(accepted, cond{metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials}, enforced1),
+			wantRevision: "r1",
+		},
+		{
+			name:         "a JWTClaim policy stored before key.jwt: accepted, with a warning",
+			spec:         legacyJWT,
+			in:           statusInput{revision: "r1", matched: 1, enforced: 1},
+			want:         conds(cond{metav1.ConditionTrue, v1alpha1.ReasonUnverifiedJWT, unverifiedProblem().Message()}, published, enforced1),
+			wantRevision: "r1",
+		},
+		{
+			name:         "the explicit opt-out: accepted as any policy",
+			spec:         optedOut,
+			in:           statusInput{revision: "r1", matched: 1, enforced: 1},
+			want:         conds(accepted, published, enforced1),
+			wantRevision: "r1",
+		},
 		{
 			name:         "every selected pod carries the sidecar",
 			in:           statusInput{revision: "r1", matched: 3, enforced: 3},
@@ -252,6 +295,9 @@ func TestDesiredStatus(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Generation: 2}, Status: tc.before}
+			if tc.spec != nil {
+				p.Spec = *tc.spec
+			}
 			st := desiredStatus(p, tc.in)
 			if diff := cmp.Diff(tc.want, conditionsOf(t, st, 2), condOpt); diff != "" {
 				t.Errorf("conditions (-want +got):\n%s", diff)

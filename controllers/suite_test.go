@@ -18,9 +18,12 @@ package controllers
 
 import (
 	"context"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -45,6 +48,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -159,6 +163,10 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		RedisCredentials: redisSecret,
 		// Short, so that the credentials test sees Stalled come and go.
 		CredentialsGrace: 2 * time.Second,
+		// The key set URLs of the tests are httptest TLS servers on
+		// loopback (one certificate for all), refreshed quickly.
+		JWKSFetch: jwksfetch.Options{Refresh: 300 * time.Millisecond, Retry: 100 * time.Millisecond, Timeout: 5 * time.Second,
+			RootCAs: httptestRoots(), AllowAddr: func(a netip.Addr) bool { return a.IsLoopback() }},
 	}
 	if err := reconciler.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
@@ -187,6 +195,14 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		return nil, fmt.Errorf("the manager's cache did not sync")
 	}
 	return stopped, nil
+}
+
+// httptestRoots trusts the certificate of httptest's TLS servers (one for
+// all of them).
+func httptestRoots() *x509.CertPool {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	return srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
 }
 
 // countingClient counts (and names) every write attempted through it.

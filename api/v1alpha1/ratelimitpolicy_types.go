@@ -162,6 +162,8 @@ type PathPrefix string
 // +kubebuilder:validation:XValidation:rule="self.source != 'Header' || !has(self.name) || self.name.matches('^[A-Za-z0-9!#$%&*+.^_|~-]+$')",message="a header name may contain only letters, digits and !#$%&*+-.^_|~, e.g. X-User-ID"
 // +kubebuilder:validation:XValidation:rule="!(self.source in ['RemoteAddress', 'Global']) || !has(self.onMissing)",message="onMissing applies only when source is Header, QueryParameter or JWTClaim"
 // +kubebuilder:validation:XValidation:rule="!has(self.remoteAddress) || self.source == 'RemoteAddress' || (self.source in ['Header', 'QueryParameter', 'JWTClaim'] && (!has(self.onMissing) || self.onMissing == 'RemoteAddress'))",message="remoteAddress applies only when the client address is used: source RemoteAddress, or onMissing RemoteAddress (the default for Header, QueryParameter and JWTClaim)"
+// +kubebuilder:validation:XValidation:rule="!has(self.jwt) || self.source == 'JWTClaim'",message="jwt applies only when source is JWTClaim"
+// +kubebuilder:validation:XValidation:rule="self.source != 'JWTClaim' || has(self.jwt)",message="source JWTClaim needs jwt: the issuer, audiences and jwks to verify tokens with, or insecureSkipVerification: VerifiedUpstream when a gateway in front of the pods verifies every token (an unverified token lets a client choose its own claim, and so its own budget)"
 type ClientKey struct {
 	// source is where the client key comes from:
 	// RemoteAddress (the client IP, IPv6 clients by network; see
@@ -170,10 +172,9 @@ type ClientKey struct {
 	// Header (the value of the request header called name),
 	// QueryParameter (the value of the URL query parameter called name),
 	// JWTClaim (the claim called name in the payload of the
-	// "Authorization: Bearer" token; the sidecar does NOT verify the token's
-	// signature, so use this only behind an upstream, e.g. an ingress or API
-	// gateway, that has already verified it and rejects invalid tokens), or
-	// Global (one bucket shared by every request).
+	// "Authorization: Bearer" token, once the sidecar has verified the
+	// token as jwt says; a token that does not verify counts as missing),
+	// or Global (one bucket shared by every request).
 	// +required
 	Source KeySource `json:"source"`
 
@@ -212,6 +213,33 @@ type ClientKey struct {
 	// apply.
 	// +optional
 	RemoteAddress *ClientAddress `json:"remoteAddress,omitempty"`
+
+	// jwt, for the source JWTClaim (required there), says which bearer
+	// tokens count: either issuer, audiences and jwks (all three), or
+	// insecureSkipVerification alone.
+	//
+	// A token counts only when its signature verifies with one of the jwks
+	// keys (RS256/384/512 and PS256/384/512 for RSA keys of 2048 bits or
+	// more, ES256/384/512 for EC keys, EdDSA for Ed25519 keys; a key's
+	// "alg", when it has one, is the only algorithm it verifies; "none" and
+	// HMAC algorithms never), its iss is issuer, its aud names one of
+	// audiences, it has an exp that has not passed, and its nbf and iat
+	// have come, allowing 30 seconds of clock skew. A token that does not
+	// verify, for whatever reason, counts as missing: onMissing decides
+	// (its default, RemoteAddress, counts the request against its client
+	// address). The sidecar makes no network call: the manager renders the
+	// keys into the namespace's sidecar configuration, and a change of keys
+	// reaches running sidecars within the kubelet's ConfigMap sync (about a
+	// minute), without a restart; while the keys are unavailable, no token
+	// verifies, and Ready is False with reason JWTKeysUnavailable.
+	//
+	// Key rotation: publish the new key beside the old one first, and sign
+	// with it only once the sidecars have it (the policy's status.revision
+	// changes; allow the kubelet's sync); remove the old key once the last
+	// token it signed has expired. Tokens signed by a key a sidecar does not
+	// have yet show as unknown_key in slidegate_sidecar_jwt_tokens_total.
+	// +optional
+	JWT *JWTVerification `json:"jwt,omitempty"`
 }
 
 // RequestMatch restricts a policy to some requests. A request matches when
@@ -587,4 +615,97 @@ type RateLimitPolicyList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RateLimitPolicy `json:"items"`
+}
+
+// ---------------------------------------------------------------------------
+// Verified tokens (issue 23): the key.jwt settings of a JWTClaim policy.
+// Kept together here; other fields of ClientKey live above.
+// ---------------------------------------------------------------------------
+
+// JWTVerification says how the sidecar verifies a JWTClaim policy's bearer
+// tokens (see ClientKey.JWT): either issuer, audiences and jwks (all
+// three), or insecureSkipVerification alone.
+// +kubebuilder:validation:XValidation:rule="has(self.insecureSkipVerification) ? !(has(self.issuer) || has(self.audiences) || has(self.jwks)) : (has(self.issuer) && has(self.audiences) && has(self.jwks))",message="set issuer, audiences and jwks to verify tokens, or only insecureSkipVerification: VerifiedUpstream when a gateway in front of the pods verifies every token"
+type JWTVerification struct {
+	// issuer is the value the token's iss claim must have, exactly, e.g.
+	// "https://auth.example.com/".
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Issuer string `json:"issuer,omitempty"`
+
+	// audiences are the values the token's aud claim may name; it must
+	// name at least one of them, e.g. ["https://api.example.com"].
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=1024
+	Audiences []string `json:"audiences,omitempty"`
+
+	// jwks says where the issuer's public signing keys, a JSON Web Key Set
+	// (RFC 7517), come from.
+	// +optional
+	JWKS *JWKSSource `json:"jwks,omitempty"`
+
+	// insecureSkipVerification: VerifiedUpstream says that every request
+	// reaches the pods through a gateway that has verified its token and
+	// refuses invalid ones, so the sidecar reads the claim without
+	// verifying the token. Anyone who can reach the pods another way (a
+	// pod in the cluster, a Service port around the gateway) chooses their
+	// own claim, and so their own budget, with every request. It is what
+	// a JWTClaim policy did before jwt existed; a policy stored then,
+	// without jwt, is enforced so until its key is next changed (its
+	// Accepted condition says so, reason UnverifiedJWT).
+	// +optional
+	InsecureSkipVerification InsecureSkipVerification `json:"insecureSkipVerification,omitempty"`
+}
+
+// InsecureSkipVerification names why a JWTClaim policy need not verify its
+// tokens.
+// +kubebuilder:validation:Enum=VerifiedUpstream
+type InsecureSkipVerification string
+
+const (
+	// InsecureSkipVerificationVerifiedUpstream says that a gateway in front
+	// of the pods verifies every token.
+	InsecureSkipVerificationVerifiedUpstream InsecureSkipVerification = "VerifiedUpstream"
+)
+
+// JWKSConfigMapName is the ConfigMap of a namespace that holds the key
+// sets its policies name by key (JWKSSource.ConfigMapKey). One fixed name,
+// so that the manager may read that ConfigMap and no other (RBAC restricts
+// by name, not by label): a policy cannot make the manager read, and
+// publish, some other ConfigMap of its namespace.
+const JWKSConfigMapName = "slidegate-jwks"
+
+// JWKSSource says where a JSON Web Key Set comes from: exactly one of
+// configMapKey and url.
+// +kubebuilder:validation:XValidation:rule="has(self.configMapKey) != has(self.url)",message="set exactly one of configMapKey (a key of ConfigMap slidegate-jwks in the policy's namespace) and url (the issuer's https JWKS endpoint)"
+type JWKSSource struct {
+	// configMapKey is a data key of the ConfigMap slidegate-jwks in the
+	// policy's namespace whose value is the key set, e.g. "auth.json". A
+	// key set is public data, so it is not read from a Secret: the manager
+	// reads no Secret a policy names. Edit the ConfigMap to rotate keys.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	ConfigMapKey string `json:"configMapKey,omitempty"`
+
+	// url is the issuer's JWKS endpoint (the jwks_uri of its OpenID
+	// configuration), https only, e.g.
+	// "https://auth.example.com/.well-known/jwks.json". The manager fetches
+	// it (the sidecars make no network call) every few minutes (its
+	// --jwks-refresh-interval) and keeps the last good keys when a fetch
+	// fails; the policy's Ready condition says when it has none. The
+	// response is bounded (256 KiB, 32 usable keys), and addresses of the
+	// manager's own host (loopback, link-local, such as a cloud metadata
+	// service) are refused.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && url(self).getHostname() != ''",message="url must be an https URL with a host, e.g. https://auth.example.com/.well-known/jwks.json"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('@') && !self.contains('#')",message="url must not carry credentials ('@') or a fragment ('#')"
+	URL string `json:"url,omitempty"`
 }

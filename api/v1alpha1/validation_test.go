@@ -24,6 +24,7 @@ import (
 	"strings"
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,6 +43,9 @@ func TestMain(m *testing.M) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
 	env, c, err := testsupport.StartControlPlane(scheme)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -53,6 +57,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
 	}
 	os.Exit(code)
+}
+
+// validationCase is one policy for the API server: mutate turns validSpec
+// into it, and wantErr are substrings of the API server's error (none:
+// accepted).
+type validationCase struct {
+	name    string
+	mutate  func(*v1alpha1.RateLimitPolicySpec)
+	wantErr []string
 }
 
 func validSpec() v1alpha1.RateLimitPolicySpec {
@@ -76,12 +89,7 @@ func rls(s *v1alpha1.RateLimitPolicySpec) {
 // TestValidation creates policies through the real API server: valid specs
 // are stored, invalid ones are rejected with a message a user understands.
 func TestValidation(t *testing.T) {
-	tests := []struct {
-		name   string
-		mutate func(*v1alpha1.RateLimitPolicySpec)
-		// wantErr are substrings of the API server's error; none: accepted.
-		wantErr []string
-	}{
+	tests := []validationCase{
 		{name: "valid header key", mutate: func(*v1alpha1.RateLimitPolicySpec) {}},
 		// Policies for the rate limit service (issue 14).
 		{name: "valid rate limit service", mutate: rls},
@@ -140,7 +148,7 @@ func TestValidation(t *testing.T) {
 			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceQueryParameter, Name: "api_key", OnMissing: v1alpha1.MissingKeyDeny}
 		}},
 		{name: "valid JWT claim", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
-			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub", OnMissing: v1alpha1.MissingKeyAllow}
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub", OnMissing: v1alpha1.MissingKeyAllow, JWT: verified()}
 		}},
 		{name: "valid everything set", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.TargetPort = "web-8080"
@@ -319,6 +327,7 @@ func TestValidation(t *testing.T) {
 			s.Match = &v1alpha1.RequestMatch{PathPrefixes: []v1alpha1.PathPrefix{"/api/"}, PathCase: "Lower"}
 		}, wantErr: []string{"spec.match.pathCase", `supported values: "Sensitive", "Insensitive"`}},
 	}
+	tests = append(tests, jwtCases...)
 	ctx := context.Background()
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

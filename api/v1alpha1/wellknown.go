@@ -211,6 +211,15 @@ const (
 	// such pods still run in the namespace; the policy is held back until
 	// they are restarted.
 	ReasonSidecarsOutdated = "SidecarsOutdated"
+	// ReasonJWTKeysUnavailable (Ready False): the policy verifies bearer
+	// tokens (key.jwt) and has no keys to do it with (ConfigMap
+	// slidegate-jwks or its key missing or unusable, or its URL not
+	// fetched): no token verifies, so onMissing decides every request.
+	ReasonJWTKeysUnavailable = "JWTKeysUnavailable"
+	// ReasonUnverifiedJWT (Accepted True, with a warning event): a
+	// JWTClaim policy stored before key.jwt existed; its tokens are read
+	// without verification until key.jwt is set.
+	ReasonUnverifiedJWT = "UnverifiedJWT"
 )
 
 // Tenancy of the rate limit service (issue 22): which namespaces may put

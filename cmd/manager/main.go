@@ -28,6 +28,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -42,6 +43,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/version"
 	"github.com/slidegate/slidegate/internal/webhook"
@@ -64,6 +66,8 @@ type options struct {
 	webhookHost            string
 	webhookPort            int
 	rlsService             string
+	// jwksRefresh is how often key set URLs are fetched again.
+	jwksRefresh time.Duration
 	// sidecarListenPort and sidecarAdminPort become webhook.Inject's
 	// ListenPort and AdminPort once checked (completeSidecarPorts).
 	sidecarListenPort, sidecarAdminPort int
@@ -142,6 +146,9 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 			"including other sidecars': Istio's use 15000-15090, so the injector would skip its pods.")
 	fs.IntVar(&o.sidecarAdminPort, "sidecar-admin-port", inject.DefaultAdminPort,
 		"Port of the injected sidecar's /metrics, /healthz, /readyz and /debug (container port "+inject.AdminPortName+"). Same constraints as --sidecar-listen-port.")
+	fs.DurationVar(&o.jwksRefresh, "jwks-refresh-interval", jwksfetch.DefaultRefresh,
+		"How often the manager fetches again the JSON Web Key Sets that policies name by URL (key.jwt.jwks.url); a failed fetch is retried sooner and keeps the last good keys. "+
+			"Issuers publish a new key ahead of signing with it: at least this plus the kubelet's ConfigMap sync ahead.")
 	o.zap.BindFlags(fs)
 }
 
@@ -208,6 +215,7 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []
 		// injector gives the sidecar.
 		SidecarListenPort: o.webhook.Inject.ListenPort,
 		SidecarAdminPort:  o.webhook.Inject.AdminPort,
+		JWKSFetch:         jwksfetch.Options{Refresh: o.jwksRefresh},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)

@@ -114,7 +114,7 @@ func Fit(policies []v1alpha1.RateLimitPolicy, opts Options) (fit []v1alpha1.Rate
 		if p.Namespace != opts.Namespace {
 			return 0, fmt.Errorf("policy %s/%s is not in namespace %q", p.Namespace, p.Name, opts.Namespace)
 		}
-		rp, err := Policy(p)
+		rp, err := opts.render(p)
 		if err != nil {
 			return 0, err
 		}

@@ -164,7 +164,12 @@ func TestFitSizesAreExact(t *testing.T) {
 	escaped := sized("escaped", 3, 2, 40)
 	escaped.Spec.Match.PathPrefixes[0] = "/a&b<c>\u00e9" // HTML-escaped by encoding/json
 	escaped.Spec.TargetSelector.MatchExpressions = []v1alpha1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "api"}}}
-	policies := []v1alpha1.RateLimitPolicy{sized("p1", 0, 0, 0), sized("p2", 1, 3, 200), escaped, sized("p4", 4, 32, 1024)}
+	// A policy that verifies tokens: with goldenOptions its key set is
+	// rendered, without it an empty one; both are counted as written.
+	verified := sized("p5", 5, 0, 0)
+	verified.Spec.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub", JWT: &v1alpha1.JWTVerification{
+		Issuer: "https://auth.example.com/", Audiences: []string{"api"}, JWKS: &v1alpha1.JWKSSource{ConfigMapKey: "auth.json"}}}
+	policies := []v1alpha1.RateLimitPolicy{sized("p1", 0, 0, 0), sized("p2", 1, 3, 200), escaped, sized("p4", 4, 32, 1024), verified}
 	for _, opts := range []render.Options{{Namespace: "shop"}, goldenOptions} {
 		for n := 1; n <= len(policies); n++ {
 			ps := policies[:n]

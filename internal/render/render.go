@@ -39,6 +39,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/jwtverify"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -61,6 +62,39 @@ type Options struct {
 	// minor 0, and the caller leaves out the policies that need more
 	// (HoldBack).
 	LegacySidecars bool
+	// KeySets are the key sets of the namespace's policies that verify
+	// tokens, in jwtverify's canonical form, by KeySetRef of where each
+	// policy says its keys are; the caller resolves them (a ConfigMap, the
+	// issuer's URL). A policy whose set is absent renders with no key: no
+	// token verifies, and onMissing decides each request, which keeps the
+	// limit (by client address, by default) rather than dropping it.
+	KeySets map[string][]byte
+}
+
+// KeySetRef names where a policy's key set comes from, the key of
+// Options.KeySets: "configMap:<key>" or "url:<url>".
+func KeySetRef(src *v1alpha1.JWKSSource) string {
+	if src.URL != "" {
+		return "url:" + src.URL
+	}
+	return "configMap:" + src.ConfigMapKey
+}
+
+// render renders one valid policy with its keys (Options.KeySets).
+func (o Options) render(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
+	rp, err := Policy(p)
+	if err != nil || rp.Key.JWT == nil {
+		return rp, err
+	}
+	if keys, ok := o.KeySets[KeySetRef(p.Spec.Key.JWT.JWKS)]; ok {
+		rp.Key.JWT.JWKS = keys
+		// The one check Policy could not make: a set that the sidecar
+		// would refuse is the caller's bug, not the policy's.
+		if err := (&sidecarconfig.Config{Version: sidecarconfig.Version, Policies: []sidecarconfig.Policy{rp}}).Validate(); err != nil {
+			return sidecarconfig.Policy{}, fmt.Errorf("policy %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return rp, nil
 }
 
 // version is the document version the options render.
@@ -119,7 +153,7 @@ func Render(policies []v1alpha1.RateLimitPolicy, opts Options) (*sidecarconfig.C
 			errs = append(errs, fmt.Errorf("policy %s/%s is not in namespace %q", p.Namespace, p.Name, opts.Namespace))
 			continue
 		}
-		rp, err := Policy(p)
+		rp, err := opts.render(p)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -138,7 +172,8 @@ func Render(policies []v1alpha1.RateLimitPolicy, opts Options) (*sidecarconfig.C
 // Policy renders one policy, applying the same defaults as the CRD schema
 // (so that policies built in Go render like stored ones). Its error says
 // what is wrong in words a policy author understands; the controller puts
-// it in the Accepted condition.
+// it in the Accepted condition. A policy that verifies tokens renders
+// with no key here; Render and Fit add its keys (Options.KeySets).
 func Policy(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
@@ -325,6 +360,9 @@ func clientKey(k *v1alpha1.ClientKey) (sidecarconfig.Key, error) {
 	default:
 		return out, fmt.Errorf("key.source %q is not one of RemoteAddress, Header, QueryParameter, JWTClaim, Global", k.Source)
 	}
+	if err := jwtSettings(k, &out); err != nil {
+		return out, err
+	}
 	if !out.UsesRemoteAddress() {
 		if k.RemoteAddress != nil {
 			return out, errors.New("key.remoteAddress applies only when the client address is used: source RemoteAddress, or onMissing RemoteAddress (the default for Header, QueryParameter and JWTClaim)")
@@ -350,6 +388,45 @@ func clientKey(k *v1alpha1.ClientKey) (sidecarconfig.Key, error) {
 		out.IPv6PrefixLength = n
 	}
 	return out, nil
+}
+
+// jwtSettings renders key.jwt into out: the verification settings of a
+// JWTClaim policy, with no key yet (Options.render adds them). A policy
+// that opts out (insecureSkipVerification), or one stored before jwt
+// existed, renders no JWT: the sidecar reads its tokens unverified, as
+// the first release did.
+func jwtSettings(k *v1alpha1.ClientKey, out *sidecarconfig.Key) error {
+	j := k.JWT
+	if j == nil {
+		return nil
+	}
+	if k.Source != v1alpha1.KeySourceJWTClaim {
+		return fmt.Errorf("key.jwt applies only when key.source is JWTClaim, not %s", k.Source)
+	}
+	if j.InsecureSkipVerification != "" {
+		if j.Issuer != "" || len(j.Audiences) > 0 || j.JWKS != nil {
+			return errors.New("key.jwt: set issuer, audiences and jwks to verify tokens, or only insecureSkipVerification")
+		}
+		return nil
+	}
+	if j.Issuer == "" || len(j.Audiences) == 0 || j.JWKS == nil {
+		return errors.New("key.jwt: issuer, audiences and jwks are required to verify tokens")
+	}
+	if (j.JWKS.ConfigMapKey == "") == (j.JWKS.URL == "") {
+		return errors.New("key.jwt.jwks: set exactly one of configMapKey and url")
+	}
+	audiences := slices.Clone(j.Audiences)
+	slices.Sort(audiences)
+	out.JWT = &sidecarconfig.JWT{Issuer: j.Issuer, Audiences: slices.Compact(audiences), JWKS: slices.Clone(jwtverify.EmptySet)}
+	return nil
+}
+
+// LegacyUnverified reports whether p keys on a token claim without saying
+// how tokens are verified: a JWTClaim policy stored before key.jwt existed
+// (the API server refuses new ones). It renders as it did then, the token
+// read unverified, and its status says so loudly.
+func LegacyUnverified(p *v1alpha1.RateLimitPolicy) bool {
+	return p.Spec.TargetSelector != nil && p.Spec.Key.Source == v1alpha1.KeySourceJWTClaim && p.Spec.Key.JWT == nil
 }
 
 // MinIPv6PrefixLength is the shortest IPv6 prefix a policy may count a

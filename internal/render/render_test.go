@@ -50,7 +50,12 @@ var goldenOptions = render.Options{
 		netip.MustParsePrefix("10.1.2.3/8"),
 		netip.MustParsePrefix("10.0.0.0/8"),
 	},
+	// The key set of ConfigMap key auth.json (testdata/jwt-verified.yaml):
+	// RFC 7515's example P-256 key, canonical.
+	KeySets: map[string][]byte{"configMap:auth.json": []byte(exampleKeySet)},
 }
+
+const exampleKeySet = `{"keys":[{"crv":"P-256","kid":"k1","kty":"EC","use":"sig","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}`
 
 // TestRenderGolden renders each testdata/*.yaml (a stream of RateLimitPolicy
 // documents) and compares with testdata/*.golden: the exact config.json the

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	jose "github.com/go-jose/go-jose/v4"
+
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
 // FuzzRequestKey feeds arbitrary raw requests and peer addresses through the
@@ -23,6 +26,12 @@ func FuzzRequestKey(f *testing.F) {
 	f.Add([]byte("GET /api/x?api_key=k HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4, 10.0.0.2\r\n\r\n"), "10.0.0.1:5000")
 	f.Add([]byte("GET /api/x?api_key=a&api_key=b HTTP/1.1\r\nHost: a\r\nX-User: a\r\nX-User: b\r\n\r\n"), "10.0.0.1:5000")
 	f.Add([]byte("POST /login HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer "+jwt(`{"sub":"alice"}`)+"\r\nContent-Length: 0\r\n\r\n"), "[::1]:80")
+	// A verified token (valid for an hour after it is made), and forged ones.
+	signer := testsupport.NewJWTKey("k1", jose.ES256)
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer "+signer.Sign(claimsFor("alice"))+"\r\n\r\n"), "10.0.0.1:5000")
+	for _, tok := range forgedTokens(signer, "mallory") {
+		f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer "+tok+"\r\n\r\n"), "10.0.0.1:5000")
+	}
 
 	cfg := testConfig([]string{"10.0.0.0/8", "::1/128"},
 		testPolicy("a-ip", 3, withKey("RemoteAddress", "", "Deny")),
@@ -32,6 +41,7 @@ func FuzzRequestKey(f *testing.F) {
 		testPolicy("e-global", 1000, func(p *sidecarconfig.Policy) {
 			p.Match = sidecarconfig.Match{Methods: []string{"POST"}, PathPrefixes: []string{"/api/", "/login"}}
 		}),
+		verifiedPolicy(f, "f-jwt-verified", 3, sidecarconfig.MissingAllow, signer),
 	)
 	st, err := compile(cfg, nil, [32]byte{}, [32]byte{})
 	if err != nil {
@@ -78,6 +88,10 @@ func FuzzRequestKey(f *testing.F) {
 			}
 			if len(key) > 64 || !utf8.ValidString(key) || strings.ContainsAny(key, "{}\r\n\x00 ") {
 				t.Fatalf("%s: unsafe key %q", p.name, key)
+			}
+			// A verified policy keys only on a subject its key signed.
+			if p.jwt != nil && key != hashKey(keyPrefixClaim, "alice") {
+				t.Fatalf("%s: keyed on a token the key did not sign: %q", p.name, key)
 			}
 			if p.source == sidecarconfig.SourceRemoteAddress && peerOK && !st.trusted.contains(peerAddr) && key != addressKey(peerAddr, p.ipv6Bits) {
 				t.Fatalf("untrusted peer %s got key %q from its headers", peer, key)

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
+	"github.com/slidegate/slidegate/internal/jwtverify"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -44,9 +46,19 @@ type reqInfo struct {
 	}
 	forms, folded         []string
 	formsDone, foldedDone bool
-	claims                map[string]json.RawMessage
-	claimState            keyState
-	claimDone             bool
+
+	// bearer is the request's bearer token (bearerState keyFound), its
+	// payload read unverified, and what each policy's verifier made of it.
+	bearer                  string
+	bearerState             keyState
+	bearerDone, payloadDone bool
+	payload                 map[string]json.RawMessage
+	verifiedBy              []verifiedToken
+	now                     time.Time
+	// trustClaims reads claims without verification for every policy:
+	// only for /debug/why, whose operator gives a claim value as that of
+	// a token the sidecar verified. Never set on the request path.
+	trustClaims bool
 }
 
 // keyState says what a request gives for a policy's client key.
@@ -121,7 +133,7 @@ func (ri *reqInfo) key(p *policy) (string, keyState) {
 			return hashKey(keyPrefixQuery, v), keyFound
 		}
 	case sidecarconfig.SourceJWTClaim:
-		if v, st = ri.claim(p.keyName); st == keyFound {
+		if v, st = ri.claim(p); st == keyFound {
 			return hashKey(keyPrefixClaim, v), keyFound
 		}
 	}
@@ -195,20 +207,68 @@ func hashKey(prefix, v string) string {
 	return prefix + base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
-// claim returns a top-level claim of the request's bearer token, read from
-// the token's payload WITHOUT verifying its signature: the policy's key
-// documents that a component in front of the sidecar verified the token.
-// Strings are used as they are, numbers and booleans as their JSON text;
-// anything else (objects, arrays, null) is missing.
-func (ri *reqInfo) claim(name string) (string, keyState) {
-	if !ri.claimDone {
-		ri.claimDone = true
-		ri.claims, ri.claimState = bearerClaims(ri.r.Header["Authorization"])
+// claim returns the top-level claim name of the request's bearer token for
+// policy p. For a policy that verifies tokens (p.jwt), only a token whose
+// signature, issuer, audience and validity check out has claims: any
+// other is missing, so that onMissing decides (issue 23: an unverified
+// token let a client mint a new subject, and a new budget, per request).
+// A policy without verification reads the payload unverified, as its
+// key documents (a gateway in front verified the token). Strings are
+// used as they are, numbers and booleans as their JSON text; anything
+// else (objects, arrays, null) is missing.
+func (ri *reqInfo) claim(p *policy) (string, keyState) {
+	if !ri.bearerDone {
+		ri.bearerDone = true
+		ri.bearer, ri.bearerState = bearerToken(ri.r.Header["Authorization"])
 	}
-	if ri.claimState == keyAmbiguous {
-		return "", keyAmbiguous
+	if ri.bearerState != keyFound {
+		return "", ri.bearerState
 	}
-	raw, ok := ri.claims[name]
+	var claims map[string]json.RawMessage
+	if p.jwt == nil || ri.trustClaims {
+		if !ri.payloadDone {
+			ri.payloadDone = true
+			ri.payload = payloadClaims(ri.bearer)
+		}
+		claims = ri.payload
+	} else {
+		claims = ri.verified(p)
+	}
+	return claimValue(claims, p.keyName)
+}
+
+// verified is the claims of the request's bearer token as p's verifier
+// sees them (nil: it does not verify), verified once per verifier and
+// request, and counted in p's token metrics.
+func (ri *reqInfo) verified(p *policy) map[string]json.RawMessage {
+	for i := range ri.verifiedBy {
+		if ri.verifiedBy[i].v == p.jwt {
+			return ri.verifiedBy[i].claims
+		}
+	}
+	if ri.now.IsZero() {
+		ri.now = time.Now()
+	}
+	claims, failure := p.jwt.Verify(ri.bearer, ri.now)
+	if failure != "" {
+		claims = nil
+	}
+	if p.tokens != nil {
+		p.tokens[failure].Inc()
+	}
+	ri.verifiedBy = append(ri.verifiedBy, verifiedToken{p.jwt, claims})
+	return claims
+}
+
+// verifiedToken is the result of one verifier on the request's token.
+type verifiedToken struct {
+	v      *jwtverify.Verifier
+	claims map[string]json.RawMessage
+}
+
+// claimValue is claim name of claims as a client key.
+func claimValue(claims map[string]json.RawMessage, name string) (string, keyState) {
+	raw, ok := claims[name]
 	if !ok || len(raw) == 0 {
 		return "", keyMissing
 	}
@@ -225,50 +285,56 @@ func (ri *reqInfo) claim(name string) (string, keyState) {
 	return "", keyMissing
 }
 
-// bearerClaims decodes the payload of the request's Authorization: Bearer
-// token: keyMissing when there is none or it is not a JWS compact token
-// with a JSON object payload, keyAmbiguous when the request has more than
-// one Authorization line or its bearer credential has a comma (two tokens
-// joined into one line, as Envoy joins an appended Authorization), since
-// which token the application reads is then its choice, not the sidecar's.
-func bearerClaims(auth []string) (map[string]json.RawMessage, keyState) {
+// bearerToken is the request's Authorization: Bearer token: keyMissing
+// when there is none (or it is longer than maxBearerBytes), keyAmbiguous
+// when the request has more than one Authorization line or its bearer
+// credential has a comma (two tokens joined into one line, as Envoy joins
+// an appended Authorization), since which token the application reads is
+// then its choice, not the sidecar's.
+func bearerToken(auth []string) (string, keyState) {
 	if len(auth) == 0 {
-		return nil, keyMissing
+		return "", keyMissing
 	}
 	if len(auth) > 1 {
-		return nil, keyAmbiguous
+		return "", keyAmbiguous
 	}
 	h := strings.TrimSpace(auth[0])
 	const scheme = "bearer "
 	if len(h) <= len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
-		return nil, keyMissing
+		return "", keyMissing
 	}
 	tok := strings.TrimSpace(h[len(scheme):])
 	if strings.IndexByte(tok, ',') >= 0 {
-		return nil, keyAmbiguous
+		return "", keyAmbiguous
 	}
 	if len(tok) > maxBearerBytes {
-		return nil, keyMissing
+		return "", keyMissing
 	}
+	return tok, keyFound
+}
+
+// payloadClaims decodes the payload of a JWS compact token WITHOUT
+// verifying it: nil when it is not one with a JSON object payload.
+func payloadClaims(tok string) map[string]json.RawMessage {
 	_, rest, ok := strings.Cut(tok, ".")
 	if !ok {
-		return nil, keyMissing
+		return nil
 	}
 	payload, _, ok := strings.Cut(rest, ".")
 	if !ok {
-		return nil, keyMissing
+		return nil
 	}
 	data, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(payload, "="))
 	if err != nil {
-		return nil, keyMissing
+		return nil
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || data[0] != '{' {
-		return nil, keyMissing
+		return nil
 	}
 	var claims map[string]json.RawMessage
 	if json.Unmarshal(data, &claims) != nil {
-		return nil, keyMissing
+		return nil
 	}
-	return claims, keyFound
+	return claims
 }

@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/slidegate/slidegate/internal/buildinfo"
+	"github.com/slidegate/slidegate/internal/jwtverify"
 )
 
 // Values of the decision label of slidegate_sidecar_requests_total: what one
@@ -64,6 +65,7 @@ type metrics struct {
 	reg *prometheus.Registry
 
 	requests        *prometheus.CounterVec
+	jwtTokens       *prometheus.CounterVec
 	decisionSeconds prometheus.Histogram
 	limiterSources  *prometheus.CounterVec
 	redisErrors     prometheus.Counter
@@ -97,6 +99,10 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		Namespace: ns, Subsystem: sub, Name: "requests_total",
 		Help: "Decisions of each policy on the requests it applied to, by policy and decision.",
 	}, []string{"policy", "decision"})
+	m.jwtTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "jwt_tokens_total",
+		Help: "Bearer tokens checked by the policies that verify them (key.jwt), by policy and result: verified, or why not (malformed, algorithm, unknown_key, signature, expired, not_yet_valid, issuer, audience); an unverified token's request follows the policy's onMissing. unknown_key during a key rotation means tokens signed by a key the sidecar has not got yet.",
+	}, []string{"policy", "result"})
 	m.decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: ns, Subsystem: sub, Name: "decision_duration_seconds",
 		Help:    "Time the limiter took to decide all the policies of one request.",
@@ -165,7 +171,7 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		each: policyReplicas,
 	}
 	m.reg.MustRegister(
-		m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
+		m.requests, m.jwtTokens, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
 		m.upstreamErrors, m.inflight, fallback, replicas, m.reloads, m.revision, m.lastReloadOK,
 		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig, m.policiesSkipped,
 		buildinfo.Collector("sidecar"),
@@ -173,6 +179,17 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// TokenVerified is the result label of a token that verified.
+const TokenVerified = "verified"
+
+// tokenResult is the result label of a verification's failure.
+func tokenResult(f jwtverify.Failure) string {
+	if f == "" {
+		return TokenVerified
+	}
+	return string(f)
 }
 
 // replicasCollector reports slidegate_sidecar_policy_replicas at scrape

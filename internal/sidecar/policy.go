@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slidegate/slidegate/internal/jwtverify"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/ratelimitheader"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -56,6 +57,13 @@ type policy struct {
 	// by (0: the whole address).
 	forwarded forwardedMode
 	ipv6Bits  int
+	// jwt verifies the bearer tokens of a JWTClaim policy; nil: they are
+	// read unverified (the policy says a gateway verified them). Policies
+	// with the same settings share one, built once per loaded config.
+	jwt *jwtverify.Verifier
+	// tokens are its slidegate_sidecar_jwt_tokens_total series, by
+	// failure ("" for verified); nil without jwt.
+	tokens map[jwtverify.Failure]prometheus.Counter
 
 	// nameItem is the policy name as an RFC 9651 String, the item of the
 	// RateLimit and RateLimit-Policy fields; policyItem is its complete
@@ -83,6 +91,7 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 		configSum: configSum,
 		labelsSum: labelsSum,
 	}
+	verifiers := map[string]*jwtverify.Verifier{}
 	for i := range cfg.Policies {
 		p := &cfg.Policies[i]
 		if !selectorMatches(p.Selector, labels) {
@@ -117,10 +126,36 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 		if cp.source == sidecarconfig.SourceHeader {
 			cp.keyName = http.CanonicalHeaderKey(cp.keyName)
 		}
+		if cp.jwt, err = verifierOf(p.Key.JWT, verifiers); err != nil {
+			return nil, fmt.Errorf("policy %s: key.jwt: %w", p.Name, err)
+		}
 		cp.policyItem = ratelimitheader.PolicyItem(cp.nameItem, p.Limit, cp.rule.Window)
 		st.policies = append(st.policies, cp)
 	}
 	return st, nil
+}
+
+// verifierOf is the verifier of j (nil for nil), shared through built
+// with every policy of the same settings: its keys are parsed once per
+// loaded config, not per request nor per policy.
+func verifierOf(j *sidecarconfig.JWT, built map[string]*jwtverify.Verifier) (*jwtverify.Verifier, error) {
+	if j == nil {
+		return nil, nil
+	}
+	id := j.Issuer + "\x00" + strings.Join(j.Audiences, "\x00") + "\x00" + string(j.JWKS)
+	if v, ok := built[id]; ok {
+		return v, nil
+	}
+	set, err := jwtverify.Parse(j.JWKS)
+	if err != nil {
+		return nil, err
+	}
+	v, err := jwtverify.NewVerifier(j.Issuer, j.Audiences, set)
+	if err != nil {
+		return nil, err
+	}
+	built[id] = v
+	return v, nil
 }
 
 // revisionOf is a short digest of the config and labels files: the

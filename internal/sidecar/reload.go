@@ -12,7 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/slidegate/slidegate/internal/dirwatch"
+	"github.com/slidegate/slidegate/internal/jwtverify"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -182,11 +185,20 @@ func (s *Sidecar) bindCounters(st, old *state) {
 		for i, d := range decisions {
 			p.counters[i] = s.metrics.requests.WithLabelValues(p.name, d)
 		}
+		if p.jwt != nil {
+			p.tokens = make(map[jwtverify.Failure]prometheus.Counter, len(jwtverify.Failures)+1)
+			for _, f := range append([]jwtverify.Failure{""}, jwtverify.Failures...) {
+				p.tokens[f] = s.metrics.jwtTokens.WithLabelValues(p.name, tokenResult(f))
+			}
+		}
 	}
 	if old != nil {
 		for _, p := range old.policies {
 			if !keep[p.name] {
 				s.metrics.requests.DeletePartialMatch(map[string]string{"policy": p.name})
+			}
+			if !keep[p.name] || p.jwt != nil && st.policyNamed(p.name).jwt == nil {
+				s.metrics.jwtTokens.DeletePartialMatch(map[string]string{"policy": p.name})
 			}
 		}
 	}

@@ -250,7 +250,9 @@ func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*W
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	ri := reqInfo{r: req, trusted: st.trusted}
+	// The claim value is given as that of a token the sidecar verified:
+	// the request built for it carries an unsigned one.
+	ri := reqInfo{r: req, trusted: st.trusted, trustClaims: true}
 	resp := &WhyResponse{Namespace: st.namespace, Revision: st.revision, Source: q.source, Method: q.method, Path: q.path}
 	if target != nil {
 		resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, &q, &ri, target, true))

@@ -15,6 +15,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/slidegate/slidegate/internal/jwtverify"
 )
 
 // ConfigMapName is the name of the rendered ConfigMap in each namespace that
@@ -137,7 +139,31 @@ type Key struct {
 	// another length is rendered, for the same reason (first-release
 	// sidecars count each IPv6 address on its own).
 	IPv6PrefixLength int `json:"ipv6PrefixLength,omitempty" minor:"1"`
+	// JWT, for the source JWTClaim, is how the bearer token is verified:
+	// its claims count only when its signature, issuer, audience and
+	// validity check out. Absent: the token is read without verification,
+	// as the first release did (a policy whose gateway verifies tokens
+	// says so with insecureSkipVerification, and renders no JWT).
+	JWT *JWT `json:"jwt,omitempty" minor:"1"`
 }
+
+// JWT says which bearer tokens a JWTClaim policy believes.
+type JWT struct {
+	// Issuer is the value the token's iss claim must have.
+	Issuer string `json:"issuer" minor:"1"`
+	// Audiences: the token's aud claim must name one of them.
+	Audiences []string `json:"audiences" minor:"1"`
+	// JWKS is the JSON Web Key Set of the issuer's public signing keys,
+	// in jwtverify's canonical form. With no keys (the policy's keys are
+	// unavailable), no token verifies and onMissing decides every request.
+	JWKS json.RawMessage `json:"jwks" minor:"1"`
+}
+
+// MaxAudiences and MaxIssuerBytes bound a JWT's settings, as the CRD does.
+const (
+	MaxAudiences   = 16
+	MaxIssuerBytes = 1024
+)
 
 // DefaultIPv6PrefixLength is the network an IPv6 client is counted by when
 // a policy does not say: a /64 is what one subscriber or host holds, and
@@ -174,6 +200,28 @@ type Match struct {
 	// of letter case; absent or PathCaseSensitive, they match as written.
 	// Rendered only when Insensitive.
 	PathCase string `json:"pathCase,omitempty" minor:"1"`
+}
+
+// validate checks what a verifier needs: an issuer, audiences, and a key
+// set the sidecar can use in full (jwtverify.Parse).
+func (j *JWT) validate() error {
+	var errs []error
+	if j.Issuer == "" || len(j.Issuer) > MaxIssuerBytes {
+		errs = append(errs, fmt.Errorf("issuer is required (at most %d bytes)", MaxIssuerBytes))
+	}
+	if len(j.Audiences) == 0 || len(j.Audiences) > MaxAudiences {
+		errs = append(errs, fmt.Errorf("audiences: from 1 to %d are required", MaxAudiences))
+	}
+	for _, a := range j.Audiences {
+		if a == "" || len(a) > MaxIssuerBytes {
+			errs = append(errs, fmt.Errorf("audiences: an audience is empty or longer than %d bytes", MaxIssuerBytes))
+			break
+		}
+	}
+	if _, err := jwtverify.Parse(j.JWKS); err != nil {
+		errs = append(errs, fmt.Errorf("jwks: %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 // Parse reads and validates a document. Unknown fields are errors: a typo in
@@ -317,6 +365,14 @@ func (p *Policy) validate() error {
 	}
 	if p.Key.IPv6PrefixLength < 0 || p.Key.IPv6PrefixLength > 128 {
 		add("key.ipv6PrefixLength %d is outside 1..128", p.Key.IPv6PrefixLength)
+	}
+	if j := p.Key.JWT; j != nil {
+		if p.Key.Source != SourceJWTClaim {
+			add("key.jwt applies to the source %s only", SourceJWTClaim)
+		}
+		if err := j.validate(); err != nil {
+			add("key.jwt: %w", err)
+		}
 	}
 	switch p.Match.PathCase {
 	case "", PathCaseSensitive, PathCaseInsensitive:

@@ -2,6 +2,7 @@ package sidecarconfig
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -37,6 +38,19 @@ func TestValidateIssue23Fields(t *testing.T) {
 			wantErr: "key.ipv6PrefixLength -1 is outside 1..128"},
 		{name: "pathCase lower", mod: func(p *Policy) { p.Match.PathCase = "lower" },
 			wantErr: `match.pathCase "lower" is not Sensitive or Insensitive`},
+		// Verified tokens.
+		{name: "jwt", mod: withJWT(func(*JWT) {})},
+		{name: "jwt with no keys", mod: withJWT(func(j *JWT) { j.JWKS = json.RawMessage(`{"keys":[]}`) })},
+		{name: "jwt on a header key", mod: func(p *Policy) {
+			withJWT(func(*JWT) {})(p)
+			p.Key.Source, p.Key.Name = SourceHeader, "X-User"
+		}, wantErr: "key.jwt applies to the source JWTClaim only"},
+		{name: "jwt without issuer", mod: withJWT(func(j *JWT) { j.Issuer = "" }), wantErr: "key.jwt: issuer is required"},
+		{name: "jwt without audiences", mod: withJWT(func(j *JWT) { j.Audiences = nil }), wantErr: "key.jwt: audiences: from 1 to 16 are required"},
+		{name: "jwt with an empty audience", mod: withJWT(func(j *JWT) { j.Audiences = []string{"a", ""} }), wantErr: "an audience is empty"},
+		{name: "jwt without jwks", mod: withJWT(func(j *JWT) { j.JWKS = nil }), wantErr: "key.jwt: jwks: not a JSON Web Key Set"},
+		{name: "jwt with a symmetric key", mod: withJWT(func(j *JWT) { j.JWKS = json.RawMessage(`{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`) }),
+			wantErr: "key.jwt: jwks: key 0: a rendered key set holds public keys only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,10 +69,36 @@ func TestIssue23FieldsOmittedWhenUnset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"forwardedHeader", "ipv6PrefixLength", "pathCase"} {
+	for _, f := range []string{"forwardedHeader", "ipv6PrefixLength", "pathCase", "jwt"} {
 		if bytes.Contains(b, []byte(f)) {
 			t.Errorf("%s written while unset:\n%s", f, b)
 		}
+	}
+}
+
+// esJWKS is a canonical key set of one P-256 key (RFC 7515's example key).
+const esJWKS = `{"keys":[{"crv":"P-256","kid":"k1","kty":"EC","use":"sig","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}`
+
+// withJWT makes the policy a verified JWTClaim one, then applies mod.
+func withJWT(mod func(*JWT)) func(*Policy) {
+	return func(p *Policy) {
+		p.Key = Key{Source: SourceJWTClaim, Name: "sub", OnMissing: MissingDeny,
+			JWT: &JWT{Issuer: "https://issuer.example", Audiences: []string{"api"}, JWKS: json.RawMessage(esJWKS)}}
+		mod(p.Key.JWT)
+	}
+}
+
+// TestJWTNeedsMinor1: a verified policy is of minor version 1, so that a
+// first-release sidecar, which would read the token unverified, never
+// gets it (the controller holds it back).
+func TestJWTNeedsMinor1(t *testing.T) {
+	c := policy(withJWT(func(*JWT) {}))
+	if m := MinMinor(&c.Policies[0]); m != 1 {
+		t.Errorf("MinMinor = %d, want 1", m)
+	}
+	c.Version = VersionOf(0)
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "needs version") {
+		t.Errorf("a minor 0 document with key.jwt: %v", err)
 	}
 }
 

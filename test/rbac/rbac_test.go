@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -373,6 +374,31 @@ func TestManagerRunsWithInstallRBAC(t *testing.T) {
 	eventually(t, "ConfigMap applied", func() error { return admin.Get(ctx, cmKey, &corev1.ConfigMap{}) })
 	eventually(t, "credentials mirrored", func() error { return mirroredPassword(ctx, mirrorKey, "v1") })
 
+	// A policy that verifies tokens with keys of the namespace's
+	// slidegate-jwks ConfigMap: the one ConfigMap name the manager reads
+	// besides its own (issue 23); the decoy stays out of reach.
+	signer := testsupport.NewJWTKey("rbac-key", jose.ES256)
+	mustCreate(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.JWKSConfigMapName, Namespace: ns},
+		Data: map[string]string{"auth.json": string(testsupport.JWKSet(signer))}})
+	jp := p.DeepCopy()
+	jp.ObjectMeta = metav1.ObjectMeta{Name: "by-subject", Namespace: ns}
+	jp.Spec.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub", JWT: &v1alpha1.JWTVerification{
+		Issuer: "https://auth.example.com/", Audiences: []string{"api"}, JWKS: &v1alpha1.JWKSSource{ConfigMapKey: "auth.json"}}}
+	mustCreate(t, jp)
+	eventually(t, "the key set rendered", func() error {
+		var cm corev1.ConfigMap
+		if err := admin.Get(ctx, cmKey, &cm); err != nil {
+			return err
+		}
+		if !strings.Contains(cm.Data[sidecarconfig.FileName], `"kid": "rbac-key"`) {
+			return errors.New("no key rbac-key in the sidecar configuration")
+		}
+		return nil
+	})
+	if err := admin.Delete(ctx, jp); err != nil {
+		t.Fatal(err)
+	}
+
 	// The source changes: the mirror follows (the credentials cache's watch).
 	var src corev1.Secret
 	if err := admin.Get(ctx, types.NamespacedName{Namespace: systemNS, Name: redisSecretName}, &src); err != nil {
@@ -496,7 +522,7 @@ func mirroredPassword(ctx context.Context, key types.NamespacedName, want string
 // "another object".
 var own = map[string]map[string]bool{
 	"secrets":    {v1alpha1.RedisCredentialsSecretName: true},
-	"configmaps": {sidecarconfig.ConfigMapName: true},
+	"configmaps": {sidecarconfig.ConfigMapName: true, v1alpha1.JWKSConfigMapName: true},
 }
 
 var ownInSystemNS = map[string]bool{webhookSecret: true, redisSecretName: true}
@@ -512,7 +538,7 @@ func readableOthers(t *testing.T, user string, namespaces []string) []string {
 	for _, resource := range []string{"secrets", "configmaps"} {
 		for _, ns := range append([]string{""}, namespaces...) {
 			names := []string{"", "decoy", "default-token", webhookSecret, redisSecretName,
-				v1alpha1.RedisCredentialsSecretName, sidecarconfig.ConfigMapName, "kube-root-ca.crt"}
+				v1alpha1.RedisCredentialsSecretName, sidecarconfig.ConfigMapName, v1alpha1.JWKSConfigMapName, "kube-root-ca.crt"}
 			for _, name := range names {
 				if name != "" && (own[resource][name] || ns == systemNS && resource == "secrets" && ownInSystemNS[name]) {
 					continue
@@ -576,6 +602,7 @@ func TestCannotReadOtherSecretsOrConfigMaps(t *testing.T) {
 	}{
 		{"list", "secrets", "app", v1alpha1.RedisCredentialsSecretName},
 		{"watch", "configmaps", "", sidecarconfig.ConfigMapName},
+		{"list", "configmaps", "", v1alpha1.JWKSConfigMapName},
 		{"watch", "secrets", systemNS, webhookSecret},
 		{"list", "secrets", systemNS, redisSecretName},
 	} {

@@ -12,7 +12,9 @@
 // each it measures the maximum throughput (closed loop, fixed concurrency)
 // and the p50/p99 latency at one fixed offered load (open loop, latency
 // counted from each request's scheduled send time, so a stall is not
-// hidden). The targets are
+// hidden). (j) and (J) are (c) and (e) with the policy keyed on the sub
+// claim of a verified RS256 bearer token instead of a header: what
+// verifying tokens costs per request (issue 23). The targets are
 // measured in interleaved rounds, so that load from elsewhere on the machine
 // spreads over all of them. It needs redis-server in PATH.
 package main
@@ -40,8 +42,10 @@ import (
 	"syscall"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidegate/slidegate/internal/jwtverify"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecar"
@@ -56,6 +60,9 @@ type target struct {
 	path func(i int) (string, string)
 	// lim is the limiter behind the target, if it has a real one.
 	lim *limiter.Limiter
+	// bearer, when set, identifies the client by the bearer token it
+	// returns for the user instead of the X-User header.
+	bearer func(user string) string
 }
 
 type result struct {
@@ -230,6 +237,27 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 		return err
 	}
 
+	// (j): the same sidecar with the /ok policy keyed on the sub claim of a
+	// verified RS256 bearer token (issue 23) instead of the X-User header:
+	// one token per user, signed once, verified per request.
+	jwtURL, jwtInstantURL, tokens, err := serveJWTSidecars(ctx, opts, tmp, lim)
+	if err != nil {
+		return err
+	}
+	bearer := func(user string) string { return tokens[user] }
+	// (k): tokens whose signature does not verify (a byte of it changed):
+	// never remembered, so each costs a full signature check; they count
+	// as missing, and onMissing RemoteAddress puts them on the address.
+	forged := map[string]string{}
+	for u, tok := range tokens {
+		i := strings.LastIndexByte(tok, '.') + 10
+		c := byte('A')
+		if tok[i] == 'A' {
+			c = 'B'
+		}
+		forged[u] = tok[:i] + string(c) + tok[i+1:]
+	}
+
 	// (e) and (f) split (c)'s cost: the same sidecar with a limiter that
 	// admits at once (the proxy and handler alone), and with one that makes
 	// the cheapest Redis round trip, an unbatched PING, per request instead
@@ -266,7 +294,10 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 		{name: "D", label: "(d) without the deny cache", url: noCacheURL, lim: limNC, path: halfHot},
 		{name: "g", label: "(g) one abusive client (every other request, limit 100 per 10 s) + 1000 users under it", url: sideURL, lim: lim, path: abuser},
 		{name: "G", label: "(g) without the deny cache", url: noCacheURL, lim: limNC, path: abuser},
+		{name: "j", label: "(j) as (c), keyed on a verified RS256 bearer token's sub instead of a header (one token per user, remembered once verified)", url: jwtURL, path: okPath, bearer: bearer},
+		{name: "k", label: "(k) as (j), every token's signature forged (a full check per request)", url: jwtURL, path: okPath, bearer: func(u string) string { return forged[u] }},
 		{name: "e", label: "(e) sidecar, limiter admits at once (no Redis)", url: instantURL, path: okPath},
+		{name: "J", label: "(J) as (e), keyed on a verified RS256 bearer token's sub", url: jwtInstantURL, path: okPath, bearer: bearer},
 		{name: "f", label: "(f) sidecar, one unbatched Redis PING per request instead of a decision", url: pingURL, path: okPath},
 	}
 	if only != "" {
@@ -411,8 +442,17 @@ func (p pingPerRequest) Decide(ctx context.Context, reqs []limiter.Request) []li
 }
 
 func get(c *http.Client, u, user string) int {
+	return send(c, u, user, nil)
+}
+
+// send is one request as user: by the X-User header, or by bearer's token.
+func send(c *http.Client, u, user string, bearer func(string) string) int {
 	req, _ := http.NewRequest("GET", u, nil)
-	req.Header.Set("X-User", user)
+	if bearer != nil {
+		req.Header.Set("Authorization", "Bearer "+bearer(user))
+	} else {
+		req.Header.Set("X-User", user)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0
@@ -438,7 +478,7 @@ func closedLoop(c *http.Client, t *target, conc int, d time.Duration) (float64, 
 			for time.Now().Before(deadline) {
 				i := int(n.Add(1))
 				p, u := t.path(i)
-				local[get(c, t.url+p, u)]++
+				local[send(c, t.url+p, u, t.bearer)]++
 			}
 			mu.Lock()
 			for k, v := range local {
@@ -474,7 +514,7 @@ func openLoop(c *http.Client, t *target, rate int, d time.Duration) ([]time.Dura
 		}
 		wg.Go(func() {
 			p, u := t.path(i)
-			if code := get(c, t.url+p, u); code == 0 {
+			if code := send(c, t.url+p, u, t.bearer); code == 0 {
 				errs.Add(1)
 			}
 			lat[i] = time.Since(sched)
@@ -622,6 +662,18 @@ func report(targets []*target, res map[string]*result, rate, conc, rounds int, r
 			median(f.cpu)-median(e.cpu), median(f.redisCPU), median(c.cpu)-median(e.cpu), median(c.redisCPU))
 		p("Failed PINGs in (f): %d.\n\n", pingErrs)
 	}
+	if j, c, J, e := res["j"], res["c"], res["J"], res["e"]; j != nil && c != nil {
+		p("Verified tokens (issue 23), side by side: keyed on the sub of an RS256 bearer token, (j) against the same policy keyed on a header, (c): max RPS %.2f × (c), p99 %.2f × (c); CPU %.0f µs/req more in this process (a remembered token's hash and expiry, and the load generator's longer request). ",
+			median(j.rps)/median(c.rps), median(j.p99)/median(c.p99), median(j.cpu)-median(c.cpu))
+		if k := res["k"]; k != nil {
+			p("A forged token is never remembered: (k), each request a full RS256 check that fails, %.2f × (c)'s max RPS, %.0f µs/req more CPU than (c). ",
+				median(k.rps)/median(c.rps), median(k.cpu)-median(c.cpu))
+		}
+		if J != nil && e != nil {
+			p("Without Redis, (J) against (e): max RPS %.2f ×, CPU %.0f µs/req more. ", median(J.rps)/median(e.rps), median(J.cpu)-median(e.cpu))
+		}
+		p("`go test -run XXX -bench . ./internal/jwtverify ./internal/sidecar` measures the verification alone.\n\n")
+	}
 	latErrs := 0
 	for _, r := range res {
 		latErrs += r.latErrors
@@ -629,4 +681,59 @@ func report(targets []*target, res map[string]*result, rate, conc, rounds int, r
 	p("Limiter of (c), (d), (g) during the run: %d decisions by Redis, %d requests denied by the deny cache, %d decisions by the fail-open fallback, %d failed closed; %d scripts in %d pipelined round trips (%.1f per round trip). Transport errors in the latency phase: %d.\n",
 		st.Redis, st.DenyCache, st.Fallback, st.FailedClosed, st.Ops, st.RoundTrips, float64(st.Ops)/max(1, float64(st.RoundTrips)), latErrs)
 	return b.String()
+}
+
+// serveJWTSidecars serves two sidecars whose /ok policy keys on the sub
+// claim of a bearer token verified with one RS256 key: one on the real
+// limiter lim, one on a limiter that admits at once. tokens holds each
+// user's token (u0..u999), valid for two hours.
+func serveJWTSidecars(ctx context.Context, opts sidecar.Options, tmp string, lim *limiter.Limiter) (real, instant string, tokens map[string]string, err error) {
+	const issuer, audience = "https://auth.bench.example/", "api"
+	key := testsupport.NewJWTKey("bench-1", jose.RS256)
+	keys, _, err := jwtverify.Normalize(testsupport.JWKSet(key))
+	if err != nil {
+		return "", "", nil, err
+	}
+	cfg := &sidecarconfig.Config{
+		Version: sidecarconfig.Version, Namespace: "bench",
+		Policies: []sidecarconfig.Policy{{
+			Name: "ok", ID: "bench/ok-jwt", WindowMillis: 10_000, Limit: 1_000_000,
+			Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce",
+			Key: sidecarconfig.Key{Source: sidecarconfig.SourceJWTClaim, Name: "sub", OnMissing: sidecarconfig.MissingRemoteAddress,
+				JWT: &sidecarconfig.JWT{Issuer: issuer, Audiences: []string{audience}, JWKS: keys}},
+			Match: sidecarconfig.Match{PathPrefixes: []string{"/ok"}},
+		}},
+	}
+	data, err := sidecarconfig.Marshal(cfg)
+	if err != nil {
+		return "", "", nil, err
+	}
+	dir := filepath.Join(tmp, "jwt")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", nil, err
+	}
+	file := filepath.Join(dir, sidecarconfig.FileName)
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		return "", "", nil, err
+	}
+	opts.ConfigFile = file
+	sc, err := sidecar.New(opts, lim, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return "", "", nil, err
+	}
+	if real, err = serveSidecar(ctx, sc); err != nil {
+		return "", "", nil, err
+	}
+	if instant, err = serveSidecarWith(ctx, opts, admitAll{}); err != nil {
+		return "", "", nil, err
+	}
+	tokens = map[string]string{}
+	now := time.Now()
+	for i := range 1000 {
+		user := "u" + strconv.Itoa(i)
+		c := testsupport.JWTClaims(issuer, audience, user, now)
+		c["exp"] = now.Add(2 * time.Hour).Unix()
+		tokens[user] = key.Sign(c)
+	}
+	return real, instant, tokens, nil
 }

@@ -1,0 +1,275 @@
+package jwksfetch_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/slidegate/slidegate/internal/jwksfetch"
+	"github.com/slidegate/slidegate/internal/jwtverify"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// issuer is an httptest TLS server on loopback that serves whatever its
+// handler says, counting requests.
+type issuer struct {
+	*httptest.Server
+	mu       sync.Mutex
+	status   int
+	body     []byte
+	delay    time.Duration
+	requests atomic.Int64
+}
+
+func newIssuer(t *testing.T, body []byte) *issuer {
+	is := &issuer{status: http.StatusOK, body: body}
+	is.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		is.requests.Add(1)
+		is.mu.Lock()
+		status, body, delay := is.status, is.body, is.delay
+		is.mu.Unlock()
+		if delay > 0 {
+			select {
+			case <-time.After(delay):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(is.Close)
+	return is
+}
+
+func (is *issuer) serve(status int, body []byte, delay time.Duration) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	is.status, is.body, is.delay = status, body, delay
+}
+
+// loopback allows the test's loopback issuer.
+func loopback(a netip.Addr) bool { return a.IsLoopback() }
+
+// started is a running Fetcher for the test's issuers, with a short
+// refresh; changes counts Changed calls by URL.
+func started(t *testing.T, is *issuer, mod func(*jwksfetch.Options)) (*jwksfetch.Fetcher, *sync.Map) {
+	t.Helper()
+	changes := &sync.Map{}
+	opts := jwksfetch.Options{
+		Refresh:   100 * time.Millisecond,
+		Retry:     50 * time.Millisecond,
+		Timeout:   2 * time.Second,
+		AllowAddr: loopback,
+		Changed: func(_ context.Context, u string) {
+			n, _ := changes.LoadOrStore(u, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+		},
+	}
+	if is != nil {
+		opts.RootCAs = is.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	f := jwksfetch.New(opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return f, changes
+}
+
+// wait polls f for url until cond holds.
+func wait(t *testing.T, f *jwksfetch.Fetcher, url, what string, cond func(jwksfetch.Result) bool) jwksfetch.Result {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, ok := f.Get(url)
+		if ok && cond(res) {
+			return res
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: never (last result %+v, done %v)", what, res, ok)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func canonical(t *testing.T, set []byte) []byte {
+	t.Helper()
+	c, _, err := jwtverify.Normalize(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestFetchAndRefresh: the first Get starts a fetch, its keys come
+// normalized, and a key the issuer adds is picked up by a refresh.
+func TestFetchAndRefresh(t *testing.T) {
+	k1 := testsupport.NewJWTKey("k1", jose.ES256)
+	k2 := testsupport.NewJWTKey("k2", jose.ES256)
+	is := newIssuer(t, testsupport.JWKSet(k1))
+	f, changes := started(t, is, nil)
+	url := is.URL + "/.well-known/jwks.json"
+	if _, ok := f.Get(url); ok {
+		t.Fatal("a result before any fetch")
+	}
+	wait(t, f, url, "the first keys", func(r jwksfetch.Result) bool { return bytes.Equal(r.Keys, canonical(t, testsupport.JWKSet(k1))) })
+	is.serve(http.StatusOK, testsupport.JWKSet(k1, k2), 0)
+	wait(t, f, url, "the rotated keys", func(r jwksfetch.Result) bool {
+		return r.Err == nil && bytes.Equal(r.Keys, canonical(t, testsupport.JWKSet(k1, k2)))
+	})
+	if n, _ := changes.Load(url); n == nil || n.(*atomic.Int64).Load() != 2 {
+		t.Errorf("Changed called %v times, want 2 (first keys, new keys; refreshes with the same keys are no change)", n)
+	}
+}
+
+// TestFailureKeepsLastGood: whatever makes a refresh fail, the last good
+// keys stay and the failure is said; the next success clears it.
+func TestFailureKeepsLastGood(t *testing.T) {
+	k1 := testsupport.NewJWTKey("k1", jose.ES256)
+	good := testsupport.JWKSet(k1)
+	failures := []struct {
+		name   string
+		status int
+		body   []byte
+		delay  time.Duration
+		want   string
+	}{
+		{"server error", http.StatusInternalServerError, nil, 0, "HTTP status 500"},
+		{"not a key set", http.StatusOK, []byte("<html>login</html>"), 0, "not a JSON Web Key Set"},
+		{"only a symmetric key", http.StatusOK, []byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`), 0, "no usable signing key"},
+		{"too large", http.StatusOK, append([]byte(`{"keys":[]`), bytes.Repeat([]byte(" "), jwtverify.MaxInputBytes)...), 0, "larger than 262144 bytes"},
+		{"too slow", http.StatusOK, good, 5 * time.Second, "no answer within 500ms"},
+	}
+	for _, tt := range failures {
+		t.Run(tt.name, func(t *testing.T) {
+			is := newIssuer(t, good)
+			f, _ := started(t, is, func(o *jwksfetch.Options) { o.Timeout = 500 * time.Millisecond })
+			url := is.URL + "/keys"
+			f.Get(url)
+			wait(t, f, url, "the good keys", func(r jwksfetch.Result) bool { return r.Keys != nil && r.Err == nil })
+			is.serve(tt.status, tt.body, tt.delay)
+			res := wait(t, f, url, "the failure", func(r jwksfetch.Result) bool { return r.Err != nil })
+			if !bytes.Equal(res.Keys, canonical(t, good)) {
+				t.Errorf("keys after a failed refresh: %s, want the last good", res.Keys)
+			}
+			if !strings.Contains(res.Err.Error(), tt.want) {
+				t.Errorf("error %q, want %q", res.Err, tt.want)
+			}
+			is.serve(http.StatusOK, good, 0)
+			wait(t, f, url, "the recovery", func(r jwksfetch.Result) bool { return r.Err == nil && r.Keys != nil })
+		})
+	}
+}
+
+// TestFirstFetchFails: with no last good keys, the result says why and
+// has none; retries back off rather than hammer the issuer.
+func TestFirstFetchFails(t *testing.T) {
+	is := newIssuer(t, nil)
+	is.serve(http.StatusNotFound, nil, 0)
+	f, _ := started(t, is, func(o *jwksfetch.Options) {
+		o.Retry, o.Refresh = 100*time.Millisecond, time.Hour
+	})
+	url := is.URL + "/missing"
+	f.Get(url)
+	res := wait(t, f, url, "the failure", func(r jwksfetch.Result) bool { return r.Err != nil })
+	if res.Keys != nil || !strings.Contains(res.Err.Error(), "HTTP status 404") {
+		t.Errorf("result %+v", res)
+	}
+	// Retries at 100, 200, 400, 800 ms...: within 1.6 s at most 5
+	// requests, where a fixed 100 ms retry would make 16.
+	time.Sleep(1600 * time.Millisecond)
+	if n := is.requests.Load(); n > 6 {
+		t.Errorf("%d requests in 1.6 s: the retries do not back off", n)
+	}
+}
+
+// TestRefusedAddresses: with the default address check, the manager's own
+// loopback (here: the issuer) is refused, whatever the URL names it; so is
+// a plain http URL and a redirect to one.
+func TestRefusedAddresses(t *testing.T) {
+	k1 := testsupport.NewJWTKey("k1", jose.ES256)
+	is := newIssuer(t, testsupport.JWKSet(k1))
+	f, _ := started(t, is, func(o *jwksfetch.Options) { o.AllowAddr = nil })
+	for _, u := range []string{is.URL + "/keys", strings.Replace(is.URL, "127.0.0.1", "localhost", 1) + "/keys"} {
+		f.Get(u)
+		res := wait(t, f, u, "a refusal", func(r jwksfetch.Result) bool { return r.Err != nil })
+		if !strings.Contains(res.Err.Error(), "refused") || res.Keys != nil {
+			t.Errorf("%s: %+v", u, res)
+		}
+	}
+	if is.requests.Load() != 0 {
+		t.Errorf("the loopback issuer was reached %d times", is.requests.Load())
+	}
+	for _, a := range []string{"127.0.0.1", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "::", "::ffff:127.0.0.1", "224.0.0.1"} {
+		if jwksfetch.PublicAddr(netip.MustParseAddr(a)) {
+			t.Errorf("PublicAddr(%s) = true", a)
+		}
+	}
+	for _, a := range []string{"10.96.0.10", "192.168.1.1", "203.0.113.7", "2001:db8::1"} {
+		if !jwksfetch.PublicAddr(netip.MustParseAddr(a)) {
+			t.Errorf("PublicAddr(%s) = false", a)
+		}
+	}
+
+	redirect := httptest.NewTLSServer(http.RedirectHandler("http://127.0.0.1:1/keys", http.StatusFound))
+	defer redirect.Close()
+	f2, _ := started(t, nil, func(o *jwksfetch.Options) {
+		o.RootCAs = redirect.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	})
+	f2.Get(redirect.URL)
+	res := wait(t, f2, redirect.URL, "a refused redirect", func(r jwksfetch.Result) bool { return r.Err != nil })
+	if !strings.Contains(res.Err.Error(), "only https is fetched") {
+		t.Errorf("redirect to http: %v", res.Err)
+	}
+	f2.Get("http://" + redirect.Listener.Addr().String() + "/keys")
+	res = wait(t, f2, "http://"+redirect.Listener.Addr().String()+"/keys", "a refused http URL", func(r jwksfetch.Result) bool { return r.Err != nil })
+	if !strings.Contains(res.Err.Error(), "not an https URL") {
+		t.Errorf("http URL: %v", res.Err)
+	}
+}
+
+// TestForgetsUnusedURLs: a URL no policy names any more is dropped at its
+// next refresh, and the number of URLs is bounded.
+func TestForgetsUnusedURLs(t *testing.T) {
+	is := newIssuer(t, testsupport.JWKSet(testsupport.NewJWTKey("k1", jose.ES256)))
+	var inUse atomic.Bool
+	inUse.Store(true)
+	f, _ := started(t, is, func(o *jwksfetch.Options) {
+		o.InUse = func(string) bool { return inUse.Load() }
+		o.MaxURLs = 2
+	})
+	f.Get(is.URL + "/a")
+	f.Get(is.URL + "/b")
+	if res, ok := f.Get(is.URL + "/c"); !ok || res.Err == nil || !strings.Contains(res.Err.Error(), "its limit") {
+		t.Errorf("a third URL over MaxURLs 2: %+v, %v", res, ok)
+	}
+	wait(t, f, is.URL+"/a", "keys", func(r jwksfetch.Result) bool { return r.Keys != nil })
+	inUse.Store(false)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		before := is.requests.Load()
+		time.Sleep(500 * time.Millisecond)
+		if is.requests.Load() == before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unused URLs are still fetched")
+		}
+	}
+	if _, ok := f.Get(is.URL + "/c"); ok {
+		t.Error("a new URL after the unused were forgotten: a result before any fetch")
+	}
+}
