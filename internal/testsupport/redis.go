@@ -2,7 +2,6 @@ package testsupport
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -204,6 +203,21 @@ func do(addr string, args ...string) (string, error) {
 // doAuth is do after AUTH password on the same connection (none when the
 // password is empty).
 func doAuth(addr, password string, args ...string) (string, error) {
+	if password == "" {
+		return doAfter(addr, nil, args...)
+	}
+	return doAfter(addr, [][]string{{"AUTH", password}}, args...)
+}
+
+// ReadReplica is Do after READONLY on the same connection: a Cluster
+// replica then answers reads of its master's slots instead of MOVED.
+func (r *Redis) ReadReplica(args ...string) (string, error) {
+	return doAfter(r.Addr, [][]string{{"READONLY"}}, args...)
+}
+
+// doAfter sends the commands before, then args, on one connection and
+// returns args' reply; an error reply to one of before fails it.
+func doAfter(addr string, before [][]string, args ...string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
@@ -217,17 +231,17 @@ func doAuth(addr, password string, args ...string) (string, error) {
 			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 		}
 	}
-	if password != "" {
-		write("AUTH", password)
+	for _, c := range before {
+		write(c...)
 	}
 	write(args...)
 	if _, err := conn.Write([]byte(b.String())); err != nil {
 		return "", err
 	}
 	br := bufio.NewReader(conn)
-	if password != "" {
+	for _, c := range before {
 		if _, err := readReply(br); err != nil {
-			return "", fmt.Errorf("AUTH: %w", err)
+			return "", fmt.Errorf("%s: %w", c[0], err)
 		}
 	}
 	return readReply(br)
@@ -315,69 +329,4 @@ func portFree(p int) bool {
 	}
 	_ = l.Close()
 	return true
-}
-
-// Cluster is a Redis Cluster of masters only, each a Redis on its own port
-// and directory. Starting one takes several seconds: start it once per test
-// package (in TestMain), not per test.
-type Cluster struct {
-	Nodes []*Redis
-}
-
-// NewCluster starts masters redis-server processes with cluster mode on,
-// joins them with `redis-cli --cluster create` and waits until every node
-// reports cluster_state:ok.
-func NewCluster(masters int) (*Cluster, error) {
-	cli, err := RedisCLIPath()
-	if err != nil {
-		return nil, err
-	}
-	c := &Cluster{}
-	for range masters {
-		n, err := newRedis(freeClusterPort, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		c.Nodes = append(c.Nodes, n)
-	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, n := range c.Nodes {
-		for {
-			info, err := n.Do("CLUSTER", "INFO")
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", masters)) {
-				break
-			}
-			if time.Now().After(deadline) {
-				c.Close()
-				return nil, fmt.Errorf("cluster node %s not ready (%s): %w", n.Addr, info, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	return c, nil
-}
-
-// Addrs lists the node addresses, the seed list for a cluster client.
-func (c *Cluster) Addrs() []string {
-	out := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		out[i] = n.Addr
-	}
-	return out
-}
-
-// Close stops every node.
-func (c *Cluster) Close() {
-	for _, n := range c.Nodes {
-		n.Close()
-	}
 }
