@@ -346,67 +346,106 @@ func (c *Cluster) ReplicasOf(master *Redis) ([]*Redis, error) {
 func NodeID(n *Redis) (string, error) { return n.Do("CLUSTER", "MYID") }
 
 // MigrateSlot moves slot from the master that serves it to to, the way
-// redis-cli --cluster reshard does: IMPORTING on to, MIGRATING on the
-// source, MIGRATE of its keys one by one (calling between after each),
-// then SETSLOT NODE on to, the source and every other master. Clients
-// meanwhile meet ASK (a key already moved), TRYAGAIN (a command over keys
-// of which some have moved) and, at the end, MOVED.
+// redis-cli --cluster reshard does (StartMigration, MoveAll, Finish),
+// calling between after each key. Clients meanwhile meet ASK (a key
+// already moved), TRYAGAIN (a command over keys of which some have moved)
+// and, at the end, MOVED.
 func (c *Cluster) MigrateSlot(slot int, to *Redis, between func()) (moved int, err error) {
-	from, err := c.Owner(slot)
+	m, err := c.StartMigration(slot, to)
 	if err != nil {
 		return 0, err
 	}
+	if moved, err = m.MoveAll(between); err != nil {
+		return moved, err
+	}
+	return moved, m.Finish()
+}
+
+// Migration is a slot on its way from one master to another.
+type Migration struct {
+	c        *Cluster
+	slot     string
+	from, to *Redis
+	toID     string
+}
+
+// StartMigration marks slot IMPORTING on to and MIGRATING on the master
+// that serves it.
+func (c *Cluster) StartMigration(slot int, to *Redis) (*Migration, error) {
+	from, err := c.Owner(slot)
+	if err != nil {
+		return nil, err
+	}
 	if from == to {
-		return 0, fmt.Errorf("slot %d is already on %s", slot, to.Addr)
+		return nil, fmt.Errorf("slot %d is already on %s", slot, to.Addr)
 	}
 	fromID, err := NodeID(from)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	toID, err := NodeID(to)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	s := strconv.Itoa(slot)
-	if _, err := to.Do("CLUSTER", "SETSLOT", s, "IMPORTING", fromID); err != nil {
-		return 0, fmt.Errorf("SETSLOT IMPORTING: %w", err)
+	m := &Migration{c: c, slot: strconv.Itoa(slot), from: from, to: to, toID: toID}
+	if _, err := to.Do("CLUSTER", "SETSLOT", m.slot, "IMPORTING", fromID); err != nil {
+		return nil, fmt.Errorf("SETSLOT IMPORTING: %w", err)
 	}
-	if _, err := from.Do("CLUSTER", "SETSLOT", s, "MIGRATING", toID); err != nil {
-		return 0, fmt.Errorf("SETSLOT MIGRATING: %w", err)
+	if _, err := from.Do("CLUSTER", "SETSLOT", m.slot, "MIGRATING", toID); err != nil {
+		return nil, fmt.Errorf("SETSLOT MIGRATING: %w", err)
 	}
+	return m, nil
+}
+
+// MoveKey moves one key of the slot (MIGRATE).
+func (m *Migration) MoveKey(key string) error {
+	if _, err := m.from.Do("MIGRATE", "127.0.0.1", strconv.Itoa(m.to.Port), key, "0", "5000"); err != nil {
+		return fmt.Errorf("MIGRATE %s: %w", key, err)
+	}
+	return nil
+}
+
+// MoveAll moves the keys left in the slot one by one, calling between
+// after each, and returns how many it moved.
+func (m *Migration) MoveAll(between func()) (moved int, err error) {
 	for {
-		keys, err := from.Do("CLUSTER", "GETKEYSINSLOT", s, "1")
+		keys, err := m.from.Do("CLUSTER", "GETKEYSINSLOT", m.slot, "1")
 		if err != nil {
 			return moved, fmt.Errorf("GETKEYSINSLOT: %w", err)
 		}
 		if keys == "" {
-			break
+			return moved, nil
 		}
-		if _, err := from.Do("MIGRATE", "127.0.0.1", strconv.Itoa(to.Port), keys, "0", "5000"); err != nil {
-			return moved, fmt.Errorf("MIGRATE %s: %w", keys, err)
+		if err := m.MoveKey(keys); err != nil {
+			return moved, err
 		}
 		moved++
 		if between != nil {
 			between()
 		}
 	}
-	// The new owner first, so that the slot is never without one.
-	if _, err := to.Do("CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
-		return moved, fmt.Errorf("SETSLOT NODE on the target: %w", err)
+}
+
+// Finish gives the slot to its new master: SETSLOT NODE on it first (so
+// that the slot is never without an owner), then on the old one and every
+// other master.
+func (m *Migration) Finish() error {
+	if _, err := m.to.Do("CLUSTER", "SETSLOT", m.slot, "NODE", m.toID); err != nil {
+		return fmt.Errorf("SETSLOT NODE on the target: %w", err)
 	}
-	if _, err := from.Do("CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
-		return moved, fmt.Errorf("SETSLOT NODE on the source: %w", err)
+	if _, err := m.from.Do("CLUSTER", "SETSLOT", m.slot, "NODE", m.toID); err != nil {
+		return fmt.Errorf("SETSLOT NODE on the source: %w", err)
 	}
-	view, err := c.View()
+	view, err := m.c.View()
 	if err != nil {
-		return moved, err
+		return err
 	}
 	for _, n := range view {
-		if r := c.Node(n.Port); r != nil && r != to && r != from && n.Is("master") && r.Pid() != 0 {
-			if _, err := r.Do("CLUSTER", "SETSLOT", s, "NODE", toID); err != nil {
-				return moved, fmt.Errorf("SETSLOT NODE on %s: %w", r.Addr, err)
+		if r := m.c.Node(n.Port); r != nil && r != m.to && r != m.from && n.Is("master") && r.Pid() != 0 {
+			if _, err := r.Do("CLUSTER", "SETSLOT", m.slot, "NODE", m.toID); err != nil {
+				return fmt.Errorf("SETSLOT NODE on %s: %w", r.Addr, err)
 			}
 		}
 	}
-	return moved, nil
+	return nil
 }

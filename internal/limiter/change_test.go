@@ -1,0 +1,259 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// Exact through change: the Redis behind a fleet fails over or moves a
+// slot while three limiters (three sidecars, a client each) drive its hot
+// keys. Each run is judged from what the application received
+// (testsupport.Excess: admits sent after a−window and arrived by a), with
+// the fleet's own measurements beside it: the decisions that reached
+// clients as errors (failed closed: a 503 from the sidecar), those the
+// fallback made, and how long after the change decisions were Redis's
+// again.
+
+// changeLoad drives lims with callers per limiter, each sending requests
+// of clients in turn (reqs builds a request's rules), until stop.
+type changeLoad struct {
+	lims    []*Limiter
+	reqs    func(client string) []Request
+	clients []string
+	callers int
+
+	mu       sync.Mutex
+	recs     []changeRec
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// changeRec is one request: when it was sent and decided, and how.
+type changeRec struct {
+	client     string
+	reqs       []Request
+	sent, done time.Time
+	out        []Decision
+}
+
+// passed reports whether the request reached the application: every rule
+// that is not dry-run allowed it.
+func (r *changeRec) passed() bool {
+	for i, d := range r.out {
+		if !d.Allowed && !r.reqs[i].DryRun {
+			return false
+		}
+	}
+	return true
+}
+
+// fromRedis reports whether Redis (or the deny cache, which repeats what
+// Redis said) made every decision of the request.
+func (r *changeRec) fromRedis() bool {
+	for _, d := range r.out {
+		if d.Source != SourceRedis && d.Source != SourceDenyCache {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *changeLoad) start() {
+	l.stop = make(chan struct{})
+	for li, lim := range l.lims {
+		for c := range l.callers {
+			l.wg.Go(func() {
+				for i := c; ; i++ {
+					select {
+					case <-l.stop:
+						return
+					default:
+					}
+					l.mu.Lock()
+					client := l.clients[(i+li)%len(l.clients)]
+					l.mu.Unlock()
+					reqs := l.reqs(client)
+					r := changeRec{client: client, reqs: reqs, sent: time.Now()}
+					r.out = lim.Decide(context.Background(), reqs)
+					r.done = time.Now()
+					l.mu.Lock()
+					l.recs = append(l.recs, r)
+					l.mu.Unlock()
+					if !r.fromRedis() {
+						// As a client would, after an error: no busy loop.
+						time.Sleep(time.Millisecond)
+					}
+				}
+			})
+		}
+	}
+}
+
+// addClients has the callers send requests of clients too, from now on.
+func (l *changeLoad) addClients(clients ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.clients = append(slices.Clip(l.clients), clients...)
+}
+
+// halt stops the callers and waits for them; it may be called again.
+func (l *changeLoad) halt() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	l.wg.Wait()
+}
+
+// count returns how many requests so far match.
+func (l *changeLoad) count(match func(*changeRec) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for i := range l.recs {
+		if match(&l.recs[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor polls until at least n requests match, or fails the test after d.
+func (l *changeLoad) waitFor(t *testing.T, d time.Duration, n int, what string, match func(*changeRec) bool) {
+	t.Helper()
+	if _, ok := eventually(d, func() bool { return l.count(match) >= n }); !ok {
+		t.Fatalf("waited %v for %d requests %s, saw %d", d, n, what, l.count(match))
+	}
+}
+
+// changeResult is what a run measured.
+type changeResult struct {
+	requests, admits int
+	// excess is the most admits of one key beyond its limit in a window.
+	excess int
+	where  string
+	// failedClosed are requests a rule failed closed (clients see an
+	// error); fallback, those a rule decided locally.
+	failedClosed, fallback int
+	// back is how long after the change the last request Redis did not
+	// decide ended (0: none).
+	back time.Duration
+	errs map[string]int // why Redis did not decide, by error text
+}
+
+func (r changeResult) String() string {
+	var errs []string
+	for e, n := range r.errs {
+		errs = append(errs, fmt.Sprintf("%d× %s", n, e))
+	}
+	return fmt.Sprintf("%d requests, %d admitted; excess %d; %d failed closed, %d by the fallback; decisions Redis's again %v after the change; errors: %s",
+		r.requests, r.admits, r.excess, r.failedClosed, r.fallback, r.back.Round(time.Millisecond), strings.Join(errs, ", "))
+}
+
+// result judges the run: every rule of the requests has limit and window.
+func (l *changeLoad) result(change time.Time, limit int, window time.Duration) changeResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	res := changeResult{requests: len(l.recs), errs: map[string]int{}}
+	var admits []testsupport.Admit
+	for i := range l.recs {
+		r := &l.recs[i]
+		if r.passed() {
+			res.admits++
+			for _, q := range r.reqs {
+				if !q.DryRun {
+					admits = append(admits, testsupport.Admit{Key: q.Rule.ID + "/" + r.client, Sent: r.sent, Arrived: r.done})
+				}
+			}
+		}
+		failed, fb := false, false
+		for _, d := range r.out {
+			failed = failed || d.Source == SourceFailedClosed
+			fb = fb || d.Source == SourceFallback
+			if d.Err != nil {
+				res.errs[errText(d.Err)]++
+			}
+		}
+		if failed {
+			res.failedClosed++
+		}
+		if fb {
+			res.fallback++
+		}
+		if !r.fromRedis() && r.done.After(change) {
+			res.back = max(res.back, r.done.Sub(change))
+		}
+	}
+	res.excess, res.where = testsupport.Excess(admits, limit, window)
+	return res
+}
+
+// errText shortens an error to its kind, for the log.
+func errText(err error) string {
+	s := err.Error()
+	for _, sep := range []string{": dial", " 127.0.0.1", " 127.0.0.2"} {
+		if i := strings.Index(s, sep); i > 0 {
+			s = s[:i]
+		}
+	}
+	if len(s) > 80 {
+		s = s[:80]
+	}
+	return s
+}
+
+// admittedBetween counts the admits of requests sent before sentBefore
+// that arrived at or after from.
+func (l *changeLoad) admittedBetween(from, sentBefore time.Time) int {
+	return l.count(func(r *changeRec) bool {
+		return r.passed() && r.sent.Before(sentBefore) && !r.done.Before(from)
+	})
+}
+
+// clusterLimiters returns n limiters on cluster c, each with its own
+// client (as n sidecars).
+func clusterLimiters(t *testing.T, c *testsupport.Cluster, n int, opts Options) []*Limiter {
+	t.Helper()
+	var lims []*Limiter
+	for range n {
+		lims = append(lims, newLimiter(t, clusterClient(t, c), opts))
+	}
+	return lims
+}
+
+// clientsInSlot returns n client names whose keys under rule lie in one
+// slot, and that slot.
+func clientsInSlot(prefix, rule string, n int) ([]string, int) {
+	var out []string
+	want := -1
+	for i := 0; len(out) < n; i++ {
+		c := fmt.Sprintf("hot-%d", i)
+		s := slot(Key(prefix, rule, c))
+		if want == -1 {
+			want = s
+		}
+		if s == want {
+			out = append(out, c)
+		}
+	}
+	return out, want
+}
+
+func clusterClient(t *testing.T, c *testsupport.Cluster) redis.UniversalClient {
+	return client(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()})
+}
+
+// uniquePrefix is a key prefix no earlier run used: the shared clusters
+// outlive a run (-count=2).
+func uniquePrefix(name string) string {
+	return name + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+}
