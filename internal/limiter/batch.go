@@ -27,6 +27,9 @@ type op struct {
 	// resent counts the times Redis Cluster refused it unrun because its
 	// slot was moving (retryLater).
 	resent int
+	// durable: its admits count only once a replica has them (see
+	// durable.go).
+	durable bool
 	// Inline room for a one-key decision's command, so the hot path does
 	// not allocate it.
 	argsBuf [oneKeyDecideLen]any
@@ -305,9 +308,10 @@ func (l *Limiter) fillBatch(batch []*op, first *op, linger *time.Timer) []*op {
 }
 
 // send makes one round trip: a pipeline, or for a single command the plain
-// path, which go-redis makes cheaper than a pipeline of one.
-func (l *Limiter) send(ctx context.Context, cmds []*redis.Cmd) error {
-	if len(cmds) == 1 {
+// path, which go-redis makes cheaper than a pipeline of one; a round trip
+// that must end with a WAIT (pipelineHook) is always a pipeline.
+func (l *Limiter) send(ctx context.Context, cmds []*redis.Cmd, wait bool) error {
+	if len(cmds) == 1 && !wait {
 		return l.rdb.Process(ctx, cmds[0])
 	}
 	pipe := l.rdb.Pipeline()
@@ -336,20 +340,24 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cm
 	}
 	ctx, cancel := context.WithDeadline(l.ctx, dl)
 	defer cancel()
+	var acks *replicaAcks
 	for _, o := range batch {
+		if o.durable && acks == nil {
+			ctx, acks = withReplicaAcks(ctx, l.replicaWaitFor(dl))
+		}
 		cmds = append(cmds, redis.NewCmd(ctx, o.args...))
 	}
 	// Per-command errors are read below. Exec's own error matters when the
 	// connection could not be set up with a Redis error (WRONGPASS,
 	// NOPERM on HELLO): go-redis then leaves the commands without error
 	// and without value.
-	execErr := l.send(ctx, cmds)
+	execErr := l.send(ctx, cmds, acks != nil)
 	l.stats.roundTrips.Add(1)
 	l.stats.ops.Add(int64(len(batch)))
-	if err := l.resendUnknown(ctx, batch, cmds); err != nil {
+	if err := l.resendUnknown(ctx, batch, cmds, acks != nil); err != nil {
 		execErr = err
 	}
-	l.deliver(batch, cmds, execErr)
+	l.deliver(batch, cmds, execErr, acks)
 	clear(cmds)
 	return cmds[:0]
 }
@@ -357,7 +365,7 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cm
 // resendUnknown resends as EVAL, in one more round trip, the commands of
 // batch that came back NOSCRIPT, replacing them in cmds. It returns that
 // round trip's error.
-func (l *Limiter) resendUnknown(ctx context.Context, batch []*op, cmds []*redis.Cmd) error {
+func (l *Limiter) resendUnknown(ctx context.Context, batch []*op, cmds []*redis.Cmd, wait bool) error {
 	var again []*redis.Cmd
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
@@ -369,15 +377,16 @@ func (l *Limiter) resendUnknown(ctx context.Context, batch []*op, cmds []*redis.
 		return nil
 	}
 	l.stats.noScript.Add(1)
-	err := l.send(ctx, again)
+	err := l.send(ctx, again, wait)
 	l.stats.roundTrips.Add(1)
 	return err
 }
 
 // deliver hands each op of batch the answer of its command in cmds, and
 // tells the breaker and the budget how the round trip went. execErr stands
-// in for an answer go-redis left empty.
-func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
+// in for an answer go-redis left empty; acks, when set, says which
+// commands a replica acknowledged (durable ops).
+func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error, acks *replicaAcks) {
 	var firstErr error
 	answered := time.Now()
 	anyAnswer := false
@@ -406,6 +415,9 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
 			l.latency.observe(answered.Sub(o.start), answered)
 		}
 		anyAnswer = true
+		if o.durable && !acks.acknowledged(c) && l.notReplicated(o, c.Val()) {
+			continue
+		}
 		if !o.finish(c, nil) {
 			l.undoLate(o, c.Val())
 		}

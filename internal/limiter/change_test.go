@@ -91,8 +91,11 @@ func (l *changeLoad) start() {
 					l.mu.Lock()
 					l.recs = append(l.recs, r)
 					l.mu.Unlock()
-					if !r.fromRedis() {
-						// As a client would, after an error: no busy loop.
+					if !r.passed() || !r.fromRedis() {
+						// A client turned away (or failed) does not come
+						// back at once: denials, answered locally by the
+						// deny cache, would otherwise spin the callers and
+						// starve the machine.
 						time.Sleep(time.Millisecond)
 					}
 				}
@@ -148,13 +151,18 @@ type changeResult struct {
 	// decide ended (0: none).
 	back time.Duration
 	errs map[string]int // why Redis did not decide, by error text
+	// when, for each error text, the first and last time it was seen
+	// (since the change).
+	when map[string][2]time.Duration
 }
 
 func (r changeResult) String() string {
 	var errs []string
 	for e, n := range r.errs {
-		errs = append(errs, fmt.Sprintf("%d× %s", n, e))
+		w := r.when[e]
+		errs = append(errs, fmt.Sprintf("%d× %s (%v to %v)", n, e, w[0].Round(time.Millisecond), w[1].Round(time.Millisecond)))
 	}
+	slices.Sort(errs)
 	return fmt.Sprintf("%d requests, %d admitted; excess %d; %d failed closed, %d by the fallback; decisions Redis's again %v after the change; errors: %s",
 		r.requests, r.admits, r.excess, r.failedClosed, r.fallback, r.back.Round(time.Millisecond), strings.Join(errs, ", "))
 }
@@ -163,7 +171,7 @@ func (r changeResult) String() string {
 func (l *changeLoad) result(change time.Time, limit int, window time.Duration) changeResult {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	res := changeResult{requests: len(l.recs), errs: map[string]int{}}
+	res := changeResult{requests: len(l.recs), errs: map[string]int{}, when: map[string][2]time.Duration{}}
 	var admits []testsupport.Admit
 	for i := range l.recs {
 		r := &l.recs[i]
@@ -180,7 +188,13 @@ func (l *changeLoad) result(change time.Time, limit int, window time.Duration) c
 			failed = failed || d.Source == SourceFailedClosed
 			fb = fb || d.Source == SourceFallback
 			if d.Err != nil {
-				res.errs[errText(d.Err)]++
+				e, at := errText(d.Err), r.done.Sub(change)
+				w, seen := res.when[e]
+				if !seen {
+					w[0] = at
+				}
+				res.when[e] = [2]time.Duration{min(w[0], at), max(w[1], at)}
+				res.errs[e]++
 			}
 		}
 		if failed {

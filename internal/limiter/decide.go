@@ -207,6 +207,9 @@ func (c *call) askRedis(ctx context.Context, keys []string) {
 func (c *call) newOp(g *group) {
 	g.op = &op{script: &decideLua, start: c.start, deadline: c.hard, done: make(chan struct{}, 1)}
 	g.op.args = decideArgs(g.op.argsBuf[:0], c.reqs, g.idx, g.keys, c.member, c.l.marginMs, c.commit)
+	for _, i := range g.idx {
+		g.op.durable = g.op.durable || (c.commit && c.reqs[i].Rule.Durable)
+	}
 }
 
 // splitRefused asks again, one script per key, about the groups whose

@@ -9,6 +9,10 @@ import (
 // pipelineHook shapes each pipeline a client sends to one server: on a
 // Redis Cluster, each node's part of a round trip.
 //
+// When the round trip's context asks for replicaAcks (durable admits), a
+// WAIT ends the pipeline and its answer is recorded for the commands
+// before it.
+//
 // guard (Cluster nodes) puts a PING first. go-redis resends a node's whole
 // part when its first command fails with an error worth retrying
 // (pipelineReadCmds, v9.23), TRYAGAIN included, while the commands of that
@@ -23,11 +27,16 @@ type pipelineHook struct {
 
 // install puts the hook on rdb: on each node client of a cluster client,
 // as the cluster client creates them (New is called before the client's
-// first use, so that is every node).
+// first use, so that is every node). A node created before has no WAIT,
+// so its durable admits are never acknowledged: they go to the fail mode,
+// never through unreplicated.
 func (h pipelineHook) install(rdb redis.UniversalClient) {
-	if c, ok := rdb.(*redis.ClusterClient); ok {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
 		h.guard = true
 		c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+	case *redis.Client:
+		c.AddHook(h)
 	}
 }
 
@@ -36,19 +45,29 @@ func (pipelineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
 func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	if !h.guard {
-		return next
-	}
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		out := make([]redis.Cmder, 0, len(cmds)+1)
-		out = append(out, redis.NewStatusCmd(ctx, "ping"))
+		acks := replicaAcksOf(ctx)
+		if !h.guard && acks == nil {
+			return next(ctx, cmds)
+		}
+		out := make([]redis.Cmder, 0, len(cmds)+2)
+		if h.guard {
+			out = append(out, redis.NewStatusCmd(ctx, "ping"))
+		}
 		for _, c := range cmds {
-			// A PING of an earlier attempt that go-redis resends with the
-			// rest: this attempt has its own.
-			if c.Name() != "ping" {
+			// A PING or WAIT of an earlier attempt that go-redis resends
+			// with the rest: this attempt has its own.
+			if n := c.Name(); n != "ping" && n != "wait" {
 				out = append(out, c)
 			}
 		}
-		return next(ctx, out)
+		if acks == nil {
+			return next(ctx, out)
+		}
+		wait := redis.NewIntCmd(ctx, "wait", 1, acks.timeoutMs)
+		out = append(out, wait)
+		err := next(ctx, out)
+		acks.record(out, wait)
+		return err
 	}
 }

@@ -330,3 +330,42 @@ func portFree(p int) bool {
 	_ = l.Close()
 	return true
 }
+
+// Replica is a redis-server that replicates another.
+type Replica struct {
+	*Redis
+	// Link is the proxy the replication stream passes (nil without lag).
+	Link *Proxy
+}
+
+// StartReplica starts a redis-server that replicates master and waits
+// until it is in sync. With lag > 0 it replicates through a Proxy that
+// holds the stream that long and drops what it holds when master dies: a
+// replica that lags (see ProxyOptions.DropHeld).
+func StartReplica(tb testing.TB, master *Redis, lag time.Duration) *Replica {
+	tb.Helper()
+	r := &Replica{}
+	addr := master.Addr
+	if lag > 0 {
+		r.Link = StartProxy(tb, master.Addr, ProxyOptions{
+			Delay: func(time.Time) time.Duration { return lag }, DelayAfter: "PSYNC", DropHeld: true,
+		})
+		addr = r.Link.Addr
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.Redis = StartRedis(tb, "--replicaof", host, port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := r.Do("INFO", "replication")
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return r
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("replica %s of %s not in sync after 10s: %q %v", r.Addr, master.Addr, info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
