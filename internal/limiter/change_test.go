@@ -32,6 +32,10 @@ type changeLoad struct {
 	reqs    func(client string) []Request
 	clients []string
 	callers int
+	// pace, when set, is the pause after each request: callers×pace sets
+	// the rate, so that admits keep coming at about a known pace around
+	// the change instead of exhausting the limit at once.
+	pace time.Duration
 
 	mu       sync.Mutex
 	recs     []changeRec
@@ -91,7 +95,9 @@ func (l *changeLoad) start() {
 					l.mu.Lock()
 					l.recs = append(l.recs, r)
 					l.mu.Unlock()
-					if !r.passed() || !r.fromRedis() {
+					if l.pace > 0 {
+						time.Sleep(l.pace)
+					} else if !r.passed() || !r.fromRedis() {
 						// A client turned away (or failed) does not come
 						// back at once: denials, answered locally by the
 						// deny cache, would otherwise spin the callers and

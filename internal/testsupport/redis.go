@@ -74,7 +74,7 @@ func newRedis(freePort func() (int, error), extraArgs ...string) (*Redis, error)
 	return nil, lastErr
 }
 
-func (r *Redis) start() error {
+func (r *Redis) start(extraArgs ...string) error {
 	bin, err := RedisServerPath()
 	if err != nil {
 		return err
@@ -91,6 +91,7 @@ func (r *Redis) start() error {
 		"--enable-debug-command", "local",
 	}
 	args = append(args, r.extra...)
+	args = append(args, extraArgs...)
 	cmd := exec.Command(bin, args...)
 	// Die with the test binary even if it is killed, so no server outlives a run.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
@@ -167,11 +168,15 @@ func (r *Redis) Resume() error { return r.signal(syscall.SIGCONT) }
 
 // Restart starts the server again on the same port after Kill. The data is
 // gone, as are the cached scripts, like a real restart without persistence.
-func (r *Redis) Restart() error {
+func (r *Redis) Restart() error { return r.RestartWith() }
+
+// RestartWith is Restart with extraArgs added to this start only (e.g.
+// --replicaof, for a former master that comes back as a replica).
+func (r *Redis) RestartWith(extraArgs ...string) error {
 	if r.Pid() != 0 {
 		return errors.New("redis-server is still running")
 	}
-	return r.start()
+	return r.start(extraArgs...)
 }
 
 // Close stops the server and removes its directory.
@@ -356,6 +361,21 @@ func StartReplica(tb testing.TB, master *Redis, lag time.Duration) *Replica {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// The first sync starts at once (Redis waits 5 s by default, for more
+	// replicas to share one RDB); the master's later ones are left as they
+	// are.
+	prev, err := master.Do("CONFIG", "GET", "repl-diskless-sync-delay")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := master.Do("CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		tb.Fatal(err)
+	}
+	defer func() {
+		if _, v, ok := strings.Cut(prev, "\n"); ok {
+			_, _ = master.Do("CONFIG", "SET", "repl-diskless-sync-delay", v)
+		}
+	}()
 	r.Redis = StartRedis(tb, "--replicaof", host, port)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -369,3 +389,4 @@ func StartReplica(tb testing.TB, master *Redis, lag time.Duration) *Replica {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
