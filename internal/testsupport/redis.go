@@ -389,4 +389,3 @@ func StartReplica(tb testing.TB, master *Redis, lag time.Duration) *Replica {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
