@@ -144,6 +144,21 @@ func (l *changeLoad) waitFor(t *testing.T, d time.Duration, n int, what string, 
 	}
 }
 
+// fallBehind has the replica behind link receive nothing more (when there
+// is a link: replicationLag > 0) and waits until n requests sent since are
+// decided: whatever they admitted, the replica lacks when the master then
+// fails. It is the worst moment of a lagging replica, made certain rather
+// than left to the machine's timing. The caller resumes the link.
+func (l *changeLoad) fallBehind(t *testing.T, link *testsupport.Proxy, n int) {
+	t.Helper()
+	if link == nil {
+		return
+	}
+	link.Hold(true)
+	from := time.Now()
+	l.waitFor(t, 20*time.Second, n, "decided after the replica fell behind", func(r *changeRec) bool { return r.sent.After(from) })
+}
+
 // changeResult is what a run measured.
 type changeResult struct {
 	requests, admits int
@@ -153,10 +168,11 @@ type changeResult struct {
 	// failedClosed are requests a rule failed closed (clients see an
 	// error); fallback, those a rule decided locally.
 	failedClosed, fallback int
-	// back is how long after the change the last request Redis did not
-	// decide ended (0: none).
-	back time.Duration
-	errs map[string]int // why Redis did not decide, by error text
+	// back is how long after the change the first request sent after it
+	// had Redis's decisions; lastOff, when the last one that had not ended
+	// (0: none).
+	back, lastOff time.Duration
+	errs          map[string]int // why Redis did not decide, by error text
 	// when, for each error text, the first and last time it was seen
 	// (since the change).
 	when map[string][2]time.Duration
@@ -169,15 +185,15 @@ func (r changeResult) String() string {
 		errs = append(errs, fmt.Sprintf("%d× %s (%v to %v)", n, e, w[0].Round(time.Millisecond), w[1].Round(time.Millisecond)))
 	}
 	slices.Sort(errs)
-	return fmt.Sprintf("%d requests, %d admitted; excess %d; %d failed closed, %d by the fallback; decisions Redis's again %v after the change; errors: %s",
-		r.requests, r.admits, r.excess, r.failedClosed, r.fallback, r.back.Round(time.Millisecond), strings.Join(errs, ", "))
+	return fmt.Sprintf("%d requests, %d admitted; excess %d; %d failed closed, %d by the fallback; decisions Redis's again %v after the change, the last not Redis's %v after; errors: %s",
+		r.requests, r.admits, r.excess, r.failedClosed, r.fallback, r.back.Round(time.Millisecond), r.lastOff.Round(time.Millisecond), strings.Join(errs, ", "))
 }
 
 // result judges the run: every rule of the requests has limit and window.
 func (l *changeLoad) result(change time.Time, limit int, window time.Duration) changeResult {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	res := changeResult{requests: len(l.recs), errs: map[string]int{}, when: map[string][2]time.Duration{}}
+	res := changeResult{requests: len(l.recs), errs: map[string]int{}, when: map[string][2]time.Duration{}, back: -1}
 	var admits []testsupport.Admit
 	for i := range l.recs {
 		r := &l.recs[i]
@@ -209,8 +225,11 @@ func (l *changeLoad) result(change time.Time, limit int, window time.Duration) c
 		if fb {
 			res.fallback++
 		}
-		if !r.fromRedis() && r.done.After(change) {
-			res.back = max(res.back, r.done.Sub(change))
+		switch {
+		case !r.fromRedis() && r.done.After(change):
+			res.lastOff = max(res.lastOff, r.done.Sub(change))
+		case r.fromRedis() && r.sent.After(change) && (res.back < 0 || r.done.Sub(change) < res.back):
+			res.back = r.done.Sub(change)
 		}
 	}
 	res.excess, res.where = testsupport.Excess(admits, limit, window)

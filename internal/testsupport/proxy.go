@@ -42,6 +42,7 @@ type Proxy struct {
 	ln      net.Listener
 	armed   atomic.Bool
 	dropped atomic.Int32
+	held    atomic.Bool
 	// lastDelivered is when the server sent the newest delayed chunk that
 	// reached the other side (UnixNano).
 	lastDelivered atomic.Int64
@@ -94,6 +95,12 @@ func (p *Proxy) Close() {
 		_ = c.Close()
 	}
 }
+
+// Hold stops (true) or resumes (false) the delivery of delayed replies:
+// while held, a replica receives nothing more, and what it would have
+// received is lost if the server dies meanwhile (DropHeld). It is a
+// replica fallen behind at the worst moment, made certain.
+func (p *Proxy) Hold(on bool) { p.held.Store(on) }
 
 // Arm drops the reply to the next request that contains DropAfter.
 func (p *Proxy) Arm() { p.armed.Store(true) }
@@ -193,16 +200,27 @@ func (p *Proxy) serve(c net.Conn, target string) {
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	gone := (<-chan struct{})(serverGone)
 	for ch := range q {
 		timer.Reset(time.Until(ch.at))
 		select {
 		case <-timer.C:
-		case <-serverGone:
+		case <-gone:
 			// What was due by now was on its way already.
 			if p.opts.DropHeld && time.Now().Before(ch.at) {
 				return
 			}
 			<-timer.C
+		}
+		for ch.delayed && p.held.Load() {
+			select {
+			case <-gone:
+				if p.opts.DropHeld {
+					return
+				}
+				gone = nil // gone: only the hold matters now
+			case <-time.After(time.Millisecond):
+			}
 		}
 		if _, err := c.Write(ch.b); err != nil {
 			return
