@@ -241,7 +241,7 @@ func (c *Cluster) Close() {
 
 // View is CLUSTER NODES as the first running node that answers sees it.
 func (c *Cluster) View() ([]ClusterNode, error) {
-	var lastErr error = errors.New("no node is running")
+	lastErr := errors.New("no node is running")
 	for _, n := range c.Nodes {
 		if n.Pid() == 0 {
 			continue
