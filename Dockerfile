@@ -19,10 +19,14 @@ COPY internal/ internal/
 
 # Static binaries (CGO off) for distroless/static; -trimpath keeps build paths
 # out of the binaries.
+# VERSION is the release the binaries report (make docker-build passes the
+# VERSION file's).
+ARG VERSION=devel
 ENV CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH}
-RUN go build -trimpath -ldflags="-s -w" -o /out/manager ./cmd/manager && \
-    go build -trimpath -ldflags="-s -w" -o /out/sidecar ./cmd/sidecar && \
-    go build -trimpath -ldflags="-s -w" -o /out/rls ./cmd/rls
+RUN ldflags="-s -w -X github.com/slidegate/slidegate/internal/version.Version=${VERSION}" && \
+    go build -trimpath -ldflags="$ldflags" -o /out/manager ./cmd/manager && \
+    go build -trimpath -ldflags="$ldflags" -o /out/sidecar ./cmd/sidecar && \
+    go build -trimpath -ldflags="$ldflags" -o /out/rls ./cmd/rls
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /

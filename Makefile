@@ -4,8 +4,13 @@
 #   make demo   the main job: the whole flow on one machine, no cluster
 #   make test   every test, with a real API server and real redis-server
 
-# Image for both binaries (manager and sidecar), see Dockerfile.
-IMG ?= ghcr.io/slidegate/slidegate:latest
+# The release: the VERSION file. Binaries report it (--version,
+# slidegate_build_info, the injection annotation), images are tagged with it,
+# and `make dist` writes the install for it.
+VERSION ?= $(shell cat VERSION)
+LDFLAGS := -X github.com/slidegate/slidegate/internal/version.Version=$(VERSION)
+# Image for the three binaries (manager, sidecar, rls), see Dockerfile.
+IMG ?= ghcr.io/slidegate/slidegate:$(VERSION)
 CONTAINER_TOOL ?= docker
 
 SHELL = /usr/bin/env bash -o pipefail
@@ -62,6 +67,9 @@ verify: generate manifests docs ## Regenerate code, manifests and API docs; fail
 	kubectl kustomize config/monitoring >/dev/null
 	kubectl kustomize config/samples >/dev/null
 	kubectl kustomize config/rls >/dev/null
+	@# config/default installs the release in VERSION.
+	@test "$$(sed -n 's/^ *newTag: *//p' config/manager/kustomization.yaml)" = "$(VERSION)" || \
+		{ echo "verify: config/manager/kustomization.yaml's newTag is not VERSION ($(VERSION))"; exit 1; }
 	@# make deploy's image must reach the manager and the sidecar it injects.
 	@test "$$(hack/render-install.sh registry.test:5000/sg/slidegate | grep -c 'registry.test:5000/sg/slidegate:latest')" = 2 || \
 		{ echo "verify: hack/render-install.sh does not set both images"; exit 1; }
@@ -105,18 +113,24 @@ test-node: ## Run test/node on a real single node (kubelet, containerd, kube-pro
 
 .PHONY: build
 build: ## Build the manager, sidecar and rls binaries and the kubectl plugin (kubectl-slidegate) into bin/.
-	go build -o bin/manager ./cmd/manager
-	go build -o bin/sidecar ./cmd/sidecar
-	go build -o bin/rls ./cmd/rls
-	go build -o bin/kubectl-slidegate ./cmd/kubectl-slidegate
+	go build -ldflags "$(LDFLAGS)" -o bin/manager ./cmd/manager
+	go build -ldflags "$(LDFLAGS)" -o bin/sidecar ./cmd/sidecar
+	go build -ldflags "$(LDFLAGS)" -o bin/rls ./cmd/rls
+	go build -ldflags "$(LDFLAGS)" -o bin/kubectl-slidegate ./cmd/kubectl-slidegate
 
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in ~/.kube/config.
 	go run ./cmd/manager
 
 .PHONY: docker-build
-docker-build: ## Build the image with both binaries (needs a container engine).
-	$(CONTAINER_TOOL) build -t $(IMG) .
+docker-build: ## Build the image with the three binaries, tagged with VERSION (needs a container engine).
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) .
+
+.PHONY: dist
+dist: ## Write dist/install.yaml: the single-file install of this release (config/default with the image $(IMG)).
+	mkdir -p dist
+	hack/render-install.sh "$(IMG)" > dist/install.yaml
+	@echo "dist/install.yaml: slidegate $(VERSION), image $(IMG); apply with: kubectl apply --server-side -f dist/install.yaml"
 
 .PHONY: docker-push
 docker-push: ## Push the image.

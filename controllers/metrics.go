@@ -23,6 +23,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/buildinfo"
 )
 
 // slidegate's own controller metrics, next to controller-runtime's. Labels
@@ -56,7 +57,8 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(policiesGauge, rejectedPoliciesGauge, unprotectedPodsGauge, notEnforcedGauge, writesCounter)
+	ctrlmetrics.Registry.MustRegister(policiesGauge, rejectedPoliciesGauge, unprotectedPodsGauge, notEnforcedGauge, writesCounter,
+		buildinfo.Collector("manager"))
 }
 
 // forgetNamespaceMetrics drops the series of a namespace without policies,

@@ -106,12 +106,17 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return ctrl.Result{}, r.cleanup(ctx, ns)
 	}
 	slices.SortFunc(policies, func(a, b v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
-	pods, err := r.livePods(ctx, ns)
+	running, err := r.runningPods(ctx, ns)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	pods := live(running)
 
-	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies})
+	// Terminating pods too: their sidecars serve until the kubelet stops
+	// them, after the app has drained (and on a rollout's old pods, for
+	// seconds to the whole grace period), and read the ConfigMap meanwhile.
+	legacy := legacySidecars(running)
+	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, LegacySidecars: len(legacy) > 0})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -129,6 +134,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	facts.legacySidecars = legacy
 	want, unprotected := policyStatuses(policies, desired, facts, time.Now(), r.credentialsGrace())
 	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, policies, want, facts.terminating)
 	if err != nil {
@@ -189,6 +195,9 @@ type namespaceRender struct {
 	notAccepted map[string]*problem
 	// tooLarge counts the policies left out for want of room (for the log).
 	tooLarge int
+	// heldBack holds, by name, the minor version of the document that each
+	// valid policy left out for the namespace's legacy sidecars needs.
+	heldBack map[string]int
 }
 
 // renderNamespace renders the namespace's policies. A policy the renderer
@@ -205,6 +214,12 @@ func renderNamespace(policies []v1alpha1.RateLimitPolicy, opts render.Options) (
 			continue
 		}
 		valid = append(valid, policies[i])
+	}
+	if opts.LegacySidecars {
+		// A sidecar of the first release refuses the whole document if one
+		// policy has a field it does not know: hold those policies back
+		// until it is gone (sidecarconfig's compatibility rule).
+		valid, out.heldBack = render.HoldBack(valid, 0)
 	}
 	accepted, tooLarge, err := render.Fit(valid, opts)
 	if err != nil {
@@ -244,6 +259,9 @@ type namespaceFacts struct {
 	// credentials is why the sidecars cannot get Redis credentials; nil:
 	// fine.
 	credentials *problem
+	// legacySidecars names the pods whose sidecars read only minor version
+	// 0 of the configuration (injected by the first release).
+	legacySidecars []string
 }
 
 // namespaceFacts gathers the Services and the Namespace for the statuses,
@@ -273,6 +291,7 @@ func policyStatuses(policies []v1alpha1.RateLimitPolicy, desired namespaceRender
 		p := &policies[i]
 		in := statusInput{
 			notAccepted: desired.notAccepted[p.Name],
+			heldBack:    heldBackProblem(desired.heldBack[p.Name], facts.legacySidecars, p.Namespace),
 			revision:    desired.revisions[p.Name],
 			credentials: facts.credentials,
 			now:         now,
@@ -337,16 +356,38 @@ func deleteManaged(ctx context.Context, c client.Client, reader client.Reader, k
 	return nil
 }
 
-// livePods lists the metadata of the namespace's pods that are not being
-// deleted. Finished pods (Succeeded, Failed) are not in the cache at all
+// runningPods lists the metadata of the namespace's pods, terminating ones
+// included. Finished pods (Succeeded, Failed) are not in the cache at all
 // (CacheOptions): they run no container a sidecar could guard.
-func (r *RateLimitPolicyReconciler) livePods(ctx context.Context, ns string) ([]metav1.PartialObjectMetadata, error) {
+func (r *RateLimitPolicyReconciler) runningPods(ctx context.Context, ns string) ([]metav1.PartialObjectMetadata, error) {
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
 	if err := r.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
 	}
-	return slices.DeleteFunc(pods.Items, func(p metav1.PartialObjectMetadata) bool { return !p.DeletionTimestamp.IsZero() }), nil
+	return pods.Items, nil
+}
+
+// live are the pods that are not being deleted: those a policy's status
+// counts.
+func live(pods []metav1.PartialObjectMetadata) []metav1.PartialObjectMetadata {
+	return slices.DeleteFunc(slices.Clone(pods), func(p metav1.PartialObjectMetadata) bool { return !p.DeletionTimestamp.IsZero() })
+}
+
+// legacySidecars names the pods of pods whose sidecar reads only minor
+// version 0 of the configuration: injected by the first release, whose
+// injection status records no ConfigMinor (an unreadable status counts as
+// such too). While one runs, the namespace's document is rendered as minor
+// 0, which it reads.
+func legacySidecars(pods []metav1.PartialObjectMetadata) []string {
+	var names []string
+	for i := range pods {
+		if st, injected := injection(&pods[i]); injected && st.ConfigMinor == 0 {
+			names = append(names, pods[i].Name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // countPods counts the pods the policy selects and those of them whose

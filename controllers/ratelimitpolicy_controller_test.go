@@ -90,9 +90,61 @@ func newPod(ns, name string, lbls map[string]string, injected bool) *corev1.Pod 
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
 	}
 	if injected {
-		p.Annotations = map[string]string{v1alpha1.InjectedAnnotation: `{"version":"v1","container":"slidegate-sidecar","targetPort":"http","appContainer":"app","appPort":8080}`}
+		p.Annotations = map[string]string{v1alpha1.InjectedAnnotation: `{"version":"v1","container":"slidegate-sidecar","targetPort":"http","appContainer":"app","appPort":8080,"configMinor":1}`}
 	}
 	return p
+}
+
+// TestRendersForTheOldestSidecar: while a pod injected by the first release
+// (its injection status records no configMinor) runs in the namespace, the
+// document is minor version 0, the one its sidecar reads; once it is gone,
+// the newest. Its sidecar refused everything else, and with it every policy
+// of the namespace. A terminating pod still runs its sidecar (it serves
+// until the app has drained), so it counts until it is gone: on the real
+// node the document went to the newest version as a rollout started
+// terminating the old pods, and their sidecars refused it.
+func TestRendersForTheOldestSidecar(t *testing.T) {
+	ns := newNamespace(t)
+	policy := newPolicy(ns, "p")
+	create(t, policy, newPod(ns, "new", map[string]string{"app": "checkout"}, true))
+	version := func(want string) func() error {
+		return func() error {
+			_, cfg, err := readConfig(ns)
+			if err != nil {
+				return err
+			}
+			if cfg.Version != want {
+				return fmt.Errorf("version %q, want %q", cfg.Version, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "the newest version", version(sidecarconfig.Version))
+	old := newPod(ns, "old", map[string]string{"app": "checkout"}, false)
+	old.Annotations = map[string]string{v1alpha1.InjectedAnnotation: `{"version":"v1","container":"slidegate-sidecar","targetPort":"http","appContainer":"app","appPort":8080}`}
+	// The finalizer holds the pod terminating, as a kubelet does while it
+	// stops the containers.
+	old.Finalizers = []string{"test.slidegate.dev/hold"}
+	create(t, old)
+	eventually(t, "minor version 0 for the old sidecar", version(sidecarconfig.VersionOf(0)))
+	if err := k.Delete(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	// The status no longer counts the terminating pod once the controller
+	// has reconciled its deletion.
+	eventually(t, "the terminating pod reconciled", func() error {
+		if got := get(t, policy).Status.MatchedPods; got != 1 {
+			return fmt.Errorf("matchedPods %d", got)
+		}
+		return controllerIdle()
+	})
+	if err := version(sidecarconfig.VersionOf(0))(); err != nil {
+		t.Errorf("while the old pod terminates: %v", err)
+	}
+	if err := k.Patch(context.Background(), old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the newest version once it is gone", version(sidecarconfig.Version))
 }
 
 // readConfig reads the namespace's rendered ConfigMap from the API server.

@@ -70,6 +70,19 @@ func notAcceptedProblem(err error) *problem {
 	return &problem{v1alpha1.ReasonInvalid, "the spec cannot be enforced: " + err.Error()}
 }
 
+// heldBackProblem is the problem of a valid policy that needs minor version
+// minor of the sidecar configuration while the pods legacy of namespace ns
+// run sidecars that read only minor version 0; nil for minor 0.
+func heldBackProblem(minor int, legacy []string, ns string) *problem {
+	if minor == 0 {
+		return nil
+	}
+	return &problem{v1alpha1.ReasonSidecarsOutdated, fmt.Sprintf(
+		"not published yet: the policy needs sidecar configuration %s, and pods %s run sidecars of an earlier slidegate, which read %s only and would refuse the whole configuration; "+
+			"restart them to update their sidecars (kubectl -n %s rollout restart ...)",
+		sidecarconfig.VersionOf(minor), listOf(legacy), sidecarconfig.VersionOf(0), ns)}
+}
+
 // credentialsProblem is the problem of sidecars that cannot get their Redis
 // credentials; why says what is wrong with the manager's Secret.
 func credentialsProblem(why string) *problem {
@@ -81,7 +94,10 @@ type statusInput struct {
 	// notAccepted is why the policy is left out of the configuration
 	// (notAcceptedProblem); nil: accepted.
 	notAccepted *problem
-	revision    string // the policy's revision in the namespace's configuration
+	// heldBack is why a valid policy is left out of the configuration for
+	// the namespace's legacy sidecars (heldBackProblem); nil: it is in.
+	heldBack *problem
+	revision string // the policy's revision in the namespace's configuration
 	// credentials is why sidecars cannot get Redis credentials; nil: fine.
 	credentials *problem
 	// now and grace: credentials missing since grace before now are Stalled.
@@ -173,6 +189,16 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 	st.MatchedPods, st.EnforcedPods = in.matched, in.enforced
 	if in.notAccepted != nil {
 		c.notAccepted(in.notAccepted, fmt.Sprintf("not enforced: the policy is not accepted (%d pods selected)", in.matched))
+		return *st
+	}
+	if in.heldBack != nil {
+		// Valid, and progress (kstatus InProgress, Argo CD Progressing):
+		// it is published once the legacy sidecars are restarted.
+		c.status.Revision = ""
+		meta.RemoveStatusCondition(&c.status.Conditions, ConditionStalled)
+		c.set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "valid; "+in.heldBack.Message())
+		c.failed(v1alpha1.ConditionReady, in.heldBack)
+		c.failed(v1alpha1.ConditionEnforced, in.heldBack)
 		return *st
 	}
 	c.accepted(in.revision, sidecarconfig.ConfigMapName)

@@ -86,6 +86,8 @@ func conds(accepted, ready, enforced cond) map[string]cond {
 var condOpt = cmp.AllowUnexported(cond{})
 
 const (
+	heldBackMsg = "not published yet: the policy needs sidecar configuration slidegate.dev/sidecar-config/v1.1, and pods web-1, web-2, web-3 and 1 more run sidecars of an earlier slidegate, " +
+		"which read slidegate.dev/sidecar-config/v1 only and would refuse the whole configuration; restart them to update their sidecars (kubectl -n shop rollout restart ...)"
 	acceptedMsg  = "rendered into ConfigMap slidegate-sidecar-config"
 	publishedMsg = "the configuration is published in ConfigMap slidegate-sidecar-config"
 )
@@ -173,6 +175,17 @@ func TestDesiredStatus(t *testing.T) {
 			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
 				`1 of 2 selected pods carry the sidecar in front of port "http"; pods b opted out`}),
 			wantRevision: "r1",
+		},
+		{
+			name: "held back for sidecars of an earlier release: accepted, not ready, not stalled, no revision",
+			before: previously(metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonInvalid},
+				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAccepted}),
+			in: statusInput{heldBack: heldBackProblem(1, []string{"web-1", "web-2", "web-3", "web-4"}, "shop"), revision: "r1", matched: 4, enforced: 4},
+			want: map[string]cond{
+				v1alpha1.ConditionAccepted: {metav1.ConditionTrue, v1alpha1.ReasonAccepted, "valid; " + heldBackMsg},
+				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonSidecarsOutdated, heldBackMsg},
+				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonSidecarsOutdated, heldBackMsg},
+			},
 		},
 		{
 			name: "credentials missing just now: not ready, not yet stalled",

@@ -11,7 +11,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$ROOT/bin/node-images}
 mkdir -p "$DIR/bin"
 cd "$ROOT"
-build() { CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$DIR/bin/$1" "$2"; }
+# The release the binaries report, as make build stamps it.
+VERSION=$(cat "$ROOT/VERSION" 2>/dev/null || echo devel)
+build() { CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/slidegate/slidegate/internal/version.Version=$VERSION" -o "$DIR/bin/$1" "$2"; }
 build manager ./cmd/manager
 build sidecar ./cmd/sidecar
 build rls ./cmd/rls

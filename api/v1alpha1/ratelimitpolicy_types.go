@@ -25,9 +25,10 @@ import (
 type KeySource string
 
 const (
-	// KeySourceRemoteAddress identifies clients by IP address. The
-	// X-Forwarded-For header is believed only when the connection comes from
-	// one of the trusted proxy ranges configured on the operator
+	// KeySourceRemoteAddress identifies clients by IP address (IPv6 clients
+	// by network, see ClientAddress). The forwarding header of
+	// ClientAddress is believed only when the connection comes from one of
+	// the trusted proxy ranges configured on the operator
 	// (--trusted-proxies); otherwise the peer address is used.
 	KeySourceRemoteAddress KeySource = "RemoteAddress"
 	// KeySourceHeader identifies clients by the value of a request header.
@@ -52,6 +53,58 @@ const (
 	// MissingKeyRemoteAddress counts the request against its client IP
 	// address instead, as if the key source were RemoteAddress.
 	MissingKeyRemoteAddress MissingKeyAction = "RemoteAddress"
+)
+
+// ForwardedHeader names the header that trusted proxies write the client's
+// address in.
+// +kubebuilder:validation:Enum=X-Forwarded-For;Forwarded
+type ForwardedHeader string
+
+const (
+	// ForwardedHeaderXForwardedFor is X-Forwarded-For, which most ingress
+	// controllers, cloud load balancers and Envoy write.
+	ForwardedHeaderXForwardedFor ForwardedHeader = "X-Forwarded-For"
+	// ForwardedHeaderForwarded is Forwarded (RFC 7239), its for= parameter.
+	ForwardedHeaderForwarded ForwardedHeader = "Forwarded"
+)
+
+// ClientAddress says how a request's client address becomes its client key.
+type ClientAddress struct {
+	// forwardedHeader is the header the trusted proxies (the operator's
+	// --trusted-proxies) write the client's address in: X-Forwarded-For
+	// (the default) or Forwarded (RFC 7239). Only that header is read, and
+	// only when the connection comes from a trusted proxy; the other one
+	// is whatever the client sent and is ignored. Without it the trusted
+	// proxy itself is the client. It is a setting of the policy, not of
+	// the operator, because it depends on the gateway in front of the
+	// policy's pods, which can differ between namespaces; a wrong choice
+	// weakens only this policy.
+	// +optional
+	// +kubebuilder:default=X-Forwarded-For
+	ForwardedHeader ForwardedHeader `json:"forwardedHeader,omitempty"`
+
+	// ipv6PrefixLength is the length of the network an IPv6 client is
+	// counted by, from 32 to 128; defaults to 64. A host is usually given a
+	// whole /64 (and a site a /48 or /56), so counting single addresses
+	// would give it 2^64 budgets; 128 counts each address on its own. An
+	// address of the NAT64 prefix 64:ff9b::/96 counts as the IPv4 address
+	// it carries. IPv4 clients are counted by address.
+	// +optional
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:Minimum=32
+	// +kubebuilder:validation:Maximum=128
+	IPv6PrefixLength int32 `json:"ipv6PrefixLength,omitempty"`
+}
+
+// PathCase says whether path prefixes match regardless of letter case.
+// +kubebuilder:validation:Enum=Sensitive;Insensitive
+type PathCase string
+
+const (
+	// PathCaseSensitive matches path prefixes as written.
+	PathCaseSensitive PathCase = "Sensitive"
+	// PathCaseInsensitive matches path prefixes in any letter case.
+	PathCaseInsensitive PathCase = "Insensitive"
 )
 
 // FailMode says what a policy does when Redis cannot answer in time.
@@ -108,10 +161,12 @@ type PathPrefix string
 // +kubebuilder:validation:XValidation:rule="!(self.source in ['RemoteAddress', 'Global']) || !has(self.name)",message="name must not be set when source is RemoteAddress or Global"
 // +kubebuilder:validation:XValidation:rule="self.source != 'Header' || !has(self.name) || self.name.matches('^[A-Za-z0-9!#$%&*+.^_|~-]+$')",message="a header name may contain only letters, digits and !#$%&*+-.^_|~, e.g. X-User-ID"
 // +kubebuilder:validation:XValidation:rule="!(self.source in ['RemoteAddress', 'Global']) || !has(self.onMissing)",message="onMissing applies only when source is Header, QueryParameter or JWTClaim"
+// +kubebuilder:validation:XValidation:rule="!has(self.remoteAddress) || self.source == 'RemoteAddress' || (self.source in ['Header', 'QueryParameter', 'JWTClaim'] && (!has(self.onMissing) || self.onMissing == 'RemoteAddress'))",message="remoteAddress applies only when the client address is used: source RemoteAddress, or onMissing RemoteAddress (the default for Header, QueryParameter and JWTClaim)"
 type ClientKey struct {
 	// source is where the client key comes from:
-	// RemoteAddress (the client IP; X-Forwarded-For is believed only from
-	// the trusted proxy ranges configured on the operator),
+	// RemoteAddress (the client IP, IPv6 clients by network; see
+	// remoteAddress for the forwarding header believed from the trusted
+	// proxy ranges configured on the operator),
 	// Header (the value of the request header called name),
 	// QueryParameter (the value of the URL query parameter called name),
 	// JWTClaim (the claim called name in the payload of the
@@ -136,31 +191,74 @@ type ClientKey struct {
 	// RemoteAddress counts it against its client IP address instead.
 	// Defaults to RemoteAddress. Only for the sources Header, QueryParameter
 	// and JWTClaim.
+	//
+	// A request that gives more than one value is refused with 400 Bad
+	// Request, whatever onMissing says, so that the client cannot choose
+	// its bucket: a header in several lines, or in one line with a comma
+	// (any hop may join repeated lines with commas), or also under a name
+	// with '_' for '-' (which CGI-style servers read as the same header);
+	// a query parameter given twice (PHP and Rails read the last value,
+	// Flask the first; '&' and ';' both separate), or in another letter
+	// case, or with '.' or ' ' for '_'; several Authorization lines or
+	// bearer tokens. A gateway that adds the identity header must replace
+	// a client's own (Envoy: append_action OVERWRITE_IF_EXISTS_OR_ADD, not
+	// the default append), or every request that brings one is refused.
 	// +optional
 	OnMissing MissingKeyAction `json:"onMissing,omitempty"`
+
+	// remoteAddress says how the client address is read and counted: for
+	// the source RemoteAddress, and for requests that onMissing
+	// RemoteAddress counts by address. Unset, the defaults of its fields
+	// apply.
+	// +optional
+	RemoteAddress *ClientAddress `json:"remoteAddress,omitempty"`
 }
 
 // RequestMatch restricts a policy to some requests. A request matches when
 // its method is one of methods (or methods is empty) and its path starts with
 // one of pathPrefixes (or pathPrefixes is empty).
+// +kubebuilder:validation:XValidation:rule="!has(self.pathCase) || self.pathCase != 'Insensitive' || (has(self.pathPrefixes) && size(self.pathPrefixes) > 0)",message="pathCase Insensitive applies to pathPrefixes: list at least one"
 type RequestMatch struct {
 	// methods are the HTTP methods the policy applies to, e.g. ["POST"].
-	// Empty means every method.
+	// Empty means every method. A request's method matches in any letter
+	// case, HEAD matches where GET is listed (servers run the GET handler
+	// for it), and method overrides count: a request matches too when a
+	// method it names in an X-HTTP-Method-Override, X-HTTP-Method or
+	// X-Method-Override header or a _method query parameter is listed, as
+	// Rails, Laravel, Spring, ASP.NET Core and Express's method-override
+	// serve it as that method. A _method field in a form body is not read
+	// (the sidecar does not read bodies): where the application honours
+	// one, list POST too.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=9
 	Methods []HTTPMethod `json:"methods,omitempty"`
 
 	// pathPrefixes are the beginnings of the request paths the policy
-	// applies to, e.g. ["/api/"]: a plain, case-sensitive prefix of the
-	// request path (without the query string), so "/api" also matches
-	// "/apis". A path that is not clean matches if either its raw or its
-	// cleaned form does, so "/x/../api" and "//api" cannot slip past
-	// "/api". Empty means every path.
+	// applies to, e.g. ["/api/"]: a plain prefix of the request path
+	// (without the query string), so "/api" also matches "/apis". Empty
+	// means every path. A request matches when its path as received
+	// (decoded, or raw) or its normalised form begins with a prefix, so
+	// that no spelling an application server routes under the prefix slips
+	// past it. Normalised: percent-decoded ("%61" is "a", "%2F" is "/"),
+	// "\" read as "/", repeated slashes merged and dot segments resolved
+	// ("//api", "/x/../api" and "/api/x/.." are under "/api/"); and that
+	// once more after removing segment parameters before decoding, as
+	// Servlet containers (Tomcat, Jetty, Spring) route ("/api;jsessionid=1/users"
+	// and "/.;/api/users" are "/api/users"). Letter case counts unless
+	// pathCase is Insensitive.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=32
 	PathPrefixes []PathPrefix `json:"pathPrefixes,omitempty"`
+
+	// pathCase is Sensitive (the default: "/api/" does not match
+	// "/API/users") or Insensitive (it does, in any letter case, as
+	// case-insensitive routers such as ASP.NET Core's serve it). Set
+	// Insensitive when the application routes paths regardless of case.
+	// +optional
+	// +kubebuilder:default=Sensitive
+	PathCase PathCase `json:"pathCase,omitempty"`
 }
 
 // WindowPattern is the form of RateLimitPolicySpec.Window: whole numbers of

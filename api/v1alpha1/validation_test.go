@@ -285,6 +285,44 @@ func TestValidation(t *testing.T) {
 			wantErr: []string{"spec.targetPort", "targetPort must be a container port name"}},
 		{name: "targetPort too long", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetPort = "a-very-long-port-name" },
 			wantErr: []string{"spec.targetPort", "may not be more than 15"}},
+		// Issue 23: the client address settings and the case-insensitive
+		// path prefix.
+		{name: "valid remoteAddress for RemoteAddress", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress,
+				RemoteAddress: &v1alpha1.ClientAddress{ForwardedHeader: v1alpha1.ForwardedHeaderForwarded, IPv6PrefixLength: 56}}
+		}},
+		{name: "valid remoteAddress for a header, onMissing defaulted", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key.RemoteAddress = &v1alpha1.ClientAddress{IPv6PrefixLength: 128}
+		}},
+		{name: "valid remoteAddress for a query parameter, onMissing RemoteAddress", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceQueryParameter, Name: "k", OnMissing: v1alpha1.MissingKeyRemoteAddress,
+				RemoteAddress: &v1alpha1.ClientAddress{IPv6PrefixLength: 32}}
+		}},
+		{name: "remoteAddress with onMissing Deny", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key.OnMissing = v1alpha1.MissingKeyDeny
+			s.Key.RemoteAddress = &v1alpha1.ClientAddress{}
+		}, wantErr: []string{"remoteAddress applies only when the client address is used"}},
+		{name: "remoteAddress with Global", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal, RemoteAddress: &v1alpha1.ClientAddress{}}
+		}, wantErr: []string{"remoteAddress applies only when the client address is used"}},
+		{name: "ipv6PrefixLength 31", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key.RemoteAddress = &v1alpha1.ClientAddress{IPv6PrefixLength: 31}
+		}, wantErr: []string{"spec.key.remoteAddress.ipv6PrefixLength", "should be greater than or equal to 32"}},
+		{name: "ipv6PrefixLength 129", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key.RemoteAddress = &v1alpha1.ClientAddress{IPv6PrefixLength: 129}
+		}, wantErr: []string{"spec.key.remoteAddress.ipv6PrefixLength", "should be less than or equal to 128"}},
+		{name: "forwardedHeader X-Real-IP", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key.RemoteAddress = &v1alpha1.ClientAddress{ForwardedHeader: "X-Real-IP"}
+		}, wantErr: []string{"spec.key.remoteAddress.forwardedHeader", `supported values: "X-Forwarded-For", "Forwarded"`}},
+		{name: "valid pathCase Insensitive", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Match = &v1alpha1.RequestMatch{PathPrefixes: []v1alpha1.PathPrefix{"/api/"}, PathCase: v1alpha1.PathCaseInsensitive}
+		}},
+		{name: "pathCase Insensitive without prefixes", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Match = &v1alpha1.RequestMatch{Methods: []v1alpha1.HTTPMethod{"GET"}, PathCase: v1alpha1.PathCaseInsensitive}
+		}, wantErr: []string{"pathCase Insensitive applies to pathPrefixes: list at least one"}},
+		{name: "pathCase Lower", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Match = &v1alpha1.RequestMatch{PathPrefixes: []v1alpha1.PathPrefix{"/api/"}, PathCase: "Lower"}
+		}, wantErr: []string{"spec.match.pathCase", `supported values: "Sensitive", "Insensitive"`}},
 	}
 	ctx := context.Background()
 	for i, tt := range tests {
@@ -377,8 +415,26 @@ func TestDefaults(t *testing.T) {
 	if s.TargetPort != "http" || s.FailMode != v1alpha1.FailOpen || s.Algorithm != v1alpha1.AlgorithmSlidingLog || s.Mode != v1alpha1.ModeEnforce {
 		t.Errorf("defaults not applied: targetPort=%q failMode=%q algorithm=%q mode=%q", s.TargetPort, s.FailMode, s.Algorithm, s.Mode)
 	}
-	if s.Key.OnMissing != "" {
-		t.Errorf("onMissing defaulted in the schema to %q; it is defaulted by the renderer only for the key sources it applies to", s.Key.OnMissing)
+	if s.Key.OnMissing != "" || s.Key.RemoteAddress != nil {
+		t.Errorf("onMissing or remoteAddress defaulted in the schema (%q, %+v); they are defaulted by the renderer only for the key sources they apply to", s.Key.OnMissing, s.Key.RemoteAddress)
+	}
+
+	// Within remoteAddress and match, their fields' defaults.
+	p2 := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "defaults-2", Namespace: "default"}, Spec: validSpec()}
+	p2.Spec.Key.RemoteAddress = &v1alpha1.ClientAddress{}
+	p2.Spec.Match = &v1alpha1.RequestMatch{PathPrefixes: []v1alpha1.PathPrefix{"/api/"}}
+	if err := k.Create(ctx, p2); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(context.Background(), p2) })
+	if err := k.Get(ctx, client.ObjectKeyFromObject(p2), &got); err != nil {
+		t.Fatal(err)
+	}
+	if ca := got.Spec.Key.RemoteAddress; ca == nil || ca.ForwardedHeader != v1alpha1.ForwardedHeaderXForwardedFor || ca.IPv6PrefixLength != 64 {
+		t.Errorf("remoteAddress defaults: %+v, want X-Forwarded-For and 64", ca)
+	}
+	if got.Spec.Match == nil || got.Spec.Match.PathCase != v1alpha1.PathCaseSensitive {
+		t.Errorf("match.pathCase default: %+v, want Sensitive", got.Spec.Match)
 	}
 
 	u := &unstructuredPolicy{}

@@ -103,6 +103,14 @@ type InjectionStatus struct {
 	// sidecar forwards to.
 	AppContainer string `json:"appContainer"`
 	AppPort      int32  `json:"appPort"`
+	// SidecarVersion is the slidegate release that injected the sidecar,
+	// and ConfigMinor the newest minor version of the sidecar configuration
+	// document that the sidecar reads (package sidecarconfig). A pod
+	// injected by the first release has neither: its sidecar reads minor
+	// version 0 only, and the controller renders that while such a pod
+	// runs in the namespace.
+	SidecarVersion string `json:"sidecarVersion,omitempty"`
+	ConfigMinor    int32  `json:"configMinor,omitempty"`
 }
 
 // RedisCredentialKeys are the keys of the credentials Secret that the
@@ -161,4 +169,9 @@ const (
 	// sends traffic to a port number, not to the port name the sidecar took
 	// over, so its traffic reaches the app unlimited (Enforced=False).
 	ReasonServiceBypassesSidecar = "ServiceBypassesSidecar"
+	// ReasonSidecarsOutdated (Ready and Enforced False): the policy uses a
+	// field that sidecars injected by an earlier slidegate cannot read, and
+	// such pods still run in the namespace; the policy is held back until
+	// they are restarted.
+	ReasonSidecarsOutdated = "SidecarsOutdated"
 )

@@ -43,6 +43,7 @@ import (
 	"github.com/slidegate/slidegate/controllers"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/version"
 	"github.com/slidegate/slidegate/internal/webhook"
 )
 
@@ -74,7 +75,12 @@ type options struct {
 func run() error {
 	var o options
 	o.bindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "Print the release and the sidecar config version the manager renders, and exit.")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println("slidegate manager", version.Get(), "config", sidecarconfig.Version)
+		return nil
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
 
 	if err := o.completeSidecarPorts(); err != nil {
@@ -221,6 +227,7 @@ func addWebhook(mgr ctrl.Manager, o options, namespace string) error {
 	wh := o.webhook
 	wh.Namespace = namespace
 	wh.Inject.Redis = o.redis.Config
+	wh.Inject.SidecarVersion = version.Get()
 	webhookReady, err := webhook.Setup(mgr, wh)
 	if err != nil {
 		return fmt.Errorf("setting up the injection webhook: %w", err)

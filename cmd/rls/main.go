@@ -24,6 +24,7 @@ import (
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rls"
+	"github.com/slidegate/slidegate/internal/version"
 )
 
 func main() {
@@ -57,7 +58,12 @@ func serve(args []string) int {
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, keep serving this long with readiness failing")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long GracefulStop may drain calls in flight")
 	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
+	showVersion := fs.Bool("version", false, "print the release and exit")
 	_ = fs.Parse(args)
+	if *showVersion {
+		fmt.Println("slidegate rls", version.Get())
+		return 0
+	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "rls: unexpected arguments %q\n", fs.Args())
 		return 2

@@ -15,6 +15,8 @@ import (
 
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecar"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/version"
 )
 
 func main() { os.Exit(run()) }
@@ -23,7 +25,12 @@ func run() int {
 	opts := sidecar.DefaultOptions()
 	fs := flag.NewFlagSet("sidecar", flag.ExitOnError)
 	opts.RegisterFlags(fs)
+	showVersion := fs.Bool("version", false, "print the release and the sidecar config version this sidecar reads, and exit")
 	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println("slidegate sidecar", version.Get(), "config", sidecarconfig.Version)
+		return 0
+	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "sidecar: unexpected arguments %q\n", fs.Args())
 		return 2

@@ -85,6 +85,12 @@ const (
 type Options struct {
 	Image           string
 	ImagePullPolicy corev1.PullPolicy
+	// SidecarVersion is the slidegate release of Image, recorded in the
+	// injection status (the manager's own, version.Get: the sidecar image
+	// is the manager's). The status also records the sidecar's config
+	// minor version, sidecarconfig.Minor, so the controller renders a
+	// document every sidecar of the namespace reads.
+	SidecarVersion string
 	// TargetPort is the name of the app's container port to take over.
 	TargetPort string
 	// ListenPort is the port the sidecar proxies on, under the target
@@ -191,6 +197,7 @@ func Inject(pod *corev1.Pod, opts Options) error {
 	if err != nil {
 		return err
 	}
+	st.SidecarVersion, st.ConfigMinor = opts.SidecarVersion, sidecarconfig.Minor
 	raw, err := json.Marshal(st)
 	if err != nil {
 		return err

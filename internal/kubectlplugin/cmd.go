@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/version"
 )
 
 const usage = `kubectl slidegate: why is a client limited, from the Kubernetes API.
@@ -20,6 +21,7 @@ const usage = `kubectl slidegate: why is a client limited, from the Kubernetes A
 Usage:
   kubectl slidegate why -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json]
   kubectl slidegate top -n NAMESPACE POLICY [--limit N] [-o json]
+  kubectl slidegate version
 
 why shows the client's live window under POLICY, read by a sidecar of the
 policy's pods without changing it: admits in the window, limit, remaining,
@@ -104,9 +106,13 @@ func (e Env) flags(cmd string, a *cmdArgs) *pflag.FlagSet {
 
 func (e Env) run(ctx context.Context, args []string) error {
 	var a cmdArgs
+	if len(args) == 1 && (args[0] == "version" || args[0] == "--version") {
+		_, err := fmt.Fprintln(e.Stdout, "kubectl-slidegate", version.Get())
+		return err
+	}
 	if len(args) == 0 || (args[0] != "why" && args[0] != "top") {
 		e.flags("why", &a).Usage()
-		return fmt.Errorf("%w: the commands are why and top", ErrUsage)
+		return fmt.Errorf("%w: the commands are why, top and version", ErrUsage)
 	}
 	cmd := args[0]
 	fs := e.flags(cmd, &a)

@@ -550,7 +550,7 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "the commands are why and top"},
+		{nil, "the commands are why, top and version"},
 		{[]string{"top", "p", "--limit", "0"}, "--limit must be at least 1"},
 		{[]string{"why", "p"}, "exactly one of --header"},
 		{[]string{"why", "p", "--header", "a", "--ip", "1.2.3.4"}, "exactly one of --header"},
@@ -559,6 +559,11 @@ func TestUsage(t *testing.T) {
 	} {
 		if code, _, errOut := run(tc.args...); code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, %s", tc.args, code, errOut)
+		}
+	}
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		if code, out, errOut := run(args...); code != 0 || !strings.HasPrefix(out, "kubectl-slidegate ") {
+			t.Errorf("%v: exit %d, %q %s", args, code, out, errOut)
 		}
 	}
 }

@@ -36,7 +36,7 @@ func (dialErrorsAtFirstUse) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := next(ctx, network, addr)
 		if err != nil {
-			return failedConn{err: err}, nil
+			return failedConn{err: err}, nil //nolint:nilerr // the error reaches the caller from the connection, see above
 		}
 		return c, nil
 	}

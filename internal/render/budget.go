@@ -93,7 +93,7 @@ func Fit(policies []v1alpha1.RateLimitPolicy, opts Options) (fit []v1alpha1.Rate
 		return nil, nil, errors.New("render: no namespace given")
 	}
 	empty, err := sidecarconfig.Marshal(&sidecarconfig.Config{
-		Version:        sidecarconfig.Version,
+		Version:        opts.version(),
 		Namespace:      opts.Namespace,
 		TrustedProxies: trustedProxies(opts.TrustedProxies),
 		Policies:       []sidecarconfig.Policy{},

@@ -55,6 +55,37 @@ type Options struct {
 	// MaxBytes is the size budget of the encoded document that Fit keeps
 	// to; 0 means DefaultMaxBytes.
 	MaxBytes int
+	// LegacySidecars says that a sidecar of the namespace reads only
+	// minor version 0 of the document (the first release's, which refuses
+	// every field it does not know): the document is then rendered as
+	// minor 0, and the caller leaves out the policies that need more
+	// (HoldBack).
+	LegacySidecars bool
+}
+
+// version is the document version the options render.
+func (o Options) version() string {
+	if o.LegacySidecars {
+		return sidecarconfig.VersionOf(0)
+	}
+	return sidecarconfig.Version
+}
+
+// HoldBack splits valid policies into those a document of the given minor
+// version can carry and those it cannot, with the minor version each of
+// the latter needs (sidecarconfig.MinMinor), by name. Every policy must be
+// valid (see Policy).
+func HoldBack(policies []v1alpha1.RateLimitPolicy, minor int) (kept []v1alpha1.RateLimitPolicy, held map[string]int) {
+	held = map[string]int{}
+	for i := range policies {
+		rp, err := Policy(&policies[i])
+		if m := sidecarconfig.MinMinor(&rp); err == nil && m > minor {
+			held[policies[i].Name] = m
+			continue
+		}
+		kept = append(kept, policies[i])
+	}
+	return kept, held
 }
 
 // Render renders the policies of one namespace into one sidecar
@@ -68,7 +99,7 @@ func Render(policies []v1alpha1.RateLimitPolicy, opts Options) (*sidecarconfig.C
 		return nil, errors.New("render: no namespace given")
 	}
 	cfg := &sidecarconfig.Config{
-		Version:        sidecarconfig.Version,
+		Version:        opts.version(),
 		Namespace:      opts.Namespace,
 		TrustedProxies: trustedProxies(opts.TrustedProxies),
 		Policies:       make([]sidecarconfig.Policy, 0, len(policies)),
@@ -295,8 +326,36 @@ func clientKey(k *v1alpha1.ClientKey) (sidecarconfig.Key, error) {
 	default:
 		return out, fmt.Errorf("key.source %q is not one of RemoteAddress, Header, QueryParameter, JWTClaim, Global", k.Source)
 	}
+	if !out.UsesRemoteAddress() {
+		if k.RemoteAddress != nil {
+			return out, errors.New("key.remoteAddress applies only when the client address is used: source RemoteAddress, or onMissing RemoteAddress (the default for Header, QueryParameter and JWTClaim)")
+		}
+		return out, nil
+	}
+	// Only what differs from the sidecar's defaults (X-Forwarded-For, a
+	// /64) is rendered: a policy with the defaults then needs no field a
+	// first-release sidecar cannot read, and is enforced by it during an
+	// upgrade (the old way) rather than held back (sidecarconfig's
+	// compatibility rule).
+	ca := k.RemoteAddress
+	if ca == nil {
+		return out, nil
+	}
+	if ca.ForwardedHeader == v1alpha1.ForwardedHeaderForwarded {
+		out.ForwardedHeader = sidecarconfig.ForwardedRFC7239
+	}
+	if n := int(ca.IPv6PrefixLength); n != 0 && n != sidecarconfig.DefaultIPv6PrefixLength {
+		if n < MinIPv6PrefixLength || n > 128 {
+			return out, fmt.Errorf("key.remoteAddress.ipv6PrefixLength %d is not from %d to 128", n, MinIPv6PrefixLength)
+		}
+		out.IPv6PrefixLength = n
+	}
 	return out, nil
 }
+
+// MinIPv6PrefixLength is the shortest IPv6 prefix a policy may count a
+// client by (as the CRD's bound).
+const MinIPv6PrefixLength = 32
 
 func match(m *v1alpha1.RequestMatch) sidecarconfig.Match {
 	var out sidecarconfig.Match
@@ -308,6 +367,10 @@ func match(m *v1alpha1.RequestMatch) sidecarconfig.Match {
 	}
 	for _, v := range m.PathPrefixes {
 		out.PathPrefixes = append(out.PathPrefixes, string(v))
+	}
+	// Only when set: absent means case-sensitive, as before the field.
+	if m.PathCase == v1alpha1.PathCaseInsensitive {
+		out.PathCase = sidecarconfig.PathCaseInsensitive
 	}
 	slices.Sort(out.Methods)
 	slices.Sort(out.PathPrefixes)

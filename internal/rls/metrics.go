@@ -3,6 +3,8 @@ package rls
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/slidegate/slidegate/internal/buildinfo"
 )
 
 // Values of the decision label of slidegate_rls_requests_total, as in
@@ -84,7 +86,7 @@ func newMetrics(fallbackActive func() float64) *metrics {
 		Help: "RLS replicas counted through Redis (the fail-open share's divisor).",
 	})
 	m.reg.MustRegister(m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
-		fallback, m.reloads, m.lastReloadOK, m.policies, m.peers,
+		fallback, m.reloads, m.lastReloadOK, m.policies, m.peers, buildinfo.Collector("rls"),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

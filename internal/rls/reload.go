@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/slidegate/slidegate/internal/dirwatch"
+	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
@@ -43,7 +40,7 @@ func (s *Server) Reload() error {
 	l := &s.loader
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	data, err := readBounded(s.opts.ConfigFile)
+	data, err := dirwatch.ReadFile(s.opts.ConfigFile, maxConfigFileBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		data, err = []byte{}, nil
 	}
@@ -80,22 +77,6 @@ func (s *Server) Reload() error {
 	return nil
 }
 
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxConfigFileBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxConfigFileBytes)
-	}
-	return data, nil
-}
-
 // WatchConfig reloads on every change in the config file's directory (the
 // kubelet swaps a ConfigMap volume's ..data link) and every ResyncInterval
 // in any case (dirwatch), until ctx ends.
@@ -109,27 +90,18 @@ func (s *Server) WatchConfig(ctx context.Context) {
 // all; a sidecar's rule ids are "<namespace>/<name>", never "rls".
 const peerKey = "rls"
 
-// AnnounceLoop tells Redis every PeerInterval that this replica serves, and
-// learns how many do: each fail-open policy's local share while Redis is
-// away is ceil(limit/count). While Redis cannot answer, the last count
-// stays.
+// AnnounceLoop tells Redis every PeerInterval (more often while the fleet
+// settles, see limiter.AnnounceLoop) that this replica serves, and learns
+// how many do: each fail-open policy's local share while Redis is away is
+// ceil(limit/count). While Redis cannot answer, the last count stays.
 func (s *Server) AnnounceLoop(ctx context.Context) {
-	t := time.NewTicker(s.opts.PeerInterval)
-	defer t.Stop()
-	for {
-		actx, cancel := context.WithTimeout(ctx, s.opts.PeerInterval)
-		counts, err := s.lim.Announce(actx, []string{peerKey}, 3*s.opts.PeerInterval)
-		cancel()
-		if n, ok := counts[peerKey]; ok {
-			s.peers.Store(int64(n))
-			s.metrics.peers.Set(float64(n))
-		} else if err != nil && ctx.Err() == nil {
-			s.log.Debug("announcing to Redis failed; the last peer count stays", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	limiter.AnnounceLoop(ctx, s.lim, s.opts.PeerInterval, func() []string { return []string{peerKey} },
+		func(counts map[string]int, err error) {
+			if n, ok := counts[peerKey]; ok {
+				s.peers.Store(int64(n))
+				s.metrics.peers.Set(float64(n))
+			} else if err != nil {
+				s.log.Debug("announcing to Redis failed; the last peer count stays", "error", err)
+			}
+		})
 }

@@ -74,20 +74,34 @@ func rejectedAnswer(namespace string, p *policy, retryAfter time.Duration) answe
 // policy p, whose onMissing is Deny. It has no Retry-After: waiting does
 // not help; sending the key does.
 func missingKeyAnswer(namespace string, p *policy) answer {
-	var what string
-	switch p.source {
-	case sidecarconfig.SourceHeader:
-		what = "header " + strconv.Quote(p.keyName)
-	case sidecarconfig.SourceQueryParameter:
-		what = "query parameter " + strconv.Quote(p.keyName)
-	default:
-		what = "bearer token claim " + strconv.Quote(p.keyName)
-	}
 	return answer{
 		status: http.StatusTooManyRequests,
 		policy: p.policyItem,
 		body: "slidegate: request rejected by policy " + strconv.Quote(p.name) +
-			" in namespace " + strconv.Quote(namespace) + ": it has no " + what + "\n",
+			" in namespace " + strconv.Quote(namespace) + ": it has no " + describeKey(p) + "\n",
+	}
+}
+
+// describeKey names the value policy p keys on, for an answer.
+func describeKey(p *policy) string {
+	switch p.source {
+	case sidecarconfig.SourceHeader:
+		return "header " + strconv.Quote(p.keyName)
+	case sidecarconfig.SourceQueryParameter:
+		return "query parameter " + strconv.Quote(p.keyName)
+	}
+	return "bearer token claim " + strconv.Quote(p.keyName)
+}
+
+// ambiguousKeyAnswer is the 400 for a request that gives more than one
+// value for the client key of policy p (see keyAmbiguous): whichever the
+// sidecar took, the client could have chosen its bucket.
+func ambiguousKeyAnswer(namespace string, p *policy) answer {
+	return answer{
+		status: http.StatusBadRequest,
+		body: "slidegate: request refused by policy " + strconv.Quote(p.name) +
+			" in namespace " + strconv.Quote(namespace) + ": it gives more than one " + describeKey(p) +
+			" (repeated, comma-separated, or spelled another way); send exactly one\n",
 	}
 }
 

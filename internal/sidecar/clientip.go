@@ -40,17 +40,43 @@ func (t trustedProxies) contains(a netip.Addr) bool {
 	return false
 }
 
+// forwardedMode is the forwarding header a policy reads the client address
+// from, behind a trusted proxy.
+type forwardedMode uint8
+
+const (
+	// forwardedXFF: X-Forwarded-For only; the default, also for a document
+	// without key.forwardedHeader (an older controller's, which read
+	// Forwarded when there was no X-Forwarded-For: the client chose
+	// between them by sending X-Forwarded-For itself when the proxy
+	// wrote Forwarded).
+	forwardedXFF forwardedMode = iota
+	// forwardedRFC7239: Forwarded (RFC 7239) only.
+	forwardedRFC7239
+	numForwardedModes
+)
+
+// forwardedModeOf is the mode of a document's key.forwardedHeader.
+func forwardedModeOf(header string) forwardedMode {
+	switch header {
+	case sidecarconfig.ForwardedRFC7239:
+		return forwardedRFC7239
+	}
+	return forwardedXFF
+}
+
 // clientIP is the address of the request's client. The TCP peer is the
-// client unless it is a trusted proxy; then the forwarding chain
-// (X-Forwarded-For, or Forwarded when there is no X-Forwarded-For) is walked
-// from the right, over trusted proxies, to the right-most untrusted hop: each
-// trusted proxy appended the address it saw, so that hop was written by a
-// trusted proxy, and everything to its left may be forged by the client.
-// When every hop is trusted the left-most one is the client. An unparsable
-// hop ("unknown", an obfuscated identifier) stops the walk at the trusted
-// proxy that wrote it. ok is false only when the peer address itself is not
-// an IP address (a test's RemoteAddr, a Unix socket).
-func (t trustedProxies) clientIP(r *http.Request) (addr netip.Addr, ok bool) {
+// client unless it is a trusted proxy; then the forwarding chain of the
+// header mode names (the one the trusted proxy writes; the other header is
+// the client's and is ignored) is walked from the right, over trusted
+// proxies, to the right-most untrusted hop: each trusted proxy appended the
+// address it saw, so that hop was written by a trusted proxy, and
+// everything to its left may be forged by the client. When every hop is
+// trusted the left-most one is the client. An unparsable hop ("unknown",
+// an obfuscated identifier) stops the walk at the trusted proxy that wrote
+// it; no header at all leaves the peer. ok is false only when the peer
+// address itself is not an IP address (a test's RemoteAddr, a Unix socket).
+func (t trustedProxies) clientIP(r *http.Request, mode forwardedMode) (addr netip.Addr, ok bool) {
 	peer, ok := parsePeer(r.RemoteAddr)
 	if !ok {
 		return netip.Addr{}, false
@@ -67,10 +93,10 @@ func (t trustedProxies) clientIP(r *http.Request) (addr netip.Addr, ok bool) {
 		client = a
 		return t.contains(a)
 	}
-	if xff := r.Header["X-Forwarded-For"]; len(xff) > 0 {
-		walkListFromRight(xff, visit)
-	} else if fwd := r.Header["Forwarded"]; len(fwd) > 0 {
-		walkForwardedFromRight(fwd, visit)
+	if mode == forwardedRFC7239 {
+		walkForwardedFromRight(r.Header["Forwarded"], visit)
+	} else {
+		walkListFromRight(r.Header["X-Forwarded-For"], visit)
 	}
 	return client, true
 }

@@ -15,7 +15,10 @@ func TestClientIP(t *testing.T) {
 		name    string
 		peer    string
 		headers map[string][]string
-		want    string
+		// mode is the header read; forwardedXFF (no key.forwardedHeader)
+		// unless set.
+		mode forwardedMode
+		want string
 	}{
 		{name: "untrusted peer: headers ignored", peer: "203.0.113.9:4000",
 			headers: map[string][]string{"X-Forwarded-For": {"1.1.1.1"}}, want: "203.0.113.9"},
@@ -46,15 +49,33 @@ func TestClientIP(t *testing.T) {
 			headers: map[string][]string{"X-Forwarded-For": {"198.51.100.7, garbage"}}, want: "10.1.2.3"},
 		{name: "empty elements are skipped", peer: "10.1.2.3:4000",
 			headers: map[string][]string{"X-Forwarded-For": {" , 198.51.100.7,, "}}, want: "198.51.100.7"},
-		{name: "Forwarded when no X-Forwarded-For", peer: "10.1.2.3:4000",
+		{name: "Forwarded", peer: "10.1.2.3:4000", mode: forwardedRFC7239,
 			headers: map[string][]string{"Forwarded": {`for=6.6.6.6, for="[2001:db8::7]:4711";proto=https, for=10.2.2.2;by=10.0.0.1`}}, want: "2001:db8::7"},
-		{name: "Forwarded quoted comma does not split", peer: "10.1.2.3:4000",
+		{name: "Forwarded quoted comma does not split", peer: "10.1.2.3:4000", mode: forwardedRFC7239,
 			headers: map[string][]string{"Forwarded": {`for="6.6.6.6,10.2.2.2", For=198.51.100.7`}}, want: "198.51.100.7"},
-		{name: "Forwarded unknown stops", peer: "10.1.2.3:4000",
+		{name: "Forwarded unknown stops", peer: "10.1.2.3:4000", mode: forwardedRFC7239,
 			headers: map[string][]string{"Forwarded": {`for=unknown`}}, want: "10.1.2.3"},
 		{name: "X-Forwarded-For wins over Forwarded", peer: "10.1.2.3:4000",
 			headers: map[string][]string{"X-Forwarded-For": {"198.51.100.7"}, "Forwarded": {"for=6.6.6.6"}}, want: "198.51.100.7"},
 		{name: "zone is dropped", peer: "[fe80::1%eth0]:4000", want: "fe80::1"},
+
+		// Issue 23: the header the trusted proxy writes decides, never the
+		// one the client sent. Without a setting, X-Forwarded-For only (the
+		// first release read Forwarded when there was no X-Forwarded-For,
+		// so the client's own X-Forwarded-For won over the proxy's
+		// Forwarded).
+		{name: "Forwarded: the client's X-Forwarded-For is ignored", peer: "10.1.2.3:4000", mode: forwardedRFC7239,
+			headers: map[string][]string{"X-Forwarded-For": {"6.6.6.6"}, "Forwarded": {"for=198.51.100.7"}}, want: "198.51.100.7"},
+		{name: "Forwarded: a forged left part is ignored", peer: "10.1.2.3:4000", mode: forwardedRFC7239,
+			headers: map[string][]string{"Forwarded": {"for=6.6.6.6, for=198.51.100.7;proto=https"}}, want: "198.51.100.7"},
+		{name: "Forwarded: none written, the peer", peer: "10.1.2.3:4000", mode: forwardedRFC7239,
+			headers: map[string][]string{"X-Forwarded-For": {"6.6.6.6"}}, want: "10.1.2.3"},
+		{name: "X-Forwarded-For: the client's Forwarded is ignored", peer: "10.1.2.3:4000", mode: forwardedXFF,
+			headers: map[string][]string{"X-Forwarded-For": {"198.51.100.7"}, "Forwarded": {"for=6.6.6.6"}}, want: "198.51.100.7"},
+		{name: "X-Forwarded-For: none written, the client's Forwarded is not read", peer: "10.1.2.3:4000", mode: forwardedXFF,
+			headers: map[string][]string{"Forwarded": {"for=6.6.6.6"}}, want: "10.1.2.3"},
+		{name: "X-Forwarded-For: untrusted peer, headers ignored", peer: "203.0.113.9:4000", mode: forwardedXFF,
+			headers: map[string][]string{"X-Forwarded-For": {"1.1.1.1"}}, want: "203.0.113.9"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,7 +84,7 @@ func TestClientIP(t *testing.T) {
 			for k, v := range tt.headers {
 				r.Header[k] = v
 			}
-			got, ok := trusted.clientIP(r)
+			got, ok := trusted.clientIP(r, tt.mode)
 			if !ok || got.String() != tt.want {
 				t.Errorf("clientIP = %v (ok %v), want %s", got, ok, tt.want)
 			}
@@ -81,7 +102,7 @@ func TestClientIPLongChainIsBounded(t *testing.T) {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "10.0.0.1:1"
 	r.Header.Set("X-Forwarded-For", strings.Join(hops, ","))
-	got, ok := trusted.clientIP(r)
+	got, ok := trusted.clientIP(r, forwardedXFF)
 	// The walk stops after maxForwardedHops trusted hops, on a trusted
 	// address: never on the forged left-most one.
 	if !ok || got.String() != "10.0.0.7" {
@@ -94,11 +115,11 @@ func TestClientIPNoTrustedProxies(t *testing.T) {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "127.0.0.1:1"
 	r.Header.Set("X-Forwarded-For", "1.2.3.4")
-	if got, _ := none.clientIP(r); got.String() != "127.0.0.1" {
+	if got, _ := none.clientIP(r, forwardedXFF); got.String() != "127.0.0.1" {
 		t.Errorf("got %v, want the peer", got)
 	}
 	r.RemoteAddr = "pipe"
-	if _, ok := none.clientIP(r); ok {
+	if _, ok := none.clientIP(r, forwardedXFF); ok {
 		t.Error("a non-IP peer must not parse")
 	}
 }

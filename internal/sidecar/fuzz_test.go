@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -20,6 +21,7 @@ import (
 //	go test ./internal/sidecar -run '^$' -fuzz FuzzRequestKey -fuzztime 1m
 func FuzzRequestKey(f *testing.F) {
 	f.Add([]byte("GET /api/x?api_key=k HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4, 10.0.0.2\r\n\r\n"), "10.0.0.1:5000")
+	f.Add([]byte("GET /api/x?api_key=a&api_key=b HTTP/1.1\r\nHost: a\r\nX-User: a\r\nX-User: b\r\n\r\n"), "10.0.0.1:5000")
 	f.Add([]byte("POST /login HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer "+jwt(`{"sub":"alice"}`)+"\r\nContent-Length: 0\r\n\r\n"), "[::1]:80")
 
 	cfg := testConfig([]string{"10.0.0.0/8", "::1/128"},
@@ -54,33 +56,48 @@ func FuzzRequestKey(f *testing.F) {
 		for _, p := range st.policies {
 			ri := reqInfo{r: r, trusted: st.trusted}
 			_ = p.matches(&ri)
-			key, ok := ri.key(p)
+			key, ks := ri.key(p)
 			again := reqInfo{r: r, trusted: st.trusted}
-			key2, ok2 := again.key(p)
-			if key != key2 || ok != ok2 {
-				t.Fatalf("%s: not deterministic: %q/%v then %q/%v", p.name, key, ok, key2, ok2)
+			key2, ks2 := again.key(p)
+			if key != key2 || ks != ks2 {
+				t.Fatalf("%s: not deterministic: %q/%v then %q/%v", p.name, key, ks, key2, ks2)
 			}
-			if !ok {
-				if p.source == sidecarconfig.SourceRemoteAddress || p.source == sidecarconfig.SourceGlobal || p.onMissing == sidecarconfig.MissingRemoteAddress {
-					t.Fatalf("%s: no key", p.name)
-				}
+			switch {
+			case ks == keyMissing && (p.source == sidecarconfig.SourceRemoteAddress || p.source == sidecarconfig.SourceGlobal || p.onMissing == sidecarconfig.MissingRemoteAddress):
+				t.Fatalf("%s: no key", p.name)
+			case ks == keyAmbiguous && (p.source == sidecarconfig.SourceRemoteAddress || p.source == sidecarconfig.SourceGlobal):
+				t.Fatalf("%s: ambiguous key", p.name)
+			case ks != keyFound:
 				continue
+			}
+			// More than one value, as Go's own parsers see the request, is
+			// never a client key (issue 23).
+			if p.source == sidecarconfig.SourceHeader && len(r.Header.Values(p.keyName)) > 1 ||
+				p.source == sidecarconfig.SourceQueryParameter && len(queryAsGoParses(r.URL.RawQuery)[p.keyName]) > 1 {
+				t.Fatalf("%s: keyed on one of several values: %q", p.name, key)
 			}
 			if len(key) > 64 || !utf8.ValidString(key) || strings.ContainsAny(key, "{}\r\n\x00 ") {
 				t.Fatalf("%s: unsafe key %q", p.name, key)
 			}
-			if p.source == sidecarconfig.SourceRemoteAddress && peerOK && !st.trusted.contains(peerAddr) && key != keyPrefixIP+peerAddr.String() {
+			if p.source == sidecarconfig.SourceRemoteAddress && peerOK && !st.trusted.contains(peerAddr) && key != addressKey(peerAddr, p.ipv6Bits) {
 				t.Fatalf("untrusted peer %s got key %q from its headers", peer, key)
 			}
 		}
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, r)
 		switch rec.Code {
-		case 200, 429, 502:
+		case 200, 400, 429, 502:
 		default:
 			t.Fatalf("status %d", rec.Code)
 		}
 	})
+}
+
+// queryAsGoParses is the query as net/url reads it (pairs with a ';' are
+// dropped there).
+func queryAsGoParses(raw string) url.Values {
+	v, _ := url.ParseQuery(raw)
+	return v
 }
 
 // FuzzDropH2CUpgrade: whatever the client's Upgrade line, no h2c offer

@@ -27,10 +27,14 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var policyBuf [8]*policy // on the stack for the usual few policies
-	reqs, pols, missingKey := s.gather(st, r, policyBuf[:0])
-	if missingKey != nil {
-		// Rejected before asking Redis: nothing is counted anywhere.
-		s.reply(w, s.respRejected, missingKeyAnswer(st.namespace, missingKey))
+	reqs, pols, refused := s.gather(st, r, policyBuf[:0])
+	if refused.policy != nil {
+		// Refused before asking Redis: nothing is counted anywhere.
+		if refused.ambiguous {
+			s.reply(w, s.respBadRequest, ambiguousKeyAnswer(st.namespace, refused.policy))
+		} else {
+			s.reply(w, s.respRejected, missingKeyAnswer(st.namespace, refused.policy))
+		}
 		return
 	}
 	if len(reqs) == 0 {
@@ -65,29 +69,46 @@ type decided struct {
 	decisions []limiter.Decision
 }
 
+// refusal is the policy that a request is turned away for before Redis is
+// asked: the request has no client key for it and its onMissing is Deny
+// (429), or, when ambiguous, the request gives more than one (400).
+type refusal struct {
+	policy    *policy
+	ambiguous bool
+}
+
 // gather builds a limiter request for each policy of st that applies to r:
 // the policy's rule (divided among the sidecars last counted enforcing it)
 // for r's client key. The policies are appended to pols, index for index
-// with reqs. A policy for which r has no client key is counted and left
-// out; the first enforced one of them whose onMissing is Deny is returned
-// as missingKey, and r is to be rejected for it.
-func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []limiter.Request, _ []*policy, missingKey *policy) {
+// with reqs. A policy for which r has no client key, or an ambiguous one,
+// is counted and left out; the first enforced one that refuses r, one with
+// an ambiguous key before one with onMissing Deny, is returned, and r is to
+// be refused for it.
+func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []limiter.Request, _ []*policy, refused refusal) {
 	ri := reqInfo{r: r, trusted: st.trusted}
 	reqs = make([]limiter.Request, 0, len(st.policies))
 	for _, p := range st.policies {
 		if !p.matches(&ri) {
 			continue
 		}
-		key, ok := ri.key(p)
-		if !ok {
-			switch {
-			case p.onMissing != sidecarconfig.MissingDeny:
-				p.counters[idxSkipped].Inc()
-			case p.dryRun:
-				p.counters[idxMissingKey].Inc()
-			case missingKey == nil:
-				missingKey = p
+		key, ks := ri.key(p)
+		switch {
+		case ks == keyAmbiguous && p.dryRun:
+			p.counters[idxAmbiguousKey].Inc()
+		case ks == keyAmbiguous:
+			if !refused.ambiguous {
+				refused = refusal{policy: p, ambiguous: true}
 			}
+		case ks == keyMissing && p.onMissing != sidecarconfig.MissingDeny:
+			p.counters[idxSkipped].Inc()
+		case ks == keyMissing && p.dryRun:
+			p.counters[idxMissingKey].Inc()
+		case ks == keyMissing:
+			if refused.policy == nil {
+				refused.policy = p
+			}
+		}
+		if ks != keyFound {
 			continue
 		}
 		rule := p.rule
@@ -97,10 +118,13 @@ func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []lim
 		reqs = append(reqs, limiter.Request{Rule: rule, Client: key, DryRun: p.dryRun})
 		pols = append(pols, p)
 	}
-	if missingKey != nil {
-		missingKey.counters[idxMissingKey].Inc()
+	switch {
+	case refused.ambiguous:
+		refused.policy.counters[idxAmbiguousKey].Inc()
+	case refused.policy != nil:
+		refused.policy.counters[idxMissingKey].Inc()
 	}
-	return reqs, pols, missingKey
+	return reqs, pols, refused
 }
 
 // decide asks the limiter about all the requests at once, timed.

@@ -42,10 +42,12 @@ func TestGather(t *testing.T) {
 		path     string
 		header   http.Header
 		// want are the gathered policies and their clients ("ip" for the
-		// address key); wantMissing the policy the request is rejected for.
-		want        [][2]string
-		wantMissing string
-		wantCounted []counted
+		// address key); wantMissing the policy the request is refused for,
+		// wantAmbiguous whether for an ambiguous key (else a missing one).
+		want          [][2]string
+		wantMissing   string
+		wantAmbiguous bool
+		wantCounted   []counted
 	}{
 		{
 			name:     "a policy that does not match the path is not asked",
@@ -86,6 +88,22 @@ func TestGather(t *testing.T) {
 			wantMissing: "b-user",
 			wantCounted: []counted{{"a-dry", DecisionMissingKey}, {"b-user", DecisionMissingKey}},
 		},
+		{
+			name: "ambiguous key: refused by the first enforced policy whatever its onMissing, before a missing one; a DryRun one only counts",
+			policies: []sidecarconfig.Policy{
+				testPolicy("a-missing", 5, withKey("Header", "X-Other", "Deny")),
+				testPolicy("b-dry", 5, dryRun, withKey("Header", "X-User", "Deny")),
+				testPolicy("c-user", 5, withKey("Header", "X-User", "Allow")),
+				testPolicy("d-query", 5, withKey("QueryParameter", "k", "RemoteAddress")),
+				testPolicy("e-all", 5),
+			},
+			path:          "/?k=1&k=2",
+			header:        http.Header{"X-User": {"random", "real"}},
+			want:          [][2]string{{"e-all", "global"}},
+			wantMissing:   "c-user",
+			wantAmbiguous: true,
+			wantCounted:   []counted{{"b-dry", DecisionAmbiguousKey}, {"c-user", DecisionAmbiguousKey}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,7 +116,7 @@ func TestGather(t *testing.T) {
 			for k, v := range tt.header {
 				r.Header[k] = v
 			}
-			reqs, pols, missing := s.gather(st, r, nil)
+			reqs, pols, refused := s.gather(st, r, nil)
 			if len(reqs) != len(pols) || len(reqs) != len(tt.want) {
 				t.Fatalf("%d requests, %d policies, want %d", len(reqs), len(pols), len(tt.want))
 			}
@@ -111,8 +129,8 @@ func TestGather(t *testing.T) {
 					t.Errorf("request %d: %s %+v, want %s for client %s with its rule", i, pols[i].name, reqs[i], w[0], client)
 				}
 			}
-			if got := nameOf(missing); got != tt.wantMissing {
-				t.Errorf("missing key policy %q, want %q", got, tt.wantMissing)
+			if got := nameOf(refused.policy); got != tt.wantMissing || refused.ambiguous != tt.wantAmbiguous {
+				t.Errorf("refused by %q (ambiguous %v), want %q (ambiguous %v)", got, refused.ambiguous, tt.wantMissing, tt.wantAmbiguous)
 			}
 			for _, p := range st.policies {
 				for i, d := range decisions {

@@ -278,14 +278,19 @@ func testRedisFailure(t *testing.T, fail, recover func(*testsupport.Redis) error
 		t.Fatal(err)
 	}
 	answered := time.Now()
+	var gaugeBack time.Duration
+	eventually(t, 10*time.Second, "fallback_active = 0", func() bool {
+		gaugeBack = time.Since(answered)
+		return gaugeValue(t, s, "slidegate_sidecar_fallback_active") == 0
+	})
 	eventually(t, 10*time.Second, "fail-closed policy serving again", func() bool {
 		code, _, _ := f.timedGet(t, "/closed/x")
 		return code == 200
 	})
 	// The limiter's TestFaults holds this to the probe interval with a
 	// tolerance it measures; here it is the figure a user sees, logged.
-	t.Logf("redis answered %v after the repair began; the sidecar served from Redis again %v after that",
-		answered.Sub(repairAt).Round(time.Millisecond), time.Since(answered).Round(time.Millisecond))
+	t.Logf("redis answered %v after the repair began; fallback_active was 0 %v after that, and the sidecar served from Redis again %v after that",
+		answered.Sub(repairAt).Round(time.Millisecond), gaugeBack.Round(time.Millisecond), time.Since(answered).Round(time.Millisecond))
 	if v := gaugeValue(t, s, "slidegate_sidecar_fallback_active"); v != 0 {
 		t.Errorf("fallback_active = %v after recovery", v)
 	}

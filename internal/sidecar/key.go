@@ -6,7 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
-	"net/url"
+	"net/netip"
 	"strings"
 
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -31,73 +31,159 @@ const (
 )
 
 // reqInfo computes, once per request and only when a policy needs them, the
-// request facts that client keys are made of.
+// request facts that policies match and key on.
 type reqInfo struct {
 	r       *http.Request
 	trusted trustedProxies
 
-	ip        string
-	path      string
-	claims    map[string]json.RawMessage
-	ipDone    bool
-	pathDone  bool
-	claimDone bool
-}
-
-// cleanPath is the request's path as cleanRequestPath makes it, computed
-// once.
-func (ri *reqInfo) cleanPath() string {
-	if !ri.pathDone {
-		ri.path, ri.pathDone = cleanRequestPath(ri.r.URL.Path), true
+	// clients is the client address by the forwarding header read
+	// (forwardedXFF, forwardedRFC7239).
+	clients [numForwardedModes]struct {
+		addr     netip.Addr
+		ok, done bool
 	}
-	return ri.path
+	forms, folded         []string
+	formsDone, foldedDone bool
+	claims                map[string]json.RawMessage
+	claimState            keyState
+	claimDone             bool
 }
 
-// remoteKey is the client key of the request's client address.
-func (ri *reqInfo) remoteKey() string {
-	if !ri.ipDone {
-		ri.ipDone = true
-		if a, ok := ri.trusted.clientIP(ri.r); ok {
-			ri.ip = keyPrefixIP + a.String()
-		} else {
-			ri.ip = keyUnknownPeer
-		}
+// keyState says what a request gives for a policy's client key.
+type keyState uint8
+
+const (
+	// keyFound: one value, the client key.
+	keyFound keyState = iota
+	// keyMissing: no value; the policy's onMissing applies.
+	keyMissing
+	// keyAmbiguous: more than one value, or one that the application may
+	// read as another name's: the request is refused (400) whatever
+	// onMissing says, so that a client cannot pick its bucket by adding a
+	// value in front of the one a gateway appends (Envoy's default append
+	// action), nor escape one by sending nothing but a second spelling.
+	keyAmbiguous
+)
+
+// remoteKey is the client key of the request's client address for policy
+// p: the address, or for an IPv6 address the network of p's prefix length
+// around it.
+func (ri *reqInfo) remoteKey(p *policy) string {
+	c := &ri.clients[p.forwarded]
+	if !c.done {
+		c.done = true
+		c.addr, c.ok = ri.trusted.clientIP(ri.r, p.forwarded)
 	}
-	return ri.ip
+	if !c.ok {
+		return keyUnknownPeer
+	}
+	return addressKey(c.addr, p.ipv6Bits)
 }
 
-// key is the client key of the request for policy p. ok is false when the
-// request has no value for the policy's source and the policy's OnMissing is
-// Deny or Allow (the caller applies it); OnMissing RemoteAddress falls back
-// here. Header, query and claim values are hashed: they may be credentials,
-// and a hash is bounded and safe in a Redis key.
-func (ri *reqInfo) key(p *policy) (key string, ok bool) {
+// addressKey is the client key of address a, an IPv6 one counted by its
+// network of the given prefix length (128: the address itself). An
+// address of the NAT64 well-known prefix 64:ff9b::/96 (RFC 6052) counts as
+// the IPv4 address it carries: its /64 would put every IPv4 client of the
+// translator in one bucket.
+func addressKey(a netip.Addr, ipv6Bits int) string {
+	if !a.Is6() || ipv6Bits >= 128 {
+		return keyPrefixIP + a.String()
+	}
+	if nat64WellKnown.Contains(a) {
+		b := a.As16()
+		return keyPrefixIP + netip.AddrFrom4([4]byte(b[12:])).String()
+	}
+	pfx, _ := a.Prefix(ipv6Bits) // bits are checked by the config
+	return keyPrefixIP + pfx.String()
+}
+
+var nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")
+
+// key is the client key of the request for policy p, with keyFound, or
+// what the request gives instead (keyMissing when p's onMissing is Deny or
+// Allow: the caller applies it; keyAmbiguous). OnMissing RemoteAddress
+// falls back here. Header, query and claim values are hashed: they may be
+// credentials, and a hash is bounded and safe in a Redis key.
+func (ri *reqInfo) key(p *policy) (string, keyState) {
 	var v string
+	st := keyMissing
 	switch p.source {
 	case sidecarconfig.SourceGlobal:
-		return keyGlobal, true
+		return keyGlobal, keyFound
 	case sidecarconfig.SourceRemoteAddress:
-		return ri.remoteKey(), true
+		return ri.remoteKey(p), keyFound
 	case sidecarconfig.SourceHeader:
-		if vs := ri.r.Header[p.keyName]; len(vs) > 0 {
-			v = strings.TrimSpace(vs[0])
-		}
-		if v != "" {
-			return hashKey(keyPrefixHeader, v), true
+		if v, st = headerIdentity(ri.r.Header, p.keyName); st == keyFound {
+			return hashKey(keyPrefixHeader, v), keyFound
 		}
 	case sidecarconfig.SourceQueryParameter:
-		if v = queryValue(ri.r.URL.RawQuery, p.keyName); v != "" {
-			return hashKey(keyPrefixQuery, v), true
+		if v, st = queryIdentity(ri.r.URL.RawQuery, p.keyName); st == keyFound {
+			return hashKey(keyPrefixQuery, v), keyFound
 		}
 	case sidecarconfig.SourceJWTClaim:
-		if v = ri.claim(p.keyName); v != "" {
-			return hashKey(keyPrefixClaim, v), true
+		if v, st = ri.claim(p.keyName); st == keyFound {
+			return hashKey(keyPrefixClaim, v), keyFound
 		}
 	}
-	if p.onMissing == sidecarconfig.MissingRemoteAddress {
-		return ri.remoteKey(), true
+	if st == keyMissing && p.onMissing == sidecarconfig.MissingRemoteAddress {
+		return ri.remoteKey(p), keyFound
 	}
-	return "", false
+	return "", st
+}
+
+// headerIdentity is the value of the header canon (canonical form) that
+// identifies a client: its one line, trimmed. Several lines, a line with a
+// comma (RFC 9110 lets any hop join repeated lines into one with commas,
+// and Envoy does for some headers), or a line whose name differs from
+// canon only by '_' for '-' (CGI-style servers, PHP-FPM and WSGI among
+// them, read both as the same variable) make it ambiguous. An empty value
+// is missing.
+func headerIdentity(h http.Header, canon string) (string, keyState) {
+	vs := h[canon]
+	n := len(vs)
+	for k, other := range h {
+		if len(k) == len(canon) && k != canon && strings.IndexByte(k, '_') >= 0 &&
+			strings.EqualFold(strings.ReplaceAll(k, "_", "-"), canon) {
+			n += len(other)
+		}
+	}
+	switch {
+	case n == 0:
+		return "", keyMissing
+	case n > 1 || len(vs) != 1 || strings.IndexByte(vs[0], ',') >= 0:
+		return "", keyAmbiguous
+	}
+	if v := strings.TrimSpace(vs[0]); v != "" {
+		return v, keyFound
+	}
+	return "", keyMissing
+}
+
+// queryIdentity is the value of the query parameter name that identifies a
+// client, decoded (undecodable: as it is). The parameter given twice, even
+// empty once (PHP and Rails read the last value, Flask the first), or given
+// once under a name that only some applications read as name (another
+// letter case, '.' or ' ' for '_') makes it ambiguous. An empty value is
+// missing.
+func queryIdentity(rawQuery, name string) (string, keyState) {
+	var v string
+	n, exact := 0, false
+	queryParams(rawQuery, func(k, val string) bool {
+		if sameParamName(k, name) {
+			n++
+			v, exact = val, k == name
+		}
+		return n < 2
+	})
+	switch {
+	case n == 0:
+		return "", keyMissing
+	case n > 1 || !exact:
+		return "", keyAmbiguous
+	case v == "":
+		return "", keyMissing
+	}
+	return v, keyFound
 }
 
 // hashKey hashes the whole value: cutting it first would make clients whose
@@ -109,93 +195,80 @@ func hashKey(prefix, v string) string {
 	return prefix + base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
-// queryValue returns the first value of the query parameter name in a raw
-// query, decoded ("" when absent or empty). It does not parse the rest of
-// the query.
-func queryValue(rawQuery, name string) string {
-	for rawQuery != "" {
-		var pair string
-		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
-		k, v, _ := strings.Cut(pair, "=")
-		if k != name {
-			if !strings.ContainsAny(k, "%+") {
-				continue
-			}
-			if uk, err := url.QueryUnescape(k); err != nil || uk != name {
-				continue
-			}
-		}
-		if uv, err := url.QueryUnescape(v); err == nil {
-			return uv
-		}
-		// Undecodable: the raw text still identifies the client.
-		return v
-	}
-	return ""
-}
-
 // claim returns a top-level claim of the request's bearer token, read from
 // the token's payload WITHOUT verifying its signature: the policy's key
 // documents that a component in front of the sidecar verified the token.
 // Strings are used as they are, numbers and booleans as their JSON text;
 // anything else (objects, arrays, null) is missing.
-func (ri *reqInfo) claim(name string) string {
+func (ri *reqInfo) claim(name string) (string, keyState) {
 	if !ri.claimDone {
 		ri.claimDone = true
-		ri.claims = bearerClaims(ri.r.Header["Authorization"])
+		ri.claims, ri.claimState = bearerClaims(ri.r.Header["Authorization"])
+	}
+	if ri.claimState == keyAmbiguous {
+		return "", keyAmbiguous
 	}
 	raw, ok := ri.claims[name]
 	if !ok || len(raw) == 0 {
-		return ""
+		return "", keyMissing
 	}
 	switch raw[0] {
 	case '"':
 		var s string
-		if json.Unmarshal(raw, &s) != nil {
-			return ""
+		if json.Unmarshal(raw, &s) != nil || s == "" {
+			return "", keyMissing
 		}
-		return s
+		return s, keyFound
 	case 't', 'f', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		return string(raw)
+		return string(raw), keyFound
 	}
-	return ""
+	return "", keyMissing
 }
 
-// bearerClaims decodes the payload of the first Authorization: Bearer token
-// (nil when there is none or it is not a JWS compact token with a JSON
-// object payload).
-func bearerClaims(auth []string) map[string]json.RawMessage {
+// bearerClaims decodes the payload of the request's Authorization: Bearer
+// token: keyMissing when there is none or it is not a JWS compact token
+// with a JSON object payload, keyAmbiguous when the request has more than
+// one Authorization line or its bearer credential has a comma (two tokens
+// joined into one line, as Envoy joins an appended Authorization), since
+// which token the application reads is then its choice, not the sidecar's.
+func bearerClaims(auth []string) (map[string]json.RawMessage, keyState) {
 	if len(auth) == 0 {
-		return nil
+		return nil, keyMissing
+	}
+	if len(auth) > 1 {
+		return nil, keyAmbiguous
 	}
 	h := strings.TrimSpace(auth[0])
 	const scheme = "bearer "
 	if len(h) <= len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
-		return nil
+		return nil, keyMissing
 	}
 	tok := strings.TrimSpace(h[len(scheme):])
+	if strings.IndexByte(tok, ',') >= 0 {
+		return nil, keyAmbiguous
+	}
 	if len(tok) > maxBearerBytes {
-		return nil
+		return nil, keyMissing
 	}
 	_, rest, ok := strings.Cut(tok, ".")
 	if !ok {
-		return nil
+		return nil, keyMissing
 	}
 	payload, _, ok := strings.Cut(rest, ".")
 	if !ok {
-		return nil
+		return nil, keyMissing
 	}
 	data, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(payload, "="))
 	if err != nil {
-		return nil
+		return nil, keyMissing
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || data[0] != '{' {
-		return nil
+		return nil, keyMissing
 	}
 	var claims map[string]json.RawMessage
 	if json.Unmarshal(data, &claims) != nil {
-		return nil
+		return nil, keyMissing
 	}
-	return claims
+	return claims, keyFound
 }

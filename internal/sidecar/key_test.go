@@ -2,7 +2,9 @@ package sidecar
 
 import (
 	"encoding/base64"
+	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -29,7 +31,8 @@ func TestClientKey(t *testing.T) {
 		key     sidecarconfig.Key
 		url     string
 		headers map[string]string
-		want    string // "" = missing; "ip" = the remote address key; "hash:<prefix><value>"
+		header  http.Header // lines added as they are
+		want    string      // "" = missing; "ambiguous"; "ip" = the remote address key; "hash:<prefix><value>"
 	}{
 		{name: "global", key: sidecarconfig.Key{Source: "Global", OnMissing: "Deny"}, want: "global"},
 		{name: "remote address", key: sidecarconfig.Key{Source: "RemoteAddress", OnMissing: "Deny"}, want: "ip"},
@@ -40,7 +43,7 @@ func TestClientKey(t *testing.T) {
 			headers: map[string]string{"X-Api-Key": "  "}, want: ""},
 		{name: "header missing, RemoteAddress", key: sidecarconfig.Key{Source: "Header", Name: "X-Api-Key", OnMissing: "RemoteAddress"}, want: "ip"},
 		{name: "query", key: sidecarconfig.Key{Source: "QueryParameter", Name: "api_key", OnMissing: "Deny"},
-			url: "/x?a=1&api_key=k%20ey&api_key=second", want: "hash:q:k ey"},
+			url: "/x?a=1&api_key=k%20ey&b", want: "hash:q:k ey"},
 		{name: "query escaped name", key: sidecarconfig.Key{Source: "QueryParameter", Name: "api key", OnMissing: "Deny"},
 			url: "/x?api+key=v", want: "hash:q:v"},
 		{name: "query undecodable value used raw", key: sidecarconfig.Key{Source: "QueryParameter", Name: "k", OnMissing: "Deny"},
@@ -63,6 +66,41 @@ func TestClientKey(t *testing.T) {
 			headers: map[string]string{"Authorization": "Bearer a.!!!.b"}, want: "ip"},
 		{name: "jwt over-long token is missing", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "Deny"},
 			headers: map[string]string{"Authorization": "Bearer " + jwt(`{"sub":"alice","pad":"`+strings.Repeat("x", maxBearerBytes)+`"}`)}, want: ""},
+
+		// Issue 23: more than one value is ambiguous, whatever onMissing
+		// says; the client must not choose its bucket.
+		{name: "header in two lines", key: sidecarconfig.Key{Source: "Header", Name: "X-User", OnMissing: "RemoteAddress"},
+			header: http.Header{"X-User": {"random", "real"}}, want: "ambiguous"},
+		{name: "header in two lines, one empty", key: sidecarconfig.Key{Source: "Header", Name: "X-User", OnMissing: "Allow"},
+			header: http.Header{"X-User": {"", "real"}}, want: "ambiguous"},
+		{name: "header values joined by a comma", key: sidecarconfig.Key{Source: "Header", Name: "X-User", OnMissing: "Allow"},
+			header: http.Header{"X-User": {"random, real"}}, want: "ambiguous"},
+		{name: "header also with an underscore", key: sidecarconfig.Key{Source: "Header", Name: "X-User-Id", OnMissing: "Allow"},
+			header: http.Header{"X-User-Id": {"real"}, "X_user_id": {"random"}}, want: "ambiguous"},
+		{name: "header only with an underscore", key: sidecarconfig.Key{Source: "Header", Name: "X-User-Id", OnMissing: "Allow"},
+			header: http.Header{"X_user-Id": {"random"}}, want: "ambiguous"},
+		{name: "another header with an underscore is not the key", key: sidecarconfig.Key{Source: "Header", Name: "X-User-Id", OnMissing: "Deny"},
+			header: http.Header{"X-User-Id": {"real"}, "X_user_ix": {"random"}}, want: "hash:h:real"},
+		{name: "query twice", key: sidecarconfig.Key{Source: "QueryParameter", Name: "key", OnMissing: "RemoteAddress"},
+			url: "/x?key=random&key=real", want: "ambiguous"},
+		{name: "query twice, once empty", key: sidecarconfig.Key{Source: "QueryParameter", Name: "key", OnMissing: "Allow"},
+			url: "/x?key=&key=real", want: "ambiguous"},
+		{name: "query twice, split by ';'", key: sidecarconfig.Key{Source: "QueryParameter", Name: "key", OnMissing: "Allow"},
+			url: "/x?key=real;key=random", want: "ambiguous"},
+		{name: "query value ends at ';'", key: sidecarconfig.Key{Source: "QueryParameter", Name: "key", OnMissing: "Deny"},
+			url: "/x?key=real;x=random", want: "hash:q:real"},
+		{name: "query twice, once encoded", key: sidecarconfig.Key{Source: "QueryParameter", Name: "key", OnMissing: "Allow"},
+			url: "/x?k%65y=random&key=real", want: "ambiguous"},
+		{name: "query in another case", key: sidecarconfig.Key{Source: "QueryParameter", Name: "key", OnMissing: "Allow"},
+			url: "/x?KEY=random", want: "ambiguous"},
+		{name: "query with PHP's '.' for '_'", key: sidecarconfig.Key{Source: "QueryParameter", Name: "api_key", OnMissing: "Allow"},
+			url: "/x?api_key=real&api.key=random", want: "ambiguous"},
+		{name: "query, a longer name is not the key", key: sidecarconfig.Key{Source: "QueryParameter", Name: "key", OnMissing: "Deny"},
+			url: "/x?keys=random&key=real", want: "hash:q:real"},
+		{name: "jwt in two Authorization lines", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "Allow"},
+			header: http.Header{"Authorization": {"Bearer " + jwt(`{"sub":"random"}`), "Bearer " + jwt(`{"sub":"real"}`)}}, want: "ambiguous"},
+		{name: "jwt, two tokens in one line", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "Allow"},
+			header: http.Header{"Authorization": {"Bearer " + jwt(`{"sub":"random"}`) + ", Bearer " + jwt(`{"sub":"real"}`)}}, want: "ambiguous"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,9 +114,19 @@ func TestClientKey(t *testing.T) {
 			for k, v := range tt.headers {
 				r.Header.Set(k, v)
 			}
+			for k, v := range tt.header {
+				r.Header[k] = v
+			}
 			ri := reqInfo{r: r}
-			got, ok := ri.key(p)
+			got, ks := ri.key(p)
+			if want := tt.want == "ambiguous"; want != (ks == keyAmbiguous) {
+				t.Fatalf("key = %q (state %d), want ambiguous %v", got, ks, want)
+			}
+			ok := ks == keyFound
 			want := tt.want
+			if want == "ambiguous" {
+				want = ""
+			}
 			switch {
 			case want == "ip":
 				want = "ip:192.0.2.1"
@@ -134,8 +182,8 @@ func TestClientKeyWholeValue(t *testing.T) {
 					r.Header.Set("Authorization", "Bearer "+jwt(`{"sub":"`+v+`"}`))
 				}
 				ri := reqInfo{r: r}
-				k, ok := ri.key(p)
-				if !ok {
+				k, ks := ri.key(p)
+				if ks != keyFound {
 					t.Fatalf("no key for a %d-byte value", len(v))
 				}
 				// Values are never stored in clear: a secret in a header
@@ -186,5 +234,60 @@ func TestReplicasReachTheLimiter(t *testing.T) {
 	p.Replicas = 3
 	if got := compiledPolicy(t, p).rule.Replicas; got != 3 {
 		t.Fatalf("rule.Replicas = %d, want 3", got)
+	}
+}
+
+// TestAddressKey: IPv6 clients are counted by their network of the
+// policy's prefix length (issue 23: a /64 held 2^64 budgets; the default,
+// sidecarconfig.Key.IPv6Prefix), IPv4 ones by address.
+func TestAddressKey(t *testing.T) {
+	tests := []struct {
+		addr string
+		bits int
+		want string
+	}{
+		{"192.0.2.1", 64, "ip:192.0.2.1"},
+		{"2001:db8:1:2:3:4:5:6", 128, "ip:2001:db8:1:2:3:4:5:6"},
+		{"2001:db8:1:2:3:4:5:6", 64, "ip:2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff:ffff:ffff:ffff", 64, "ip:2001:db8:1:2::/64"},
+		{"2001:db8:1:3::1", 64, "ip:2001:db8:1:3::/64"},
+		{"2001:db8:1:2ff::1", 56, "ip:2001:db8:1:200::/56"},
+		{"64:ff9b::c000:201", 64, "ip:192.0.2.1"}, // NAT64: the IPv4 client
+		{"64:ff9b::c000:201", 128, "ip:64:ff9b::c000:201"},
+		{"64:ff9b:1::c000:201", 64, "ip:64:ff9b:1::/64"},
+	}
+	for _, tt := range tests {
+		if got := addressKey(netip.MustParseAddr(tt.addr), tt.bits); got != tt.want {
+			t.Errorf("addressKey(%s, %d) = %q, want %q", tt.addr, tt.bits, got, tt.want)
+		}
+	}
+}
+
+// TestRemoteKeyPerPolicy: two policies of one state read the client address
+// each from its own header and count it by its own prefix.
+func TestRemoteKeyPerPolicy(t *testing.T) {
+	cfg := testConfig([]string{"10.0.0.0/8"},
+		testPolicy("a-xff", 1, func(p *sidecarconfig.Policy) {
+			p.Key = sidecarconfig.Key{Source: "RemoteAddress", OnMissing: "RemoteAddress", ForwardedHeader: "X-Forwarded-For", IPv6PrefixLength: 64}
+		}),
+		testPolicy("b-fwd", 1, func(p *sidecarconfig.Policy) {
+			p.Key = sidecarconfig.Key{Source: "RemoteAddress", OnMissing: "RemoteAddress", ForwardedHeader: "Forwarded", IPv6PrefixLength: 48}
+		}),
+		testPolicy("c-default", 1, withKey("RemoteAddress", "", "RemoteAddress")),
+	)
+	st, err := compile(cfg, nil, [32]byte{}, [32]byte{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.1:1"
+	r.Header.Set("X-Forwarded-For", "2001:db8:a:b::1")
+	r.Header.Set("Forwarded", `for="[2001:db8:c:d::1]"`)
+	ri := reqInfo{r: r, trusted: st.trusted}
+	want := []string{"ip:2001:db8:a:b::/64", "ip:2001:db8:c::/48", "ip:2001:db8:a:b::/64"}
+	for i, p := range st.policies {
+		if got, ks := ri.key(p); ks != keyFound || got != want[i] {
+			t.Errorf("%s: key %q (%d), want %q", p.name, got, ks, want[i])
+		}
 	}
 }

@@ -3,6 +3,8 @@ package sidecar
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/slidegate/slidegate/internal/buildinfo"
 )
 
 // Values of the decision label of slidegate_sidecar_requests_total: what one
@@ -28,6 +30,10 @@ const (
 	// DecisionSkipped: the request has no client key and the policy's
 	// onMissing is Allow: the policy does not apply.
 	DecisionSkipped = "skipped"
+	// DecisionAmbiguousKey: the request gives more than one value for the
+	// policy's client key (400, whatever onMissing says; a DryRun policy
+	// only counts it).
+	DecisionAmbiguousKey = "ambiguous_key_rejected"
 )
 
 // Indexes of the decisions in policy.counters.
@@ -39,6 +45,7 @@ const (
 	idxNotCounted
 	idxMissingKey
 	idxSkipped
+	idxAmbiguousKey
 	numDecisions
 )
 
@@ -50,6 +57,7 @@ var decisions = [numDecisions]string{
 	idxNotCounted:     DecisionNotCounted,
 	idxMissingKey:     DecisionMissingKey,
 	idxSkipped:        DecisionSkipped,
+	idxAmbiguousKey:   DecisionAmbiguousKey,
 }
 
 type metrics struct {
@@ -70,6 +78,7 @@ type metrics struct {
 	configLoaded     prometheus.Gauge
 	policiesActive   prometheus.Gauge
 	policiesInConfig prometheus.Gauge
+	policiesSkipped  prometheus.Gauge
 }
 
 // Response outcomes, the label of slidegate_sidecar_responses_total.
@@ -78,6 +87,7 @@ const (
 	outcomeRejected     = "rejected"
 	outcomeFailedClosed = "failed_closed"
 	outcomeNoConfig     = "no_config"
+	outcomeBadRequest   = "bad_request"
 )
 
 func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(policy string, n int))) *metrics {
@@ -144,6 +154,10 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		Namespace: ns, Subsystem: sub, Name: "policies_in_config",
 		Help: "Policies in the namespace's config.",
 	})
+	m.policiesSkipped = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "config_policies_skipped",
+		Help: "Policies of the namespace's config that this sidecar does not enforce because they need a newer sidecar (fields it does not know); the log names them.",
+	})
 	replicas := replicasCollector{
 		desc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "policy_replicas"),
 			"Sidecars that enforce the policy, as last counted through Redis (else --fallback-replicas): while Redis is away a fail-open policy admits ceil(limit / this) here.",
@@ -153,7 +167,8 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 	m.reg.MustRegister(
 		m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
 		m.upstreamErrors, m.inflight, fallback, replicas, m.reloads, m.revision, m.lastReloadOK,
-		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig,
+		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig, m.policiesSkipped,
+		buildinfo.Collector("sidecar"),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

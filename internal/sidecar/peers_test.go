@@ -54,17 +54,8 @@ func TestPeersDivideTheFallback(t *testing.T) {
 		if err := r.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		for i := range f.fronts {
-			for range 2 * limit {
-				resp, err := f.client.Get(f.fronts[i] + "/")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if resp.StatusCode == 200 {
-					admitted++
-				}
-				drain(resp)
-			}
+		for _, n := range f.admitEach(t, 2*limit) {
+			admitted += n
 		}
 		return admitted
 	}
@@ -122,4 +113,64 @@ func replicasHelp(t *testing.T, s *Sidecar) string {
 	}
 	t.Fatalf("%s not registered", replicasMetric)
 	return ""
+}
+
+// TestFleetStartingTogether: three sidecars that start 300 ms apart, and
+// Redis dies a second after the last one started, well before the steady
+// PeerInterval (3 s here, 5 s by default) has come round. Each must then
+// divide its fail-open share by three, 10 each of 30. Reading the count
+// only every PeerInterval, each kept the count it read when it started
+// (1, 2, 3) and they admitted 30, 15 and 10 (55 of a limit of 30): a
+// sidecar reads the count often while the fleet is settling.
+func TestFleetStartingTogether(t *testing.T) {
+	const limit = 30
+	r := testsupport.StartRedis(t)
+	f := newFleet(t, []Limiter{
+		redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout),
+	}, testConfig(nil, testPolicy("global", limit)))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	const interval = 3 * time.Second
+	for _, s := range f.sidecars {
+		s.opts.PeerInterval = interval
+		go s.announceLoop(ctx, s.lim.(announcer))
+		time.Sleep(300 * time.Millisecond)
+	}
+	id := testNamespace + "/global"
+	// The last sidecar counts all three once it has announced.
+	eventually(t, 5*time.Second, "the last sidecar counting 3", func() bool { return f.sidecars[2].peerCount(id) == 3 })
+	time.Sleep(time.Second)
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	admitted := f.admitEach(t, 2*limit)
+	total := 0
+	for _, n := range admitted {
+		total += n
+	}
+	t.Logf("admitted on their own after Redis died: %v (counts %d %d %d)", admitted,
+		f.sidecars[0].peerCount(id), f.sidecars[1].peerCount(id), f.sidecars[2].peerCount(id))
+	if total != limit {
+		t.Errorf("three sidecars started together admitted %v = %d on their own, want ceil(%d/3) each = %d", admitted, total, limit, limit)
+	}
+}
+
+// admitEach sends n requests through each sidecar of the fleet in turn and
+// returns how many each admitted.
+func (f *fleet) admitEach(t *testing.T, n int) []int {
+	t.Helper()
+	admitted := make([]int, len(f.fronts))
+	for i := range f.fronts {
+		for range n {
+			resp, err := f.client.Get(f.fronts[i] + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode == 200 {
+				admitted[i]++
+			}
+			drain(resp)
+		}
+	}
+	return admitted
 }

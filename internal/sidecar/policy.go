@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -31,21 +30,32 @@ type state struct {
 	policies []*policy
 	// total is the number of policies in the config, matching or not.
 	total int
+	// skipped are the config's policies this sidecar cannot read (a newer
+	// controller's, see sidecarconfig.Parse), matching or not.
+	skipped []sidecarconfig.Skipped
 
 	configSum, labelsSum [sha256.Size]byte
 }
 
 // policy is one policy with everything a request needs precomputed.
 type policy struct {
-	name     string
-	rule     limiter.Rule
-	dryRun   bool
-	methods  []string
+	name    string
+	rule    limiter.Rule
+	dryRun  bool
+	methods []string // upper case, HEAD wherever GET is (compileMethods)
+	// prefixes are the path prefixes, case-folded (foldCase) when foldCase
+	// is set.
 	prefixes []string
+	foldCase bool
 
 	source    string
 	keyName   string // canonical header name, query parameter or claim
 	onMissing string
+	// forwarded is the header the client address is read from behind a
+	// trusted proxy; ipv6Bits the prefix length IPv6 clients are counted
+	// by (0: the whole address).
+	forwarded forwardedMode
+	ipv6Bits  int
 
 	// nameItem is the policy name as an RFC 9651 String, the item of the
 	// RateLimit and RateLimit-Policy fields; policyItem is its complete
@@ -69,6 +79,7 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 		namespace: cfg.Namespace,
 		trusted:   trusted,
 		total:     len(cfg.Policies),
+		skipped:   cfg.Skipped,
 		configSum: configSum,
 		labelsSum: labelsSum,
 	}
@@ -89,12 +100,20 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 				Durable:   p.Durability == sidecarconfig.DurabilityReplicated,
 			},
 			dryRun:    p.Mode == "DryRun",
-			methods:   slices.Clone(p.Match.Methods),
+			methods:   compileMethods(p.Match.Methods),
 			prefixes:  slices.Clone(p.Match.PathPrefixes),
+			foldCase:  p.Match.PathCase == sidecarconfig.PathCaseInsensitive,
 			source:    p.Key.Source,
 			keyName:   p.Key.Name,
 			onMissing: p.Key.OnMissing,
+			forwarded: forwardedModeOf(p.Key.ForwardedHeader),
+			ipv6Bits:  p.Key.IPv6Prefix(),
 			nameItem:  ratelimitheader.String(p.Name),
+		}
+		if cp.foldCase {
+			for i, pre := range cp.prefixes {
+				cp.prefixes[i] = foldCase(pre)
+			}
 		}
 		if cp.source == sidecarconfig.SourceHeader {
 			cp.keyName = http.CanonicalHeaderKey(cp.keyName)
@@ -112,43 +131,6 @@ func revisionOf(configSum, labelsSum [sha256.Size]byte) string {
 	h.Write(configSum[:])
 	h.Write(labelsSum[:])
 	return hex.EncodeToString(h.Sum(nil)[:6])
-}
-
-// matches reports whether the policy applies to a request's method and
-// path. Empty lists match everything. A prefix matches the path as received
-// (the documented rule) or the path normalised (see cleanRequestPath), so
-// that "/public/../admin" or "//admin" cannot slip past a prefix "/admin"
-// that the application would route them to: for a limit, matching too much
-// is safe, matching too little is a bypass.
-func (p *policy) matches(ri *reqInfo) bool {
-	if len(p.methods) > 0 && !slices.Contains(p.methods, ri.r.Method) {
-		return false
-	}
-	if len(p.prefixes) == 0 {
-		return true
-	}
-	u := ri.r.URL
-	for _, pre := range p.prefixes {
-		if strings.HasPrefix(u.Path, pre) || strings.HasPrefix(ri.cleanPath(), pre) ||
-			(u.RawPath != "" && strings.HasPrefix(u.RawPath, pre)) {
-			return true
-		}
-	}
-	return false
-}
-
-// cleanRequestPath is the decoded path with dot segments and repeated
-// slashes removed; a trailing slash is kept. It is used for matching only:
-// the request is forwarded unchanged.
-func cleanRequestPath(p string) string {
-	if p == "" || p[0] != '/' {
-		p = "/" + p
-	}
-	c := path.Clean(p)
-	if c != "/" && strings.HasSuffix(p, "/") {
-		c += "/"
-	}
-	return c
 }
 
 // String describes st for the log: its revision and how many policies of

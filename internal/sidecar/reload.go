@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -73,9 +72,9 @@ type files struct {
 // readFiles reads the config and labels files; cur is the state in force.
 func (s *Sidecar) readFiles(cur *state) files {
 	var in files
-	in.cfgData, in.cfgErr = readBounded(s.opts.ConfigFile, maxConfigFileBytes)
+	in.cfgData, in.cfgErr = dirwatch.ReadFile(s.opts.ConfigFile, maxConfigFileBytes)
 	if s.opts.PodLabelsFile != "" {
-		in.labelsData, in.labelsErr = readBounded(s.opts.PodLabelsFile, maxLabelsFileBytes)
+		in.labelsData, in.labelsErr = dirwatch.ReadFile(s.opts.PodLabelsFile, maxLabelsFileBytes)
 	}
 	// The controller deletes the ConfigMap with the namespace's last policy,
 	// and the kubelet then empties the (optional) volume. A missing file
@@ -157,12 +156,21 @@ func (s *Sidecar) publish(st, old *state) {
 	s.metrics.revision.WithLabelValues(st.revision).Set(1)
 	s.metrics.policiesActive.Set(float64(len(st.policies)))
 	s.metrics.policiesInConfig.Set(float64(st.total))
+	s.metrics.policiesSkipped.Set(float64(len(st.skipped)))
 	names := make([]string, len(st.policies))
 	for i, p := range st.policies {
 		names[i] = p.name
 	}
 	s.log.Info("config loaded", "revision", st.revision, "namespace", st.namespace,
 		"policiesActive", names, "policiesInConfig", st.total, "trustedProxies", len(st.trusted))
+	if len(st.skipped) > 0 {
+		skipped := make([]string, len(st.skipped))
+		for i, sk := range st.skipped {
+			skipped[i] = sk.String()
+		}
+		s.log.Warn("policies of a newer slidegate not enforced: this sidecar does not know their fields; restart the pod to update its sidecar",
+			"policiesSkipped", skipped, "configVersion", sidecarconfig.Version)
+	}
 }
 
 // bindCounters gives each policy of st its request counters, and drops the
@@ -210,22 +218,6 @@ func configMapGone(configFile string) error {
 	}
 	return fmt.Errorf("the ConfigMap has no %s (it has %d other keys: %s)",
 		filepath.Base(configFile), len(keys), strings.Join(names, ", "))
-}
-
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return data, nil
 }
 
 // WatchConfig keeps the config in force up to date with the files until ctx

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -438,5 +439,59 @@ func mustSymlink(t *testing.T, target, link string) {
 	t.Helper()
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNewerMinorConfig: a document of a newer minor version (a newer
+// controller) with a policy that has a field this sidecar does not know.
+// The sidecar enforces the policies it understands and skips that one,
+// saying so in its metrics; the first release refused the whole document
+// (unknown field, and any version but "v1"), leaving every policy of the
+// namespace unenforced until the sidecar was restarted. A top-level field it
+// does not know, or another major version, is still refused.
+func TestNewerMinorConfig(t *testing.T) {
+	h := newHarness(t, newMemLimiter(), testConfig(nil, testPolicy("p", 100)))
+	rev := h.s.Revision()
+	known, err := json.Marshal(testPolicy("known", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := `{"version":"slidegate.dev/sidecar-config/v1.99","namespace":"` + testNamespace + `","policies":[` +
+		string(known) + `,` +
+		`{"name":"tokens","id":"` + testNamespace + `/tokens","selector":{},"windowMillis":60000,"limit":1000,"algorithm":"SlidingLog","failMode":"Open","mode":"Enforce",` +
+		`"key":{"source":"Global","onMissing":"RemoteAddress"},"match":{"costFrom":"response"},"cost":{"header":"X-Tokens"}}]}`
+	h.cfg.write(t, map[string][]byte{sidecarconfig.FileName: []byte(newer)})
+	if err := h.s.Reload(); err != nil {
+		t.Fatalf("a newer minor version was refused: %v", err)
+	}
+	if h.s.Revision() == rev {
+		t.Fatal("the newer document is not in force")
+	}
+	// "known" (limit 1) is enforced; "tokens" is not.
+	if resp, _ := h.do(t, "GET", "/", nil); resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	if resp, _ := h.do(t, "GET", "/", nil); resp.StatusCode != 429 || !strings.Contains(resp.Header.Get("RateLimit-Policy"), `"known"`) {
+		t.Fatalf("second request: %s %q, want 429 from known", resp.Status, resp.Header.Get("RateLimit-Policy"))
+	}
+	if got := testutil.ToFloat64(h.s.metrics.policiesSkipped); got != 1 {
+		t.Errorf("config_policies_skipped = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(h.s.metrics.policiesActive); got != 1 {
+		t.Errorf("policies_active = %v, want 1", got)
+	}
+	rev = h.s.Revision()
+	for _, bad := range []string{
+		strings.Replace(newer, `"namespace"`, `"quota":{},"namespace"`, 1),         // a top-level field it does not know
+		strings.Replace(newer, "sidecar-config/v1.99", "sidecar-config/v2.0", 1), // another major version
+		strings.Replace(newer, "sidecar-config/v1.99", "sidecar-config/v1.1", 1), // its own minor: strict
+	} {
+		h.cfg.write(t, map[string][]byte{sidecarconfig.FileName: []byte(bad)})
+		if err := h.s.Reload(); err == nil {
+			t.Errorf("loaded %s", bad[:80])
+		}
+		if h.s.Revision() != rev {
+			t.Fatal("the last good config is no longer in force")
+		}
 	}
 }

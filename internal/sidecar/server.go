@@ -31,9 +31,7 @@ type Limiter interface {
 
 // announcer is a Limiter that can count the sidecars enforcing each
 // policy through Redis (limiter.Limiter can).
-type announcer interface {
-	Announce(ctx context.Context, ids []string, ttl time.Duration) (map[string]int, error)
-}
+type announcer = limiter.Announcer
 
 // Sidecar is the enforcement proxy of one pod.
 type Sidecar struct {
@@ -73,6 +71,7 @@ type Sidecar struct {
 	top *limitedTop
 
 	respForwarded, respRejected, respFailedClosed        prometheus.Counter
+	respBadRequest                                       prometheus.Counter
 	srcRedis, srcDenyCache, srcFallback, srcFailedClosed prometheus.Counter
 }
 
@@ -101,6 +100,7 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 	s.respForwarded = s.metrics.responses.WithLabelValues(outcomeForwarded)
 	s.respRejected = s.metrics.responses.WithLabelValues(outcomeRejected)
 	s.respFailedClosed = s.metrics.responses.WithLabelValues(outcomeFailedClosed)
+	s.respBadRequest = s.metrics.responses.WithLabelValues(outcomeBadRequest)
 	s.srcRedis = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceRedis))
 	s.srcDenyCache = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceDenyCache))
 	s.srcFallback = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceFallback))

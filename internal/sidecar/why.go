@@ -311,8 +311,8 @@ func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, q *whyQuery, ri *req
 		out.Unknown = "keys on " + describeSource(p.source, p.keyName) + ", not on the identity given"
 		return out
 	}
-	key, ok := ri.key(p)
-	if !ok {
+	key, ks := ri.key(p)
+	if ks != keyFound {
 		out.Unknown = "the identity gives no value for " + describeSource(p.source, p.keyName)
 		return out
 	}

@@ -17,10 +17,6 @@ import (
 	"strings"
 )
 
-// Version is the schema version this package reads and writes. A sidecar
-// rejects (and keeps its last good config on) any other version.
-const Version = "slidegate.dev/sidecar-config/v1"
-
 // ConfigMapName is the name of the rendered ConfigMap in each namespace that
 // has policies, and FileName its data key (the file the sidecar loads).
 const (
@@ -30,7 +26,9 @@ const (
 
 // Config is everything a sidecar needs to enforce its namespace's policies.
 type Config struct {
-	// Version is always Version.
+	// Version is the document's schema version, VersionOf(minor): the
+	// newest (Version) unless the namespace runs older sidecars (see the
+	// compatibility rule in version.go).
 	Version string `json:"version"`
 	// Namespace the policies belong to.
 	Namespace string `json:"namespace"`
@@ -41,6 +39,11 @@ type Config struct {
 	// Policies, sorted by Name. A request must pass every policy that
 	// matches it.
 	Policies []Policy `json:"policies"`
+
+	// Skipped are the policies of a newer minor version that Parse left
+	// out because they have fields this version does not know. Not part of
+	// the document.
+	Skipped []Skipped `json:"-"`
 }
 
 // Policy is one rendered RateLimitPolicy.
@@ -113,6 +116,19 @@ const (
 	MissingRemoteAddress = "RemoteAddress"
 )
 
+// Forwarding headers a trusted proxy writes the client address in, the
+// values of Key.ForwardedHeader.
+const (
+	ForwardedXFF     = "X-Forwarded-For"
+	ForwardedRFC7239 = "Forwarded"
+)
+
+// Path cases, the values of Match.PathCase.
+const (
+	PathCaseSensitive   = "Sensitive"
+	PathCaseInsensitive = "Insensitive"
+)
+
 // Key identifies the client of a request.
 type Key struct {
 	// Source is one of the Source* constants.
@@ -122,6 +138,44 @@ type Key struct {
 	// OnMissing is what happens when the request has no such value:
 	// Deny, Allow (the policy does not apply) or RemoteAddress.
 	OnMissing string `json:"onMissing"`
+	// ForwardedHeader is the one header whose forwarding chain is read
+	// when the TCP peer is a trusted proxy: ForwardedXFF or
+	// ForwardedRFC7239. Absent: X-Forwarded-For, which is how the renderer
+	// writes it (only Forwarded is rendered), so that a policy that reads
+	// X-Forwarded-For stays readable by first-release sidecars (which also
+	// read Forwarded when there was no X-Forwarded-For).
+	ForwardedHeader string `json:"forwardedHeader,omitempty" minor:"1"`
+	// IPv6PrefixLength is the length of the network an IPv6 client is
+	// counted by, 1 to 128. Absent (0): DefaultIPv6PrefixLength, and only
+	// another length is rendered, for the same reason (first-release
+	// sidecars count each IPv6 address on its own).
+	IPv6PrefixLength int `json:"ipv6PrefixLength,omitempty" minor:"1"`
+}
+
+// DefaultIPv6PrefixLength is the network an IPv6 client is counted by when
+// a policy does not say: a /64 is what one subscriber or host holds, and
+// counting each address of it on its own gave its holder 2^64 budgets.
+const DefaultIPv6PrefixLength = 64
+
+// IPv6Prefix is the prefix length IPv6 clients are counted by.
+func (k *Key) IPv6Prefix() int {
+	if k.IPv6PrefixLength == 0 {
+		return DefaultIPv6PrefixLength
+	}
+	return k.IPv6PrefixLength
+}
+
+// UsesRemoteAddress reports whether a policy with key k may count a request
+// against its client address: its source is RemoteAddress, or a request
+// without the key falls back to it.
+func (k *Key) UsesRemoteAddress() bool {
+	switch k.Source {
+	case SourceRemoteAddress:
+		return true
+	case SourceHeader, SourceQueryParameter, SourceJWTClaim:
+		return k.OnMissing == MissingRemoteAddress
+	}
+	return false
 }
 
 // Match restricts a policy to HTTP methods and path prefixes. An empty list
@@ -129,13 +183,20 @@ type Key struct {
 type Match struct {
 	Methods      []string `json:"methods,omitempty"`
 	PathPrefixes []string `json:"pathPrefixes,omitempty"`
+	// PathCase is PathCaseInsensitive when path prefixes match regardless
+	// of letter case; absent or PathCaseSensitive, they match as written.
+	// Rendered only when Insensitive.
+	PathCase string `json:"pathCase,omitempty" minor:"1"`
 }
 
 // Parse reads and validates a document. Unknown fields are errors: a typo in
-// a hand-edited ConfigMap must not silently drop a limit.
+// a hand-edited ConfigMap must not silently drop a limit. The exception is a
+// document of a newer minor version (a newer controller): its policies with
+// fields this version does not know are left out and listed in Skipped, and
+// the others are enforced (version.go).
 func Parse(data []byte) (*Config, error) {
 	var c Config
-	if err := DecodeStrict(data, &c); err != nil {
+	if err := decode(data, &c); err != nil {
 		return nil, fmt.Errorf("sidecar config: %w", err)
 	}
 	if err := c.Validate(); err != nil {
@@ -192,8 +253,8 @@ var (
 // defence behind the CRD schema, for a ConfigMap edited by hand.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Version != Version {
-		errs = append(errs, fmt.Errorf("version %q is not %q", c.Version, Version))
+	if err := c.checkVersion(); err != nil {
+		errs = append(errs, err)
 	}
 	for _, p := range c.TrustedProxies {
 		if _, err := ParseTrustedProxy(p); err != nil {
@@ -264,6 +325,19 @@ func (p *Policy) validate() error {
 	case MissingDeny, MissingAllow, MissingRemoteAddress:
 	default:
 		add("key.onMissing %q is not Deny, Allow or RemoteAddress", p.Key.OnMissing)
+	}
+	switch p.Key.ForwardedHeader {
+	case "", ForwardedXFF, ForwardedRFC7239:
+	default:
+		add("key.forwardedHeader %q is not %s or %s", p.Key.ForwardedHeader, ForwardedXFF, ForwardedRFC7239)
+	}
+	if p.Key.IPv6PrefixLength < 0 || p.Key.IPv6PrefixLength > 128 {
+		add("key.ipv6PrefixLength %d is outside 1..128", p.Key.IPv6PrefixLength)
+	}
+	switch p.Match.PathCase {
+	case "", PathCaseSensitive, PathCaseInsensitive:
+	default:
+		add("match.pathCase %q is not %s or %s", p.Match.PathCase, PathCaseSensitive, PathCaseInsensitive)
 	}
 	for _, m := range p.Match.Methods {
 		if !httpMethod.MatchString(m) {

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds the slidegate image of another source tree (an earlier release,
+# extracted with `git archive`) for the real-node upgrade test, as
+# hack/node-images.sh builds this checkout's: its cmd/manager, cmd/sidecar and
+# cmd/rls built statically from SRC, packed by this checkout's hack/nodeimage
+# into OUT.tar under TAG (fixed, not "latest": there is no registry).
+#   hack/node-image-from.sh SRC TAG OUT.tar
+# It builds offline (GOPROXY=off): the test runs it inside the node's network
+# namespace, which has no route out, so every module SRC needs must already be
+# in the module cache (the release's go.mod is this checkout's, or close).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+[ $# -eq 3 ] || { echo "usage: $0 SRC TAG OUT.tar" >&2; exit 2; }
+SRC=$(cd "$1" && pwd) TAG=$2 OUT=$3
+BIN=$(mktemp -d)
+trap 'rm -rf "$BIN"' EXIT
+export GOPROXY=off GOFLAGS=-mod=readonly CGO_ENABLED=0
+# The release the binaries report, if that tree has the version package.
+VERSION=${TAG##*:}
+for cmd in manager sidecar rls; do
+	(cd "$SRC" && go build -trimpath \
+		-ldflags="-s -w -X github.com/slidegate/slidegate/internal/version.Version=$VERSION" \
+		-o "$BIN/$cmd" "./cmd/$cmd")
+done
+(cd "$ROOT" && go build -o "$BIN/nodeimage" ./hack/nodeimage)
+"$BIN/nodeimage" -o "$OUT" -tag "$TAG" -entrypoint /manager \
+	/manager="$BIN/manager" /sidecar="$BIN/sidecar" /rls="$BIN/rls"
