@@ -19,7 +19,7 @@ import (
 // Exact through change: the Redis behind a fleet fails over or moves a
 // slot while three limiters (three sidecars, a client each) drive its hot
 // keys. Each run is judged from what the application received
-// (testsupport.Excess: admits sent after a−window and arrived by a), with
+// (testsupport.BusiestWindow: admits sent after a−window and back by a), with
 // the fleet's own measurements beside it: the decisions that reached
 // clients as errors (failed closed: a 503 from the sidecar), those the
 // fallback made, and how long after the change decisions were Redis's
@@ -194,14 +194,14 @@ func (l *changeLoad) result(change time.Time, limit int, window time.Duration) c
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	res := changeResult{requests: len(l.recs), errs: map[string]int{}, when: map[string][2]time.Duration{}, back: -1}
-	var admits []testsupport.Admit
+	var admits []testsupport.Decision
 	for i := range l.recs {
 		r := &l.recs[i]
 		if r.passed() {
 			res.admits++
 			for _, q := range r.reqs {
 				if !q.DryRun {
-					admits = append(admits, testsupport.Admit{Key: q.Rule.ID + "/" + r.client, Sent: r.sent, Arrived: r.done})
+					admits = append(admits, testsupport.Decision{Key: q.Rule.ID + "/" + r.client, Sent: r.sent, Done: r.done, Admitted: true})
 				}
 			}
 		}
@@ -232,7 +232,9 @@ func (l *changeLoad) result(change time.Time, limit int, window time.Duration) c
 			res.back = r.done.Sub(change)
 		}
 	}
-	res.excess, res.where = testsupport.Excess(admits, limit, window)
+	if most, where := testsupport.BusiestWindow(admits, window); most > limit {
+		res.excess, res.where = most-limit, where
+	}
 	return res
 }
 

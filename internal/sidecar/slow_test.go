@@ -112,14 +112,16 @@ func (r *slowResult) log(t *testing.T) {
 }
 
 // excess describes a window in which more than slowLimit admits of one
-// user arrived (testsupport.Excess), or is "".
+// user arrived (testsupport.BusiestWindow), or is "".
 func (r *slowResult) excess() string {
-	as := make([]testsupport.Admit, len(r.admits))
+	ds := make([]testsupport.Decision, len(r.admits))
 	for i, a := range r.admits {
-		as[i] = testsupport.Admit{Key: a.user, Sent: a.sent, Arrived: a.arrived}
+		ds[i] = testsupport.Decision{Key: a.user, Sent: a.sent, Done: a.arrived, Admitted: true}
 	}
-	_, where := testsupport.Excess(as, slowLimit, slowWindow)
-	return where
+	if most, where := testsupport.BusiestWindow(ds, slowWindow); most > slowLimit {
+		return where
+	}
+	return ""
 }
 
 // slowLoad runs three sidecars on Redis at addr (timeout 0: the defaults)
