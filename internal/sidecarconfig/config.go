@@ -78,7 +78,7 @@ type Policy struct {
 	// Durability is DurabilityReplicated when an admit counts only once a
 	// replica of the Redis master has it; absent (or "Primary"), once the
 	// master has it. The controller writes it only when Replicated.
-	Durability string `json:"durability,omitempty"`
+	Durability string `json:"durability,omitempty" minor:"1"`
 }
 
 // DurabilityReplicated is Policy.Durability (and rlsconfig's) for an admit
