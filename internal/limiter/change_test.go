@@ -123,6 +123,16 @@ func (l *changeLoad) halt() {
 	l.wg.Wait()
 }
 
+// first is when the first request was sent (now if none).
+func (l *changeLoad) first() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.recs) == 0 {
+		return time.Now()
+	}
+	return l.recs[0].sent
+}
+
 // count returns how many requests so far match.
 func (l *changeLoad) count(match func(*changeRec) bool) int {
 	l.mu.Lock()
@@ -140,7 +150,7 @@ func (l *changeLoad) count(match func(*changeRec) bool) int {
 func (l *changeLoad) waitFor(t *testing.T, d time.Duration, n int, what string, match func(*changeRec) bool) {
 	t.Helper()
 	if _, ok := eventually(d, func() bool { return l.count(match) >= n }); !ok {
-		t.Fatalf("waited %v for %d requests %s, saw %d", d, n, what, l.count(match))
+		t.Fatalf("waited %v for %d requests %s, saw %d; since the first: %v", d, n, what, l.count(match), l.result(l.first(), 1<<62, time.Hour))
 	}
 }
 

@@ -102,7 +102,7 @@ func TestClusterFailover(t *testing.T) {
 			}
 			synced := time.Since(kill)
 			// The new master, with a replica again, says the limit is reached.
-			load.waitFor(t, 15*time.Second, 1, "denied by redis after the failover", func(r *changeRec) bool {
+			load.waitFor(t, 30*time.Second, 1, "denied by redis after the failover", func(r *changeRec) bool {
 				return r.sent.After(kill.Add(synced)) && r.fromRedis() && !r.passed()
 			})
 			load.halt()
