@@ -507,6 +507,21 @@ type RateLimitPolicySpec struct {
 	// with targetSelector. Unset: no NetworkPolicy.
 	// +optional
 	NetworkPolicy *PodNetworkPolicy `json:"networkPolicy,omitempty"`
+
+	// Durable admits (issue 24). Kept in a block of its own.
+
+	// durability is when a request's admit counts. Primary (also when
+	// unset): once the Redis master has it. Redis replicates
+	// asynchronously, so a failover to a replica that had not received the
+	// last admits lets that budget be used again. Replicated: only once a
+	// replica has it too (Redis WAIT, once per round trip to Redis), so a
+	// failover forgets no admit that let a request through; an admit no
+	// replica acknowledges within 100ms is taken back and failMode decides
+	// the request, which is every request while the master has no replica
+	// (after a failover, until the old master is back as a replica). See
+	// docs/operations.md, "What happens during a failover, a reshard".
+	// +optional
+	Durability Durability `json:"durability,omitempty"`
 }
 
 // RateLimitPolicyStatus is the observed state of a RateLimitPolicy.
@@ -709,3 +724,17 @@ type JWKSSource struct {
 	// +kubebuilder:validation:XValidation:rule="!self.contains('@') && !self.contains('#')",message="url must not carry credentials ('@') or a fragment ('#')"
 	URL string `json:"url,omitempty"`
 }
+
+// Durable admits (issue 24): spec.durability's type.
+
+// Durability says when a request's admit counts (spec.durability).
+// +kubebuilder:validation:Enum=Primary;Replicated
+type Durability string
+
+const (
+	// DurabilityPrimary counts an admit once the Redis master has it.
+	DurabilityPrimary Durability = "Primary"
+	// DurabilityReplicated counts an admit once a replica of the Redis
+	// master has it too.
+	DurabilityReplicated Durability = "Replicated"
+)

@@ -158,6 +158,11 @@ func TestValidation(t *testing.T) {
 			s.Match = &v1alpha1.RequestMatch{Methods: []v1alpha1.HTTPMethod{"GET", "POST"}, PathPrefixes: []v1alpha1.PathPrefix{"/api/", "/"}}
 		}},
 
+		{name: "valid durability Replicated", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Durability = v1alpha1.DurabilityReplicated }},
+		{name: "valid durability Primary", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Durability = v1alpha1.DurabilityPrimary }},
+		{name: "unknown durability", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Durability = "Quorum" },
+			wantErr: []string{"spec.durability", `Unsupported value: "Quorum"`}},
+
 		{name: "limit 0", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Limit = 0 },
 			wantErr: []string{"spec.limit", "greater than or equal to 1"}},
 		{name: "limit -1", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Limit = -1 },

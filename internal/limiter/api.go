@@ -63,6 +63,14 @@ type Rule struct {
 	// Replicas is how many sidecars share this rule's limit, for the
 	// fail-open share ceil(Limit/Replicas); 0 means Options.Replicas.
 	Replicas int
+	// Durable makes an admit count only once a replica of the Redis
+	// master has it (WAIT, once per round trip), so that a failover to
+	// that replica cannot forget it; an admit no replica acknowledged in
+	// time (Options.ReplicaWait) is taken back and decided by FailMode
+	// (Decision.Err is ErrNotReplicated). Rules whose keys share a slot
+	// are decided by one script: if one of them is durable, so are the
+	// others' admits.
+	Durable bool
 }
 
 // Request asks whether one request of Client may pass Rule.

@@ -24,6 +24,12 @@ type op struct {
 	reply    any // the script's reply, undecoded
 	err      error
 	done     chan struct{}
+	// resent counts the times Redis Cluster refused it unrun because its
+	// slot was moving (retryLater).
+	resent int
+	// durable: its admits count only once a replica has them (see
+	// durable.go).
+	durable bool
 	// Inline room for a one-key decision's command, so the hot path does
 	// not allocate it.
 	argsBuf [oneKeyDecideLen]any
@@ -78,8 +84,12 @@ func (o *op) abandon(err error) {
 // patience.exhausted). An op that did not finish carries the reason in its
 // err.
 func (l *Limiter) submitAndWait(ctx context.Context, groups []group, start, deadline, hard time.Time) {
-	if len(groups) == 1 && l.roundTripNow(groups[0].op, deadline) {
-		return
+	sent := false // the op of the only group is on its way already
+	if len(groups) == 1 {
+		var answered bool
+		if sent, answered = l.roundTripNow(groups[0].op, deadline); answered {
+			return
+		}
 	}
 	p := patience{l: l, start: start, hard: hard, timer: timerPool.Get().(*time.Timer)}
 	p.timer.Reset(time.Until(deadline))
@@ -90,7 +100,7 @@ func (l *Limiter) submitAndWait(ctx context.Context, groups []group, start, dead
 	var err error
 	for gi := range groups {
 		o := groups[gi].op
-		if err == nil {
+		if err == nil && !sent {
 			err = p.enqueue(ctx, o)
 		}
 		if err != nil {
@@ -119,26 +129,33 @@ func (l *Limiter) submitAndWait(ctx context.Context, groups []group, start, dead
 // limiter is idle: nothing to coalesce with and a connection free, which
 // saves two goroutine hand-offs. Under load the flushers always wait for
 // tokens, so this path turns itself off and decisions are batched. It
-// reports whether it made the round trip.
-func (l *Limiter) roundTripNow(o *op, deadline time.Time) bool {
+// reports whether it made the round trip, and whether o is answered: a
+// Redis Cluster that refused it for a moving slot has it resent later
+// (retryLater), and the caller waits for that answer as for any other.
+func (l *Limiter) roundTripNow(o *op, deadline time.Time) (made, answered bool) {
 	if !l.honorsDeadlines || len(l.queue) != 0 || l.waiting.Load() != 0 {
-		return false
+		return false, false
 	}
 	select {
 	case l.tokens <- struct{}{}:
 	default:
-		return false
+		return false, false
 	}
 	o.state.Store(opInflight)
 	// Bounded by the budget: the idle path has no one to tell a slow Redis
 	// from a hung one.
 	l.exec([]*op{o}, make([]*redis.Cmd, 0, 1), deadline)
 	<-l.tokens
+	select {
+	case <-o.done:
+	default:
+		return true, false
+	}
 	if o.err != nil && !time.Now().Before(deadline) {
 		o.err = fmt.Errorf("%w: %w", ErrTimeout, o.err)
 		l.stats.timeouts.Add(1)
 	}
-	return true
+	return true, true
 }
 
 // patience is a decision's wait for Redis. When its timer fires (first at
@@ -291,9 +308,10 @@ func (l *Limiter) fillBatch(batch []*op, first *op, linger *time.Timer) []*op {
 }
 
 // send makes one round trip: a pipeline, or for a single command the plain
-// path, which go-redis makes cheaper than a pipeline of one.
-func (l *Limiter) send(ctx context.Context, cmds []*redis.Cmd) error {
-	if len(cmds) == 1 {
+// path, which go-redis makes cheaper than a pipeline of one; a round trip
+// that must end with a WAIT (pipelineHook) is always a pipeline.
+func (l *Limiter) send(ctx context.Context, cmds []*redis.Cmd, wait bool) error {
+	if len(cmds) == 1 && !wait {
 		return l.rdb.Process(ctx, cmds[0])
 	}
 	pipe := l.rdb.Pipeline()
@@ -322,20 +340,24 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cm
 	}
 	ctx, cancel := context.WithDeadline(l.ctx, dl)
 	defer cancel()
+	var acks *replicaAcks
 	for _, o := range batch {
+		if o.durable && acks == nil {
+			ctx, acks = withReplicaAcks(ctx, l.replicaWaitFor(dl))
+		}
 		cmds = append(cmds, redis.NewCmd(ctx, o.args...))
 	}
 	// Per-command errors are read below. Exec's own error matters when the
 	// connection could not be set up with a Redis error (WRONGPASS,
 	// NOPERM on HELLO): go-redis then leaves the commands without error
 	// and without value.
-	execErr := l.send(ctx, cmds)
+	execErr := l.send(ctx, cmds, acks != nil)
 	l.stats.roundTrips.Add(1)
 	l.stats.ops.Add(int64(len(batch)))
-	if err := l.resendUnknown(ctx, batch, cmds); err != nil {
+	if err := l.resendUnknown(ctx, batch, cmds, acks != nil); err != nil {
 		execErr = err
 	}
-	l.deliver(batch, cmds, execErr)
+	l.deliver(batch, cmds, execErr, acks)
 	clear(cmds)
 	return cmds[:0]
 }
@@ -343,7 +365,7 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cm
 // resendUnknown resends as EVAL, in one more round trip, the commands of
 // batch that came back NOSCRIPT, replacing them in cmds. It returns that
 // round trip's error.
-func (l *Limiter) resendUnknown(ctx context.Context, batch []*op, cmds []*redis.Cmd) error {
+func (l *Limiter) resendUnknown(ctx context.Context, batch []*op, cmds []*redis.Cmd, wait bool) error {
 	var again []*redis.Cmd
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
@@ -355,15 +377,16 @@ func (l *Limiter) resendUnknown(ctx context.Context, batch []*op, cmds []*redis.
 		return nil
 	}
 	l.stats.noScript.Add(1)
-	err := l.send(ctx, again)
+	err := l.send(ctx, again, wait)
 	l.stats.roundTrips.Add(1)
 	return err
 }
 
 // deliver hands each op of batch the answer of its command in cmds, and
 // tells the breaker and the budget how the round trip went. execErr stands
-// in for an answer go-redis left empty.
-func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
+// in for an answer go-redis left empty; acks, when set, says which
+// commands a replica acknowledged (durable ops).
+func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error, acks *replicaAcks) {
 	var firstErr error
 	answered := time.Now()
 	anyAnswer := false
@@ -376,8 +399,12 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
 				err = errNoReply
 			}
 		}
+		if err != nil && l.retryLater(o, err) {
+			continue
+		}
 		if err != nil {
-			if firstErr == nil {
+			// A moving slot is Redis answering, not failing.
+			if firstErr == nil && !slotMoving(err) {
 				firstErr = err
 			}
 			o.finish(nil, err)
@@ -388,6 +415,9 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
 			l.latency.observe(answered.Sub(o.start), answered)
 		}
 		anyAnswer = true
+		if o.durable && !acks.acknowledged(c) && l.notReplicated(o, c.Val()) {
+			continue
+		}
 		if !o.finish(c, nil) {
 			l.undoLate(o, c.Val())
 		}
@@ -395,11 +425,51 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error) {
 	if anyAnswer {
 		l.lastAnswer.Store(answered.UnixNano())
 	}
-	if firstErr != nil {
+	switch {
+	case firstErr != nil:
 		l.breaker.failure(firstErr)
-	} else {
+	case anyAnswer:
 		l.breaker.success()
 	}
+}
+
+// slotMoving reports whether err is Redis Cluster refusing a command,
+// unrun, because its slot is moving between nodes: a redirect that
+// go-redis's own MaxRedirects did not settle (MOVED, ASK), or TRYAGAIN
+// (some keys of the command have moved and some not, or the node the slot
+// moves to lacks some of them).
+func slotMoving(err error) bool {
+	if redis.IsTryAgainError(err) {
+		return true
+	}
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask
+}
+
+// retryLater resends o after a pause when Redis Cluster refused it unrun
+// for a moving slot, while its deadline allows; it reports whether it took
+// o. The pause grows from 1 ms to 64 ms: a redirect settles at once and a
+// split command's keys are moved by the next MIGRATE, while a long
+// migration should not be hammered. A decide script over several keys that
+// met TRYAGAIN is not resent: its caller decides its keys one by one
+// (call.splitRefused), since a new node refuses it until the whole slot
+// has moved if one of its keys does not exist yet.
+func (l *Limiter) retryLater(o *op, err error) bool {
+	if !slotMoving(err) || (o.script == &decideLua && o.args[2].(int) > 1 && redis.IsTryAgainError(err)) {
+		return false
+	}
+	pause := time.Millisecond << min(o.resent, 6)
+	if !time.Now().Add(pause).Before(o.deadline) {
+		return false
+	}
+	o.resent++
+	if !o.state.CompareAndSwap(opInflight, opQueued) {
+		return true // its caller gave up; nothing ran, nothing to undo
+	}
+	l.stats.resent.Add(1)
+	time.AfterFunc(pause, func() { l.enqueueNoWait(o) })
+	return true
 }
 
 // undoLate takes back what a decide script admitted for a caller that had
@@ -417,7 +487,7 @@ func (l *Limiter) undoLate(o *op, v any) {
 	}
 	if args := lateUndoArgs(o.args, rep); args != nil {
 		l.stats.undos.Add(1)
-		l.enqueueUndo(&op{script: &undoLua, args: args, deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)})
+		l.enqueueNoWait(&op{script: &undoLua, args: args, deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)})
 	}
 }
 
@@ -462,7 +532,7 @@ func (l *Limiter) cancelUntilDone(args []any) {
 	defer wait.Stop()
 	for {
 		o := &op{script: &cancelLua, args: args, deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
-		l.enqueueUndo(o)
+		l.enqueueNoWait(o)
 		// An op whose deadline passes in the queue is dropped unanswered.
 		wait.Reset(2 * l.opts.Timeout)
 		select {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Decide decides every rule one HTTP request must pass; see the contract in
@@ -33,6 +35,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 		return out
 	}
 	c.askRedis(ctx, keys)
+	c.splitRefused(ctx)
 	c.collect(ctx)
 	c.fallBack(keys)
 	if !c.pass && c.admitted {
@@ -43,7 +46,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 }
 
 // call is one Decide in progress. Its phases, in order: validate, (the
-// deny cache), askRedis, collect, fallBack, undo, count.
+// deny cache), askRedis, splitRefused, collect, fallBack, undo, count.
 type call struct {
 	l    *Limiter
 	reqs []Request
@@ -60,8 +63,8 @@ type call struct {
 	// notAsked is why Redis was not asked at all (closed, breaker open).
 	notAsked error
 	// pass says no non-dry-run request is denied so far; admitted, that
-	// some group admitted into Redis.
-	pass, admitted bool
+	// some group admitted into Redis; commit, that the scripts may admit.
+	pass, admitted, commit bool
 	// replicas is Options.Replicas, read once the first request fails
 	// over (0 until then).
 	replicas int64
@@ -193,13 +196,56 @@ func (c *call) askRedis(ctx context.Context, keys []string) {
 	c.member = l.nextMember()
 	// An invalid non-dry-run request already fails the request: Redis then
 	// only decides, admitting nothing.
-	commit := c.pass
+	c.commit = c.pass
 	for gi := range c.groups {
-		g := &c.groups[gi]
-		g.op = &op{script: &decideLua, start: c.start, deadline: c.hard, done: make(chan struct{}, 1)}
-		g.op.args = decideArgs(g.op.argsBuf[:0], c.reqs, g.idx, g.keys, c.member, l.marginMs, commit)
+		c.newOp(&c.groups[gi])
 	}
 	l.submitAndWait(ctx, c.groups, c.start, c.deadline, c.hard)
+}
+
+// newOp gives g the decide script over its keys.
+func (c *call) newOp(g *group) {
+	g.op = &op{script: &decideLua, start: c.start, deadline: c.hard, done: make(chan struct{}, 1)}
+	g.op.args = decideArgs(g.op.argsBuf[:0], c.reqs, g.idx, g.keys, c.member, c.l.marginMs, c.commit)
+	for _, i := range g.idx {
+		g.op.durable = g.op.durable || (c.commit && c.reqs[i].Rule.Durable)
+	}
+}
+
+// splitRefused asks again, one script per key, about the groups whose
+// script Redis Cluster refused with TRYAGAIN: their slot is moving, and
+// some of their keys have moved while others have not, or the node it
+// moves to lacks some of them (a key never written, or emptied by the
+// trim), which it refuses until the whole slot has moved. A script over
+// one key is always served: by the old node while it holds the key, else
+// by the new one (ASK). The group's rules are then decided as rules in
+// different slots are: a request that fails has its admits undone.
+func (c *call) splitRefused(ctx context.Context) {
+	var split []group
+	for gi := range c.groups {
+		g := &c.groups[gi]
+		if len(g.idx) < 2 || g.op.err == nil || !redis.IsTryAgainError(g.op.err) {
+			continue
+		}
+		for k, i := range g.idx {
+			one := group{slot: g.slot, tag: g.tag, idx: []int{i}, keys: []string{g.keys[k]}}
+			c.newOp(&one)
+			split = append(split, one)
+		}
+		g.idx = nil // replaced by split
+		c.l.stats.resent.Add(1)
+	}
+	if split == nil {
+		return
+	}
+	c.l.submitAndWait(ctx, split, c.start, c.deadline, c.hard)
+	kept := split
+	for _, g := range c.groups {
+		if g.idx != nil {
+			kept = append(kept, g)
+		}
+	}
+	c.groups = kept
 }
 
 // collect turns each group's reply into decisions; a group Redis did not
@@ -321,7 +367,7 @@ func (c *call) undo() {
 		o := &op{script: &undoLua, args: undoArgs(c.member, keys), deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
 		ops = append(ops, o)
 		l.stats.undos.Add(1)
-		l.enqueueUndo(o)
+		l.enqueueNoWait(o)
 	}
 	timer := time.NewTimer(time.Until(c.deadline))
 	defer timer.Stop()
@@ -334,9 +380,9 @@ func (c *call) undo() {
 	}
 }
 
-// enqueueUndo queues o without blocking the decision: when the queue is
+// enqueueNoWait queues o without blocking the caller: when the queue is
 // full, a goroutine waits for room (or for Close).
-func (l *Limiter) enqueueUndo(o *op) {
+func (l *Limiter) enqueueNoWait(o *op) {
 	select {
 	case l.queue <- o:
 	default:

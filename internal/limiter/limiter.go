@@ -28,6 +28,12 @@ var (
 	// [0, MaxHits]; such a request is always denied.
 	ErrInvalidRule = errors.New("limiter: invalid rule")
 
+	// ErrNotReplicated means Redis admitted a durable rule's request but
+	// no replica acknowledged the admit within Options.ReplicaWait (the
+	// master has no replica, or it lags): the admit was taken back and the
+	// rule's fail mode decided.
+	ErrNotReplicated = errors.New("limiter: no replica acknowledged the admit in time")
+
 	// errNoReply stands for an answer go-redis left empty without an
 	// error of its own.
 	errNoReply = errors.New("limiter: no reply from redis")
@@ -110,6 +116,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.DenyCacheMax > 0 {
 		l.view = newView(opts.DenyCacheMax)
 	}
+	pipelineHook{}.install(rdb)
 	l.wg.Add(opts.MaxInflight + 1)
 	for range opts.MaxInflight {
 		go l.flusher()
@@ -167,11 +174,19 @@ type Stats struct {
 	Undos                         int64 // compensating calls for cross-slot requests
 	BreakerOpens                  int64
 	DenyCache                     int64 // Decide calls denied by the deny cache, without Redis
+	// Resent counts scripts Redis Cluster refused unrun because their slot
+	// was moving (MOVED, ASK, TRYAGAIN), and asked again: resent after a
+	// pause, or split into one script per key.
+	Resent int64
+	// NotReplicated counts durable admits that no replica acknowledged in
+	// time, taken back (ErrNotReplicated).
+	NotReplicated int64
 }
 
 type stats struct {
 	redis, fallback, failedClosed, timeouts, denyCache atomic.Int64
-	roundTrips, ops, noScript, undos                   atomic.Int64
+	roundTrips, ops, noScript, undos, resent           atomic.Int64
+	notReplicated                                      atomic.Int64
 }
 
 // Stats returns the counters.
@@ -180,6 +195,6 @@ func (l *Limiter) Stats() Stats {
 		Redis: l.stats.redis.Load(), Fallback: l.stats.fallback.Load(), FailedClosed: l.stats.failedClosed.Load(),
 		Timeouts: l.stats.timeouts.Load(), RoundTrips: l.stats.roundTrips.Load(), Ops: l.stats.ops.Load(),
 		NoScript: l.stats.noScript.Load(), Undos: l.stats.undos.Load(), BreakerOpens: l.breaker.opens.Load(),
-		DenyCache: l.stats.denyCache.Load(),
+		DenyCache: l.stats.denyCache.Load(), Resent: l.stats.resent.Load(), NotReplicated: l.stats.notReplicated.Load(),
 	}
 }

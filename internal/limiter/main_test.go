@@ -22,6 +22,27 @@ var (
 	clusterErr  error
 )
 
+// The cluster the failover and reshard tests change: 3 masters with a
+// replica each, whose replication lags by replicationLag (see
+// testsupport.ClusterOptions), and a node timeout of a second, so that a
+// replica replaces a killed master within about two.
+var (
+	changingOnce sync.WaitGroup
+	changing     *testsupport.Cluster
+	changingErr  error
+)
+
+const nodeTimeout = time.Second
+
+// replicationLag is 100 ms, or SLIDEGATE_REPLICATION_LAG (a duration; "0s":
+// replicas on loopback with nothing added, to measure a healthy network).
+var replicationLag = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("SLIDEGATE_REPLICATION_LAG")); err == nil && d >= 0 {
+		return d
+	}
+	return 100 * time.Millisecond
+}()
+
 func TestMain(m *testing.M) {
 	testsupport.RedisInMain()
 	// go-redis logs every failed dial; the fault tests cause thousands.
@@ -31,10 +52,21 @@ func TestMain(m *testing.M) {
 		defer clusterOnce.Done()
 		cluster, clusterErr = testsupport.NewCluster(3)
 	}()
+	changingOnce.Add(1)
+	go func() {
+		defer changingOnce.Done()
+		changing, changingErr = testsupport.NewClusterWith(testsupport.ClusterOptions{
+			Masters: 3, Replicas: 1, NodeTimeout: nodeTimeout, ReplicationDelay: replicationLag,
+		})
+	}()
 	code := m.Run()
 	clusterOnce.Wait()
 	if cluster != nil {
 		cluster.Close()
+	}
+	changingOnce.Wait()
+	if changing != nil {
+		changing.Close()
 	}
 	os.Exit(code)
 }
@@ -50,6 +82,20 @@ func sharedCluster(t *testing.T) *testsupport.Cluster {
 		t.Fatalf("starting the redis cluster: %v", clusterErr)
 	}
 	return cluster
+}
+
+// changingCluster is the cluster that the failover and reshard tests
+// change, once it is healthy.
+func changingCluster(t *testing.T) *testsupport.Cluster {
+	t.Helper()
+	changingOnce.Wait()
+	if changingErr != nil {
+		t.Fatalf("starting the redis cluster with replicas: %v", changingErr)
+	}
+	if err := changing.WaitOK(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return changing
 }
 
 // client returns a go-redis client for addr built by redisconn.NewClient, the

@@ -54,6 +54,15 @@ type Options struct {
 	// 16×MaxBatch); beyond it Decide waits, still within Timeout.
 	QueueSize int
 
+	// ReplicaWait bounds how long a round trip that carries a durable
+	// rule's admit (Rule.Durable) waits for a replica to acknowledge it
+	// (WAIT's timeout; default 100ms, and never more than half of what
+	// remains of the round trip's deadline). A replica on a healthy
+	// network acknowledges within a round trip between master and replica;
+	// past ReplicaWait the admit goes to the rule's fail mode, so a master
+	// without a replica costs such round trips this much each.
+	ReplicaWait time.Duration
+
 	// BreakerFailures is the number of consecutive failed round trips or
 	// timed-out decisions that opens the circuit breaker (default 5).
 	BreakerFailures int
@@ -81,6 +90,7 @@ const (
 	defaultMaxBatch    = 256
 	defaultMaxInflight = 2
 	defaultBreaker     = 5
+	defaultReplicaWait = 100 * time.Millisecond
 	defaultProbe       = 200 * time.Millisecond
 	defaultFallbackMax = 10000
 	defaultDenyCache   = 10000
@@ -123,6 +133,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.QueueSize <= 0 {
 		o.QueueSize = 16 * o.MaxBatch
+	}
+	if o.ReplicaWait <= 0 {
+		o.ReplicaWait = defaultReplicaWait
 	}
 	if o.BreakerFailures <= 0 {
 		o.BreakerFailures = defaultBreaker

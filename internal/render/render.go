@@ -210,6 +210,7 @@ func Policy(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
 		Mode:         string(orDefault(s.Mode, v1alpha1.ModeEnforce)),
 		Key:          key,
 		Match:        match(s.Match),
+		Durability:   durability(s.Durability),
 	}
 	if len(errs) == 0 {
 		// The schema's last line of defence: enum values, header names,
@@ -453,4 +454,14 @@ func match(m *v1alpha1.RequestMatch) sidecarconfig.Match {
 	out.Methods = slices.Compact(out.Methods)
 	out.PathPrefixes = slices.Compact(out.PathPrefixes)
 	return out
+}
+
+// durability is spec.durability as the documents hold it: written only
+// when Replicated, so that every other policy renders byte for byte as
+// before the field existed.
+func durability(d v1alpha1.Durability) string {
+	if d == v1alpha1.DurabilityReplicated {
+		return sidecarconfig.DurabilityReplicated
+	}
+	return ""
 }

@@ -61,6 +61,7 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 		Algorithm:    string(orDefault(s.Algorithm, v1alpha1.AlgorithmSlidingLog)),
 		FailMode:     string(orDefault(s.FailMode, v1alpha1.FailOpen)),
 		Mode:         string(orDefault(s.Mode, v1alpha1.ModeEnforce)),
+		Durability:   durability(s.Durability),
 	}
 	for _, e := range s.RateLimitService.Descriptor {
 		out.Descriptor = append(out.Descriptor, rlsconfig.Entry{Key: e.Key, Value: e.Value})

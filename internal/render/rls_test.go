@@ -71,6 +71,16 @@ func TestRLSPolicy(t *testing.T) {
 			Descriptor:   []rlsconfig.Entry{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}},
 			WindowMillis: 60_000, Limit: 100, Algorithm: "SlidingWindowCounter", FailMode: "Closed", Mode: "DryRun",
 		}},
+		{name: "durability Replicated", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Durability = v1alpha1.DurabilityReplicated }, want: rlsconfig.Policy{
+			Namespace: "shop", Name: "p", ID: "rls/shop/p", Domain: "edge",
+			Descriptor:   []rlsconfig.Entry{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}},
+			WindowMillis: 60_000, Limit: 100, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce", Durability: "Replicated",
+		}},
+		{name: "durability Primary is not rendered", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Durability = v1alpha1.DurabilityPrimary }, want: rlsconfig.Policy{
+			Namespace: "shop", Name: "p", ID: "rls/shop/p", Domain: "edge",
+			Descriptor:   []rlsconfig.Entry{{Key: "generic_key", Value: "checkout"}, {Key: "remote_address"}},
+			WindowMillis: 60_000, Limit: 100, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce",
+		}},
 		{name: "a sidecar policy", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.RateLimitService = nil
 			s.TargetSelector = &v1alpha1.LabelSelector{}

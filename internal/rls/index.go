@@ -53,6 +53,7 @@ func newIndex(c *rlsconfig.Config) *index {
 			rule: limiter.Rule{
 				ID: p.ID, Limit: p.Limit, Window: time.Duration(p.WindowMillis) * time.Millisecond,
 				Algorithm: limiter.Algorithm(p.Algorithm), FailMode: limiter.FailMode(p.FailMode),
+				Durable: p.Durability == rlsconfig.DurabilityReplicated,
 			},
 			dryRun:   p.Mode == rlsconfig.ModeDryRun,
 			nameItem: ratelimitheader.String(p.Namespace + "/" + p.Name),

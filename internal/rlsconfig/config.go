@@ -28,6 +28,10 @@ const (
 	IDPrefix = "rls/"
 )
 
+// DurabilityReplicated is Policy.Durability for an admit that counts once
+// a replica has it.
+const DurabilityReplicated = sidecarconfig.DurabilityReplicated
+
 // Bounds of a config. The limit and window bounds are the sidecar's (the
 // CRD's); the others bound what a request is matched against.
 const (
@@ -63,6 +67,9 @@ type Policy struct {
 	Algorithm    string  `json:"algorithm"` // SlidingLog | SlidingWindowCounter
 	FailMode     string  `json:"failMode"`  // Open | Closed
 	Mode         string  `json:"mode"`      // Enforce | DryRun
+	// Durability is sidecarconfig.DurabilityReplicated, or absent: as
+	// sidecarconfig.Policy's.
+	Durability string `json:"durability,omitempty"`
 }
 
 // Entry is one descriptor entry of a policy.
@@ -174,6 +181,9 @@ func (p *Policy) validate() error {
 	case ModeEnforce, ModeDryRun:
 	default:
 		errs = append(errs, fmt.Errorf("mode %q is not %s or %s", p.Mode, ModeEnforce, ModeDryRun))
+	}
+	if !sidecarconfig.ValidDurability(p.Durability) {
+		errs = append(errs, fmt.Errorf("durability %q is not Primary or %s", p.Durability, sidecarconfig.DurabilityReplicated))
 	}
 	return errors.Join(errs...)
 }

@@ -68,6 +68,7 @@ func TestParseInvalid(t *testing.T) {
 		{"algorithm", func(c *Config) { c.Policies[0].Algorithm = "FixedWindow" }, `algorithm "FixedWindow"`},
 		{"failMode", func(c *Config) { c.Policies[0].FailMode = "" }, `failMode ""`},
 		{"mode", func(c *Config) { c.Policies[0].Mode = "Shadow" }, `mode "Shadow"`},
+		{"durability", func(c *Config) { c.Policies[0].Durability = "Quorum" }, `durability "Quorum" is not Primary or Replicated`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -106,6 +106,7 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 				Algorithm: limiter.Algorithm(p.Algorithm),
 				FailMode:  limiter.FailMode(p.FailMode),
 				Replicas:  int(p.Replicas),
+				Durable:   p.Durability == sidecarconfig.DurabilityReplicated,
 			},
 			dryRun:    p.Mode == "DryRun",
 			methods:   compileMethods(p.Match.Methods),

@@ -2,10 +2,8 @@ package sidecar
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -113,26 +111,15 @@ func (r *slowResult) log(t *testing.T) {
 		r.statuses, r.redis, r.denyCache, r.fallback, len(r.admits), r.elapsed, r.maxLag)
 }
 
-// excess finds admits that Redis's clock must have placed more than
-// slowLimit to a window: a request is decided between its sending and its
-// arrival, so admits that were all sent after a−window and had all arrived
-// by a fall within a window shorter than slowWindow. It returns a
-// description of the first such set, or "".
+// excess describes a window in which more than slowLimit admits of one
+// user arrived (testsupport.BusiestWindow), or is "".
 func (r *slowResult) excess() string {
-	as := slices.Clone(r.admits)
-	slices.SortFunc(as, func(a, b admit) int { return a.arrived.Compare(b.arrived) })
-	for j := range as {
-		from := as[j].arrived.Add(-slowWindow)
-		n := 0
-		for k := 0; k <= j; k++ {
-			if as[k].user == as[j].user && as[k].sent.After(from) {
-				n++
-			}
-		}
-		if n > slowLimit {
-			return fmt.Sprintf("%d admits of %s sent after %s and arrived by %s",
-				n, as[j].user, from.Format("15:04:05.000"), as[j].arrived.Format("15:04:05.000"))
-		}
+	ds := make([]testsupport.Decision, len(r.admits))
+	for i, a := range r.admits {
+		ds[i] = testsupport.Decision{Key: a.user, Sent: a.sent, Done: a.arrived, Admitted: true}
+	}
+	if most, where := testsupport.BusiestWindow(ds, slowWindow); most > slowLimit {
+		return where
 	}
 	return ""
 }

@@ -77,6 +77,19 @@ type Policy struct {
 	// an older controller keeps working during an upgrade. The sidecars'
 	// own count, once known, takes precedence over it.
 	Replicas int32 `json:"replicas,omitempty"`
+	// Durability is DurabilityReplicated when an admit counts only once a
+	// replica of the Redis master has it; absent (or "Primary"), once the
+	// master has it. The controller writes it only when Replicated.
+	Durability string `json:"durability,omitempty" minor:"1"`
+}
+
+// DurabilityReplicated is Policy.Durability (and rlsconfig's) for an admit
+// that counts once a replica has it (the API's spec.durability).
+const DurabilityReplicated = "Replicated"
+
+// ValidDurability says whether d is a Durability a document may hold.
+func ValidDurability(d string) bool {
+	return d == "" || d == "Primary" || d == DurabilityReplicated
 }
 
 // Selector is a Kubernetes label selector in plain data.
@@ -339,6 +352,9 @@ func (p *Policy) validate() error {
 	}
 	if p.Mode != "Enforce" && p.Mode != "DryRun" {
 		add("mode %q is not Enforce or DryRun", p.Mode)
+	}
+	if !ValidDurability(p.Durability) {
+		add("durability %q is not Primary or Replicated", p.Durability)
 	}
 	switch p.Key.Source {
 	case SourceHeader:

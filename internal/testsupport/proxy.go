@@ -3,6 +3,7 @@ package testsupport
 import (
 	"bytes"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,10 +11,22 @@ import (
 
 // ProxyOptions shape the traffic of a Proxy.
 type ProxyOptions struct {
+	// Listen is the address to listen on (default 127.0.0.1:0).
+	Listen string
 	// Delay is how long to hold a chunk of the server's replies that
 	// arrived at t (nil: no delay). Chunks keep their order: one is never
 	// written before an earlier one.
 	Delay func(t time.Time) time.Duration
+	// DelayAfter, when set, limits Delay to the connections that have sent
+	// a request chunk containing it (ASCII case-insensitive), from then
+	// on: "PSYNC" delays a replica's replication stream and no client's
+	// replies.
+	DelayAfter string
+	// DropHeld drops the replies still held (by Delay) when the server
+	// closes the connection, instead of delivering them: a server that
+	// dies (kill -9) takes with it what it had not sent yet, which is what
+	// a lagging replica loses at a failover.
+	DropHeld bool
 	// DropAfter, once Arm is called, marks the first request chunk that
 	// contains it (ASCII case-insensitive): the server's next reply on that
 	// connection is swallowed and the connection closed, a reply lost after
@@ -26,20 +39,41 @@ type ProxyOptions struct {
 type Proxy struct {
 	Addr    string
 	opts    ProxyOptions
+	ln      net.Listener
 	armed   atomic.Bool
 	dropped atomic.Int32
+	held    atomic.Bool
+	// lastDelivered is when the server sent the newest delayed chunk that
+	// reached the other side (UnixNano).
+	lastDelivered atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
 }
 
 // StartProxy forwards every connection to Proxy.Addr to target until the
 // test ends.
 func StartProxy(tb testing.TB, target string, o ProxyOptions) *Proxy {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := NewProxy(target, o)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = ln.Close() })
-	p := &Proxy{Addr: ln.Addr().String(), opts: o}
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// NewProxy is StartProxy outside a test (TestMain); the caller closes it.
+func NewProxy(target string, o ProxyOptions) (*Proxy, error) {
+	addr := o.Listen
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{Addr: ln.Addr().String(), opts: o, ln: ln, conns: map[net.Conn]struct{}{}}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -49,8 +83,24 @@ func StartProxy(tb testing.TB, target string, o ProxyOptions) *Proxy {
 			go p.serve(c, target)
 		}
 	}()
-	return p
+	return p, nil
 }
+
+// Close stops listening and closes every connection.
+func (p *Proxy) Close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// Hold stops (true) or resumes (false) the delivery of delayed replies:
+// while held, a replica receives nothing more, and what it would have
+// received is lost if the server dies meanwhile (DropHeld). It is a
+// replica fallen behind at the worst moment, made certain.
+func (p *Proxy) Hold(on bool) { p.held.Store(on) }
 
 // Arm drops the reply to the next request that contains DropAfter.
 func (p *Proxy) Arm() { p.armed.Store(true) }
@@ -58,23 +108,51 @@ func (p *Proxy) Arm() { p.armed.Store(true) }
 // Dropped is how many replies were dropped.
 func (p *Proxy) Dropped() int32 { return p.dropped.Load() }
 
+// LastDelivered is when the server sent the newest delayed reply chunk
+// that was delivered (zero if none): whatever the server wrote on a
+// delayed connection after it was still held when the connection ended.
+func (p *Proxy) LastDelivered() time.Time {
+	if n := p.lastDelivered.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+func (p *Proxy) track(c net.Conn, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if on {
+		p.conns[c] = struct{}{}
+	} else {
+		delete(p.conns, c)
+	}
+}
+
 func (p *Proxy) serve(c net.Conn, target string) {
+	p.track(c, true)
+	defer p.track(c, false)
 	defer func() { _ = c.Close() }()
 	s, err := net.Dial("tcp", target)
 	if err != nil {
 		return
 	}
 	defer func() { _ = s.Close() }()
-	var poisoned atomic.Bool
+	var poisoned, delayed atomic.Bool
+	delayed.Store(p.opts.DelayAfter == "")
 	match := bytes.ToLower([]byte(p.opts.DropAfter))
+	delayMatch := bytes.ToLower([]byte(p.opts.DelayAfter))
 	go func() {
 		defer func() { _ = s.Close() }()
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := c.Read(buf)
 			if n > 0 {
-				if len(match) > 0 && bytes.Contains(bytes.ToLower(buf[:n]), match) && p.armed.CompareAndSwap(true, false) {
+				lower := bytes.ToLower(buf[:n])
+				if len(match) > 0 && bytes.Contains(lower, match) && p.armed.CompareAndSwap(true, false) {
 					poisoned.Store(true)
+				}
+				if len(delayMatch) > 0 && bytes.Contains(lower, delayMatch) {
+					delayed.Store(true)
 				}
 				if _, err := s.Write(buf[:n]); err != nil {
 					return
@@ -86,10 +164,12 @@ func (p *Proxy) serve(c net.Conn, target string) {
 		}
 	}()
 	type chunk struct {
-		b  []byte
-		at time.Time
+		b        []byte
+		read, at time.Time
+		delayed  bool
 	}
 	q := make(chan chunk, 1024)
+	serverGone := make(chan struct{})
 	go func() {
 		defer close(q)
 		var last time.Time
@@ -102,23 +182,51 @@ func (p *Proxy) serve(c net.Conn, target string) {
 					_ = c.Close()
 					return
 				}
-				at := time.Now()
-				if p.opts.Delay != nil {
+				read := time.Now()
+				at := read
+				d := p.opts.Delay != nil && delayed.Load()
+				if d {
 					at = at.Add(p.opts.Delay(at))
 				}
 				at = maxTime(at, last)
 				last = at
-				q <- chunk{buf[:n], at}
+				q <- chunk{b: buf[:n], read: read, at: at, delayed: d}
 			}
 			if err != nil {
+				close(serverGone)
 				return
 			}
 		}
 	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	gone := (<-chan struct{})(serverGone)
 	for ch := range q {
-		time.Sleep(time.Until(ch.at))
+		timer.Reset(time.Until(ch.at))
+		select {
+		case <-timer.C:
+		case <-gone:
+			// What was due by now was on its way already.
+			if p.opts.DropHeld && time.Now().Before(ch.at) {
+				return
+			}
+			<-timer.C
+		}
+		for ch.delayed && p.held.Load() {
+			select {
+			case <-gone:
+				if p.opts.DropHeld {
+					return
+				}
+				gone = nil // gone: only the hold matters now
+			case <-time.After(time.Millisecond):
+			}
+		}
 		if _, err := c.Write(ch.b); err != nil {
 			return
+		}
+		if ch.delayed {
+			p.lastDelivered.Store(ch.read.UnixNano())
 		}
 	}
 }

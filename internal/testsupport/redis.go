@@ -2,7 +2,6 @@ package testsupport
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -75,7 +74,7 @@ func newRedis(freePort func() (int, error), extraArgs ...string) (*Redis, error)
 	return nil, lastErr
 }
 
-func (r *Redis) start() error {
+func (r *Redis) start(extraArgs ...string) error {
 	bin, err := RedisServerPath()
 	if err != nil {
 		return err
@@ -92,6 +91,7 @@ func (r *Redis) start() error {
 		"--enable-debug-command", "local",
 	}
 	args = append(args, r.extra...)
+	args = append(args, extraArgs...)
 	cmd := exec.Command(bin, args...)
 	// Die with the test binary even if it is killed, so no server outlives a run.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
@@ -168,11 +168,15 @@ func (r *Redis) Resume() error { return r.signal(syscall.SIGCONT) }
 
 // Restart starts the server again on the same port after Kill. The data is
 // gone, as are the cached scripts, like a real restart without persistence.
-func (r *Redis) Restart() error {
+func (r *Redis) Restart() error { return r.RestartWith() }
+
+// RestartWith is Restart with extraArgs added to this start only (e.g.
+// --replicaof, for a former master that comes back as a replica).
+func (r *Redis) RestartWith(extraArgs ...string) error {
 	if r.Pid() != 0 {
 		return errors.New("redis-server is still running")
 	}
-	return r.start()
+	return r.start(extraArgs...)
 }
 
 // Close stops the server and removes its directory.
@@ -204,6 +208,21 @@ func do(addr string, args ...string) (string, error) {
 // doAuth is do after AUTH password on the same connection (none when the
 // password is empty).
 func doAuth(addr, password string, args ...string) (string, error) {
+	if password == "" {
+		return doAfter(addr, nil, args...)
+	}
+	return doAfter(addr, [][]string{{"AUTH", password}}, args...)
+}
+
+// ReadReplica is Do after READONLY on the same connection: a Cluster
+// replica then answers reads of its master's slots instead of MOVED.
+func (r *Redis) ReadReplica(args ...string) (string, error) {
+	return doAfter(r.Addr, [][]string{{"READONLY"}}, args...)
+}
+
+// doAfter sends the commands before, then args, on one connection and
+// returns args' reply; an error reply to one of before fails it.
+func doAfter(addr string, before [][]string, args ...string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
@@ -217,17 +236,17 @@ func doAuth(addr, password string, args ...string) (string, error) {
 			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 		}
 	}
-	if password != "" {
-		write("AUTH", password)
+	for _, c := range before {
+		write(c...)
 	}
 	write(args...)
 	if _, err := conn.Write([]byte(b.String())); err != nil {
 		return "", err
 	}
 	br := bufio.NewReader(conn)
-	if password != "" {
+	for _, c := range before {
 		if _, err := readReply(br); err != nil {
-			return "", fmt.Errorf("AUTH: %w", err)
+			return "", fmt.Errorf("%s: %w", c[0], err)
 		}
 	}
 	return readReply(br)
@@ -317,67 +336,56 @@ func portFree(p int) bool {
 	return true
 }
 
-// Cluster is a Redis Cluster of masters only, each a Redis on its own port
-// and directory. Starting one takes several seconds: start it once per test
-// package (in TestMain), not per test.
-type Cluster struct {
-	Nodes []*Redis
+// Replica is a redis-server that replicates another.
+type Replica struct {
+	*Redis
+	// Link is the proxy the replication stream passes (nil without lag).
+	Link *Proxy
 }
 
-// NewCluster starts masters redis-server processes with cluster mode on,
-// joins them with `redis-cli --cluster create` and waits until every node
-// reports cluster_state:ok.
-func NewCluster(masters int) (*Cluster, error) {
-	cli, err := RedisCLIPath()
+// StartReplica starts a redis-server that replicates master and waits
+// until it is in sync. With lag > 0 it replicates through a Proxy that
+// holds the stream that long and drops what it holds when master dies: a
+// replica that lags (see ProxyOptions.DropHeld).
+func StartReplica(tb testing.TB, master *Redis, lag time.Duration) *Replica {
+	tb.Helper()
+	r := &Replica{}
+	addr := master.Addr
+	if lag > 0 {
+		r.Link = StartProxy(tb, master.Addr, ProxyOptions{
+			Delay: func(time.Time) time.Duration { return lag }, DelayAfter: "PSYNC", DropHeld: true,
+		})
+		addr = r.Link.Addr
+	}
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, err
+		tb.Fatal(err)
 	}
-	c := &Cluster{}
-	for range masters {
-		n, err := newRedis(freeClusterPort, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
-		if err != nil {
-			c.Close()
-			return nil, err
+	// The first sync starts at once (Redis waits 5 s by default, for more
+	// replicas to share one RDB); the master's later ones are left as they
+	// are.
+	prev, err := master.Do("CONFIG", "GET", "repl-diskless-sync-delay")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := master.Do("CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		tb.Fatal(err)
+	}
+	defer func() {
+		if _, v, ok := strings.Cut(prev, "\n"); ok {
+			_, _ = master.Do("CONFIG", "SET", "repl-diskless-sync-delay", v)
 		}
-		c.Nodes = append(c.Nodes, n)
-	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, n := range c.Nodes {
-		for {
-			info, err := n.Do("CLUSTER", "INFO")
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", masters)) {
-				break
-			}
-			if time.Now().After(deadline) {
-				c.Close()
-				return nil, fmt.Errorf("cluster node %s not ready (%s): %w", n.Addr, info, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+	}()
+	r.Redis = StartRedis(tb, "--replicaof", host, port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := r.Do("INFO", "replication")
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return r
 		}
-	}
-	return c, nil
-}
-
-// Addrs lists the node addresses, the seed list for a cluster client.
-func (c *Cluster) Addrs() []string {
-	out := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		out[i] = n.Addr
-	}
-	return out
-}
-
-// Close stops every node.
-func (c *Cluster) Close() {
-	for _, n := range c.Nodes {
-		n.Close()
+		if time.Now().After(deadline) {
+			tb.Fatalf("replica %s of %s not in sync after 10s: %q %v", r.Addr, master.Addr, info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

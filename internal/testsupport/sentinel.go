@@ -19,11 +19,27 @@ type Sentinel struct {
 	password string
 }
 
+// SentinelOptions shape a Sentinel.
+type SentinelOptions struct {
+	// Password, when set, is required from the sentinel's clients
+	// (requirepass).
+	Password string
+	// DownAfter is down-after-milliseconds (default Redis's 30s): how long
+	// the master may not answer before the sentinel fails it over.
+	DownAfter time.Duration
+}
+
 // StartSentinel starts a sentinel on a free loopback port that monitors
 // master as masterName and, when password is not empty, requires it from
 // its clients (requirepass). It returns once the sentinel reports the
 // master, and stops with the test.
 func StartSentinel(tb testing.TB, master *Redis, masterName, password string) *Sentinel {
+	tb.Helper()
+	return StartSentinelWith(tb, master, masterName, SentinelOptions{Password: password})
+}
+
+// StartSentinelWith is StartSentinel with more options.
+func StartSentinelWith(tb testing.TB, master *Redis, masterName string, o SentinelOptions) *Sentinel {
 	tb.Helper()
 	bin, err := RedisServerPath()
 	if err != nil {
@@ -32,7 +48,7 @@ func StartSentinel(tb testing.TB, master *Redis, masterName, password string) *S
 	var lastErr error
 	// As for redis-server: another port when the probed one is taken.
 	for range 3 {
-		s, stop, err := startSentinel(tb, bin, master, masterName, password)
+		s, stop, err := startSentinel(tb, bin, master, masterName, o)
 		if err == nil {
 			tb.Cleanup(stop)
 			return s
@@ -44,7 +60,8 @@ func StartSentinel(tb testing.TB, master *Redis, masterName, password string) *S
 	return nil
 }
 
-func startSentinel(tb testing.TB, bin string, master *Redis, masterName, password string) (*Sentinel, func(), error) {
+func startSentinel(tb testing.TB, bin string, master *Redis, masterName string, o SentinelOptions) (*Sentinel, func(), error) {
+	password := o.Password
 	port, err := freePort()
 	if err != nil {
 		return nil, func() {}, err
@@ -53,6 +70,9 @@ func startSentinel(tb testing.TB, bin string, master *Redis, masterName, passwor
 	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, masterName, master.Port)
 	if password != "" {
 		conf += "requirepass " + password + "\n"
+	}
+	if o.DownAfter > 0 {
+		conf += fmt.Sprintf("sentinel down-after-milliseconds %s %d\n", masterName, o.DownAfter.Milliseconds())
 	}
 	path := filepath.Join(dir, "sentinel.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
@@ -97,4 +117,42 @@ func (s *Sentinel) Do(args ...string) (string, error) {
 		return do(s.Addr, args...)
 	}
 	return doAuth(s.Addr, s.password, args...)
+}
+
+// Master is the address the sentinel gives for masterName now.
+func (s *Sentinel) Master(masterName string) (string, error) {
+	got, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", masterName)
+	if err != nil {
+		return "", err
+	}
+	host, port, ok := strings.Cut(got, "\n")
+	if !ok {
+		return "", fmt.Errorf("GET-MASTER-ADDR-BY-NAME %s: %q", masterName, got)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// WaitReplicas waits until the sentinel knows n replicas of masterName that
+// it does not consider down: a failover needs one.
+func (s *Sentinel) WaitReplicas(masterName string, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err := s.Do("SENTINEL", "REPLICAS", masterName)
+		if err == nil {
+			up := 0
+			for _, f := range strings.Split(got, "\n") {
+				if strings.HasPrefix(f, "slave") && !strings.Contains(f, "down") && !strings.Contains(f, "disconnected") {
+					up++
+				}
+			}
+			if up >= n {
+				return nil
+			}
+			err = fmt.Errorf("replicas: %q", got)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sentinel %s: %d replicas of %s not known after %v: %w", s.Addr, n, masterName, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -2,8 +2,10 @@
 // latency at several numbers of concurrent callers for both algorithms,
 // side by side with the textbook approach (one EVAL round trip per
 // decision, go-redis defaults) and with the ceiling (redis-benchmark
-// running the same script, 16 requests per pipeline), and Redis memory per
-// tracked client. It starts its own redis-server.
+// running the same script, 16 requests per pipeline), the cost of durable
+// admits (a replica acknowledges each round trip: WAIT) beside the same
+// decisions without, and Redis memory per tracked client. It starts its
+// own redis-server (and a replica of it).
 //
 //	go run ./test/bench/limiter -out bench/limiter.md
 //
@@ -84,6 +86,13 @@ type row struct {
 	lim, textbook, ceiling point
 }
 
+// durableRow compares, at one concurrency, the limiter on a master with a
+// replica without and with durable admits.
+type durableRow struct {
+	callers          int
+	primary, durable point
+}
+
 func run(out string, dur time.Duration, ceilN int, callers []int) error {
 	benchBin, err := exec.LookPath("redis-benchmark")
 	if err != nil {
@@ -103,7 +112,7 @@ func run(out string, dur time.Duration, ceilN int, callers []int) error {
 	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter} {
 		for _, c := range callers {
 			r := row{alg: alg, callers: c}
-			if r.lim, err = measureLimiter(ctx, srv, alg, c, dur); err != nil {
+			if r.lim, err = measureLimiter(ctx, srv, alg, c, dur, false); err != nil {
 				return err
 			}
 			if r.textbook, err = measureTextbook(ctx, srv, alg, c, dur); err != nil {
@@ -117,12 +126,16 @@ func run(out string, dur time.Duration, ceilN int, callers []int) error {
 			rows = append(rows, r)
 		}
 	}
+	durable, err := measureDurable(ctx, srv, callers, dur)
+	if err != nil {
+		return err
+	}
 	mem, err := measureMemory(ctx, srv)
 	if err != nil {
 		return err
 	}
 	version, _ := srv.Do("INFO", "server")
-	return write(out, rows, mem, report{
+	return write(out, rows, durable, mem, report{
 		started: started, took: time.Since(started), loadBefore: loadBefore, loadAfter: loadAvg(),
 		redisVersion: field(version, "redis_version"), dur: dur, ceilN: ceilN,
 	})
@@ -147,7 +160,7 @@ func summarize(lat []time.Duration, elapsed time.Duration) point {
 	return point{dps: p.DPS, p50: p.P50, p99: p.P99}
 }
 
-func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Algorithm, callers int, d time.Duration) (point, error) {
+func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Algorithm, callers int, d time.Duration, durable bool) (point, error) {
 	if err := flush(srv); err != nil {
 		return point{}, err
 	}
@@ -161,7 +174,7 @@ func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Alg
 		return point{}, err
 	}
 	defer func() { _ = l.Close() }()
-	rule := limiter.Rule{ID: "bench/" + string(alg), Limit: benchLimit, Window: benchWindow, Algorithm: alg}
+	rule := limiter.Rule{ID: "bench/" + string(alg), Limit: benchLimit, Window: benchWindow, Algorithm: alg, Durable: durable}
 	// Warm up: scripts loaded, connections open.
 	l.Decide(ctx, []limiter.Request{{Rule: rule, Client: "warmup"}})
 	before := l.Stats()
@@ -174,6 +187,42 @@ func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Alg
 	p.perTrip = float64(st.Ops-before.Ops) / float64(max(1, st.RoundTrips-before.RoundTrips))
 	p.fallbacks = st.Fallback + st.FailedClosed - before.Fallback - before.FailedClosed
 	return p, nil
+}
+
+// measureDurable attaches a replica to srv and measures the limiter with
+// SlidingLog at each concurrency twice, one right after the other: without
+// durable admits and with them (every round trip ends with WAIT 1).
+func measureDurable(ctx context.Context, srv *testsupport.Redis, callers []int, d time.Duration) ([]durableRow, error) {
+	// The first sync at once: Redis waits 5 s by default for more replicas.
+	if _, err := srv.Do("CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		return nil, err
+	}
+	replica, err := testsupport.NewRedis("--replicaof", "127.0.0.1", strconv.Itoa(srv.Port))
+	if err != nil {
+		return nil, err
+	}
+	defer replica.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if info, err := replica.Do("INFO", "replication"); err == nil && strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("replica %s not in sync after 10s", replica.Addr)
+		}
+	}
+	var rows []durableRow
+	for _, c := range callers {
+		r := durableRow{callers: c}
+		if r.primary, err = measureLimiter(ctx, srv, limiter.SlidingLog, c, d, false); err != nil {
+			return nil, err
+		}
+		if r.durable, err = measureLimiter(ctx, srv, limiter.SlidingLog, c, d, true); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "durable callers=%-3d primary %8.0f/s  replicated %8.0f/s\n", c, r.primary.dps, r.durable.dps)
+		rows = append(rows, r)
+	}
+	return rows, nil
 }
 
 // measureTextbook: the same script, one EVAL (source included) per
@@ -343,7 +392,7 @@ type report struct {
 	ceilN                 int
 }
 
-func write(out string, rows []row, mem []memRow, rep report) error {
+func write(out string, rows []row, durable []durableRow, mem []memRow, rep report) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) }
@@ -386,6 +435,19 @@ func write(out string, rows []row, mem []memRow, rep report) error {
 		vc, vt := r.lim.dps/r.ceiling.dps, r.lim.dps/r.textbook.dps
 		p("- %s: %.2f × ceiling (%s), %.2f × textbook (%s).\n", r.alg, vc, met(vc >= 0.5), vt, met(vt >= 3))
 	}
+	p("\n### Durable admits\n\n")
+	p("The same SlidingLog workload on the same server with one replica attached (on loopback), measured without and with durable admits (`spec.durability: Replicated`, `limiter.Rule.Durable`), one right after the other at each concurrency: durable, each pipelined round trip ends with `WAIT 1 <ReplicaWait>`, and its admits count once the replica has acknowledged them. ")
+	p("The ratios are durable ÷ without: what durability costs on a replica one loopback hop away; a replica across a network adds its round trip to every decision.\n\n")
+	p("| callers | without dec/s | p50 µs | p99 µs | durable dec/s | p50 µs | p99 µs | dec/s ratio | p50 ratio | p99 ratio |\n")
+	p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	var notDurable int64
+	for _, r := range durable {
+		notDurable += r.durable.fallbacks
+		p("| %d | %.0f | %s | %s | %.0f | %s | %s | %.2f | %.2f | %.2f |\n",
+			r.callers, r.primary.dps, us(r.primary.p50), us(r.primary.p99), r.durable.dps, us(r.durable.p50), us(r.durable.p99),
+			r.durable.dps/r.primary.dps, float64(r.durable.p50)/float64(r.primary.p50), float64(r.durable.p99)/float64(r.primary.p99))
+	}
+	p("\n%d durable decisions were not acknowledged by the replica in time (fail mode; not counted above).\n", notDurable)
 	p("\n### Redis memory per tracked client\n\n")
 	p("A client's key filled to the limit (window 1h, nothing expires), `MEMORY USAGE <key> SAMPLES 0` averaged over 200 clients; in brackets the growth of `used_memory` per client.\n\n")
 	p("| algorithm | limit 10 | limit 100 | limit 1000 |\n|---|---:|---:|---:|\n")
