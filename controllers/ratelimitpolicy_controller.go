@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,9 +72,21 @@ type RateLimitPolicyReconciler struct {
 	// the policies report Stalled (0: one minute).
 	CredentialsGrace time.Duration
 
+	// InstallSecret holds the install's client hash key (clienthash.go;
+	// clienthash.InstallSecretName in the manager's namespace); empty Name:
+	// no key is mirrored, and the sidecars hash with keys of their own.
+	InstallSecret types.NamespacedName
+
 	// credentials reads RedisCredentials: a cache of that one Secret, set
 	// up by SetupWithManager.
 	credentials client.Reader
+	// uncached reads the API server (the install Secret), set up by
+	// SetupWithManager.
+	uncached client.Reader
+	// install is the install key, read once (installRead) under installMu.
+	installMu   sync.Mutex
+	installRead bool
+	install     []byte
 }
 
 // RBAC (docs/operations.md, "Permissions", explains each verb). The

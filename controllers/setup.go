@@ -163,6 +163,7 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 	podMeta := &metav1.PartialObjectMetadata{}
 	podMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
 
+	r.uncached = mgr.GetAPIReader()
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.RedisCredentials.Name != "" {
 		c, err := credentialsCache(ctx, mgr, r.RedisCredentials)

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -57,10 +58,15 @@ const (
 	PodInfoDir       = "/etc/slidegate/podinfo"
 	RedisTLSDir      = "/etc/slidegate/redis-tls"
 	AdminPortName    = "sg-admin"
-	statusVersion    = "v1"
-	sidecarUID       = 65532
-	podLabelsFile    = "labels"
-	defaultCommand   = "/sidecar"
+	// DebugPortName is the sidecar's /debug port, on 127.0.0.1 only: it is
+	// declared so that kubectl slidegate (and kubectl port-forward) find
+	// it by name, and so that the port check covers it; nothing outside
+	// the pod can connect to it, a port-forward (pods/portforward) can.
+	DebugPortName  = "sg-debug"
+	statusVersion  = "v1"
+	sidecarUID     = 65532
+	podLabelsFile  = "labels"
+	defaultCommand = "/sidecar"
 )
 
 // The defaults of Options that the manager and the controller share.
@@ -79,6 +85,9 @@ const (
 	// v1alpha1.SidecarPort).
 	DefaultListenPort = v1alpha1.SidecarPort
 	DefaultAdminPort  = v1alpha1.SidecarAdminPort
+	// DefaultDebugPort is the sidecar's loopback /debug port when
+	// Options.DebugPort is 0, next to the admin port.
+	DefaultDebugPort = v1alpha1.SidecarAdminPort + 1
 )
 
 // Options shape the injected sidecar. Zero values take the defaults.
@@ -94,11 +103,13 @@ type Options struct {
 	// TargetPort is the name of the app's container port to take over.
 	TargetPort string
 	// ListenPort is the port the sidecar proxies on, under the target
-	// port's name; AdminPort serves its /metrics, probes and /debug
-	// (AdminPortName). Neither may be a port any container of the pod
+	// port's name; AdminPort serves its /metrics and probes
+	// (AdminPortName); DebugPort its /debug, on 127.0.0.1 only
+	// (DebugPortName). None may be a port any container of the pod
 	// declares (ErrPortInUse). Validate checks them.
 	ListenPort int32
 	AdminPort  int32
+	DebugPort  int32
 	// Redis is the shared Redis. The sidecar gets its topology and TLS
 	// switch (Mode, Addrs, MasterName, TLS, TLSServerName) as flags; its
 	// credentials and TLS files come from the mirrored Secret
@@ -114,19 +125,22 @@ type Options struct {
 var ErrInvalidPorts = errors.New("invalid sidecar ports")
 
 // Validate reports sidecar ports that cannot work: out of 1-65535, or one
-// port for both. Zero ports are valid: they take the defaults.
+// port for two uses. Zero ports are valid: they take the defaults.
 func (o Options) Validate() error {
 	o = withDefaults(o)
-	for _, p := range []struct {
+	ports := []struct {
 		name string
 		port int32
-	}{{"listen", o.ListenPort}, {"admin", o.AdminPort}} {
+	}{{"listen", o.ListenPort}, {"admin", o.AdminPort}, {"debug", o.DebugPort}}
+	for i, p := range ports {
 		if p.port < 1 || p.port > 65535 {
 			return fmt.Errorf("%w: the %s port %d is not a port number (1-65535)", ErrInvalidPorts, p.name, p.port)
 		}
-	}
-	if o.ListenPort == o.AdminPort {
-		return fmt.Errorf("%w: the listen and admin ports are both %d; they must differ", ErrInvalidPorts, o.ListenPort)
+		for _, q := range ports[:i] {
+			if p.port == q.port {
+				return fmt.Errorf("%w: the %s and %s ports are both %d; they must differ", ErrInvalidPorts, q.name, p.name, p.port)
+			}
+		}
 	}
 	return nil
 }
@@ -147,8 +161,8 @@ func portsFree(pod *corev1.Pod, o Options) error {
 				continue
 			}
 			for _, p := range c.Ports {
-				if p.ContainerPort == o.ListenPort || p.ContainerPort == o.AdminPort {
-					return fmt.Errorf("%w: container %s port %d is one of the sidecar's (%d, %d)", ErrPortInUse, c.Name, p.ContainerPort, o.ListenPort, o.AdminPort)
+				if p.ContainerPort == o.ListenPort || p.ContainerPort == o.AdminPort || p.ContainerPort == o.DebugPort {
+					return fmt.Errorf("%w: container %s port %d is one of the sidecar's (%d, %d, %d)", ErrPortInUse, c.Name, p.ContainerPort, o.ListenPort, o.AdminPort, o.DebugPort)
 				}
 			}
 		}
@@ -306,6 +320,7 @@ func sidecar(o Options, st Status) corev1.Container {
 	args := []string{
 		"--listen-address=:" + strconv.Itoa(int(o.ListenPort)),
 		"--admin-address=:" + strconv.Itoa(int(o.AdminPort)),
+		"--debug-address=127.0.0.1:" + strconv.Itoa(int(o.DebugPort)),
 		"--upstream=http://127.0.0.1:" + strconv.Itoa(int(st.AppPort)),
 		"--config-file=" + ConfigDir + "/" + sidecarconfig.FileName,
 		"--pod-labels-file=" + PodInfoDir + "/" + podLabelsFile,
@@ -330,7 +345,8 @@ func sidecar(o Options, st Status) corev1.Container {
 		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: v1alpha1.RedisCredentialsSecretName},
 			Key:                  key,
-			// A Redis without ACLs needs no Secret.
+			// A Redis without ACLs needs no Secret; a sidecar without the
+			// client hash key hashes with a key of its own.
 			Optional: ptr.To(true),
 		}}}
 	}
@@ -361,10 +377,12 @@ func sidecar(o Options, st Status) corev1.Container {
 		Ports: []corev1.ContainerPort{
 			{Name: st.TargetPort, ContainerPort: o.ListenPort, Protocol: corev1.ProtocolTCP},
 			{Name: AdminPortName, ContainerPort: o.AdminPort, Protocol: corev1.ProtocolTCP},
+			{Name: DebugPortName, ContainerPort: o.DebugPort, Protocol: corev1.ProtocolTCP},
 		},
 		Env: []corev1.EnvVar{
 			secretEnv(redisconn.EnvUsername, v1alpha1.RedisUsernameKey), secretEnv(redisconn.EnvPassword, v1alpha1.RedisPasswordKey),
 			secretEnv(redisconn.EnvSentinelUsername, v1alpha1.RedisSentinelUsernameKey), secretEnv(redisconn.EnvSentinelPassword, v1alpha1.RedisSentinelPasswordKey),
+			secretEnv(clienthash.EnvKey, clienthash.SecretDataKey),
 		},
 		Resources: o.Resources,
 		// The app starts once the proxy listens; readiness also needs a
@@ -401,6 +419,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.AdminPort == 0 {
 		o.AdminPort = DefaultAdminPort
+	}
+	if o.DebugPort == 0 {
+		o.DebugPort = DefaultDebugPort
 	}
 	if o.FallbackReplicas < 1 {
 		o.FallbackReplicas = 1

@@ -189,7 +189,7 @@ func (s *Sidecar) record(dec *decided, v verdict) {
 		d := policyDecision(dec.requests[i].DryRun, &dec.decisions[i], rejected)
 		p.counters[d].Inc()
 		if d == idxRejected {
-			s.top.add(p.name, dec.requests[i].Client)
+			s.top.add(p.name, s.hasher.Sum(dec.requests[i].Client))
 		}
 	}
 }

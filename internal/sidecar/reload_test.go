@@ -34,9 +34,13 @@ func serve(t *testing.T, s *Sidecar) (front, admin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	debugLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, adminLn) }()
+	go func() { done <- s.Serve(ctx, ln, adminLn, debugLn) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -482,7 +486,7 @@ func TestNewerMinorConfig(t *testing.T) {
 	}
 	rev = h.s.Revision()
 	for _, bad := range []string{
-		strings.Replace(newer, `"namespace"`, `"quota":{},"namespace"`, 1),         // a top-level field it does not know
+		strings.Replace(newer, `"namespace"`, `"quota":{},"namespace"`, 1),       // a top-level field it does not know
 		strings.Replace(newer, "sidecar-config/v1.99", "sidecar-config/v2.0", 1), // another major version
 		strings.Replace(newer, "sidecar-config/v1.99", "sidecar-config/v1.1", 1), // its own minor: strict
 	} {

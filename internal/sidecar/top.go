@@ -8,13 +8,15 @@ import (
 	"github.com/slidegate/slidegate/internal/topk"
 )
 
-// The admin port's GET /debug/top?policy=NAME answers "whom does this
+// The debug port's GET /debug/top?policy=NAME answers "whom does this
 // policy limit most?" without a Prometheus label per client: each policy's
-// 429s are counted by client key (hashed for header, query and claim keys)
-// in a Space-Saving sketch of topCapacity keys (package topk: every count
-// within N/k of the truth). Recent, not lifelong: a sketch covers
-// topPeriod, and the answer merges the current and the previous one, so it
-// covers the last one to two periods.
+// 429s are counted by client key in a Space-Saving sketch of topCapacity
+// keys (package topk: every count within N/k of the truth). The keys are
+// keyed hashes (package clienthash) of the client keys, addresses included:
+// the answer names no client, and its hashes cannot be reversed by hashing
+// guesses without the namespace's key. Recent, not lifelong: a sketch
+// covers topPeriod, and the answer merges the current and the previous one,
+// so it covers the last one to two periods.
 
 const (
 	topCapacity = 64
@@ -27,6 +29,10 @@ type TopResponse struct {
 	Policy    string `json:"policy"`
 	// Since is when the counting of this answer began.
 	Since time.Time `json:"since"`
+	// HashKeyID names the key the client keys are hashed with
+	// (clienthash.Hasher.ID): answers of sidecars with different keys do
+	// not merge.
+	HashKeyID string `json:"hashKeyID"`
 	topk.Summary
 }
 
@@ -106,5 +112,5 @@ func (s *Sidecar) serveTop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sum, since := s.top.summary(name)
-	writeJSON(w, TopResponse{Namespace: st.namespace, Policy: name, Since: since, Summary: sum})
+	writeJSON(w, TopResponse{Namespace: st.namespace, Policy: name, Since: since, HashKeyID: s.hasher.ID(), Summary: sum})
 }
