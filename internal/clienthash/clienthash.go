@@ -7,7 +7,8 @@
 // The key is per namespace. The manager keeps one install key in its own
 // namespace (InstallSecretName) and derives each namespace's key from it
 // (NamespaceKey), which it mirrors into the namespace with the Redis
-// credentials (SecretDataKey); the sidecar reads it from EnvKey. A tenant
+// credentials (SecretDataKey); the injector mounts that key into the
+// sidecar (an optional volume, read again with the config). A tenant
 // who reads its namespace's key can hash guesses of its own clients (it can
 // ask `kubectl slidegate why` anyway), never another namespace's.
 //
@@ -35,9 +36,6 @@ const (
 	// InstallSecretName and of a namespace's key in the mirrored
 	// slidegate-redis-credentials Secret.
 	SecretDataKey = "client-hash-key"
-	// EnvKey is the sidecar's environment variable with its namespace's
-	// key (from the mirrored Secret's SecretDataKey).
-	EnvKey = "SLIDEGATE_CLIENT_HASH_KEY"
 	// MinKeyBytes is the shortest key taken: 128 bits.
 	MinKeyBytes = 16
 	// global is the one key that names no client (sidecar keyGlobal).
@@ -45,7 +43,7 @@ const (
 )
 
 // NewInstallKey is a fresh random install key, hex-encoded (64 characters,
-// 256 bits): Secret data an environment variable can carry.
+// 256 bits).
 func NewInstallKey() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b) // never fails (crypto/rand)

@@ -46,6 +46,9 @@ const (
 	ConfigVolume   = "slidegate-config"
 	PodInfoVolume  = "slidegate-podinfo"
 	RedisTLSVolume = "slidegate-redis-tls"
+	// ClientHashKeyVolume holds the namespace's client hash key (package
+	// clienthash), from the mirrored Secret.
+	ClientHashKeyVolume = "slidegate-client-hash-key"
 	// NoAPITokenVolume is an empty directory the sidecar mounts where
 	// Kubernetes mounts a ServiceAccount token (APITokenDir): the
 	// ServiceAccount admission plugin mounts the pod's token into every
@@ -57,6 +60,7 @@ const (
 	ConfigDir        = "/etc/slidegate/config"
 	PodInfoDir       = "/etc/slidegate/podinfo"
 	RedisTLSDir      = "/etc/slidegate/redis-tls"
+	ClientHashKeyDir = "/etc/slidegate/client-hash"
 	AdminPortName    = "sg-admin"
 	// DebugPortName is the sidecar's /debug port, on 127.0.0.1 only: it is
 	// declared so that kubectl slidegate (and kubectl port-forward) find
@@ -244,6 +248,18 @@ func Inject(pod *corev1.Pod, opts Options) error {
 	setVolume(pod, corev1.Volume{Name: NoAPITokenVolume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{},
 	}})
+	// The namespace's client hash key only, optional: the controller may
+	// mirror it after the pod starts (a Deployment applied with its first
+	// policy); the kubelet then fills the volume on its next pod sync, and
+	// the sidecar reads it again with its config.
+	setVolume(pod, corev1.Volume{Name: ClientHashKeyVolume, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{
+			SecretName:  v1alpha1.RedisCredentialsSecretName,
+			Items:       []corev1.KeyToPath{{Key: clienthash.SecretDataKey, Path: clienthash.SecretDataKey}},
+			DefaultMode: ptr.To[int32](0o444),
+			Optional:    ptr.To(true),
+		},
+	}})
 	if opts.Redis.TLS {
 		// Only the TLS keys of the mirrored Secret, each optional: a CA
 		// alone, or none (system roots), is as valid as a client
@@ -325,6 +341,7 @@ func sidecar(o Options, st Status) corev1.Container {
 		"--config-file=" + ConfigDir + "/" + sidecarconfig.FileName,
 		"--pod-labels-file=" + PodInfoDir + "/" + podLabelsFile,
 		"--fallback-replicas=" + strconv.Itoa(int(o.FallbackReplicas)),
+		"--client-hash-key-file=" + ClientHashKeyDir + "/" + clienthash.SecretDataKey,
 	}
 	if o.Redis.Mode != "" {
 		args = append(args, "--redis-mode="+string(o.Redis.Mode))
@@ -345,8 +362,7 @@ func sidecar(o Options, st Status) corev1.Container {
 		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: v1alpha1.RedisCredentialsSecretName},
 			Key:                  key,
-			// A Redis without ACLs needs no Secret; a sidecar without the
-			// client hash key hashes with a key of its own.
+			// A Redis without ACLs needs no Secret.
 			Optional: ptr.To(true),
 		}}}
 	}
@@ -362,6 +378,7 @@ func sidecar(o Options, st Status) corev1.Container {
 		{Name: ConfigVolume, MountPath: ConfigDir, ReadOnly: true},
 		{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
 		{Name: NoAPITokenVolume, MountPath: APITokenDir, ReadOnly: true},
+		{Name: ClientHashKeyVolume, MountPath: ClientHashKeyDir, ReadOnly: true},
 	}
 	if o.Redis.TLS {
 		mounts = append(mounts, corev1.VolumeMount{Name: RedisTLSVolume, MountPath: RedisTLSDir, ReadOnly: true})
@@ -382,7 +399,6 @@ func sidecar(o Options, st Status) corev1.Container {
 		Env: []corev1.EnvVar{
 			secretEnv(redisconn.EnvUsername, v1alpha1.RedisUsernameKey), secretEnv(redisconn.EnvPassword, v1alpha1.RedisPasswordKey),
 			secretEnv(redisconn.EnvSentinelUsername, v1alpha1.RedisSentinelUsernameKey), secretEnv(redisconn.EnvSentinelPassword, v1alpha1.RedisSentinelPasswordKey),
-			secretEnv(clienthash.EnvKey, clienthash.SecretDataKey),
 		},
 		Resources: o.Resources,
 		// The app starts once the proxy listens; readiness also needs a

@@ -214,7 +214,7 @@ func newShop(t *testing.T, ns string) *shop {
 		o.PodLabelsFile = write("labels", []byte("app=\"web\"\n"))
 		o.Upstream = "http://" + appLn.Addr().String()
 		o.ListenAddress, o.AdminAddress, o.DebugAddress = "127.0.0.1:0", podIP+":0", "127.0.0.1:0"
-		o.ClientHashKey = clienthash.NamespaceKey([]byte("the install key of this test run"), ns)
+		o.ClientHashKeyFile = write(clienthash.SecretDataKey, []byte(clienthash.NamespaceKey([]byte("the install key of this test run"), ns)))
 		o.Redis.Addrs = []string{r.Addr}
 		rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{r.Addr}})
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"flag"
 
 	"github.com/slidegate/slidegate/internal/cli"
-	"github.com/slidegate/slidegate/internal/clienthash"
 )
 
 // RegisterFlags defines one flag per option on fs, with o's values as the
@@ -13,6 +12,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of the proxied port (the pod's Service sends traffic here)")
 	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress, "address serving /metrics, /healthz and /readyz")
 	fs.StringVar(&o.DebugAddress, "debug-address", o.DebugAddress, "loopback address serving /debug/why and /debug/top (reached through kubectl port-forward)")
+	fs.StringVar(&o.ClientHashKeyFile, "client-hash-key-file", o.ClientHashKeyFile, "file with the key of the client hashes /debug shows (read again with the config; missing: a random key until it appears)")
 	fs.StringVar(&o.Upstream, "upstream", o.Upstream, "URL of the application on localhost")
 	fs.StringVar(&o.UpstreamProtocol, "upstream-protocol", o.UpstreamProtocol, "protocol to the application: http1, h2c, or auto (h2c for HTTP/2 requests)")
 	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "rendered sidecar config file (its directory is watched)")
@@ -34,13 +34,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 // ApplyEnv sets every flag that was not given on the command line from its
 // environment variable (cli.ApplyEnv: a flag beats the environment, which
 // beats the default), and reads the Redis credentials
-// (redisconn.EnvUsername and the others) and the client hash key
-// (clienthash.EnvKey) into o. Call it after fs.Parse.
+// (redisconn.EnvUsername and the others) into o. Call it after fs.Parse.
 func (o *Options) ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 	if err := cli.ApplyEnv(fs, lookup); err != nil {
 		return err
 	}
 	o.Redis.ApplyEnvCredentials(lookup)
-	o.ClientHashKey, _ = lookup(clienthash.EnvKey)
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
@@ -28,7 +27,6 @@ func TestFlagsAndEnv(t *testing.T) {
 		"REDIS_USERNAME":              "slidegate",
 		"REDIS_PASSWORD":              "hunter2",
 		"REDIS_SENTINEL_PASSWORD":     "sentinel-hunter3",
-		clienthash.EnvKey:             "hunter4-of-32-bytes-hunter4-hunter4",
 	}
 	if err := o.ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		t.Fatal(err)
@@ -36,14 +34,14 @@ func TestFlagsAndEnv(t *testing.T) {
 	if o.ListenAddress != ":9000" || o.DecisionTimeout != 75*time.Millisecond || o.FallbackReplicas != 3 ||
 		!o.Redis.TLS || o.Redis.Mode != "cluster" || fmt.Sprint(o.Redis.Addrs) != "[a:1 b:2]" ||
 		o.Redis.Username != "slidegate" || o.Redis.Password != "hunter2" || o.Redis.SentinelPassword != "sentinel-hunter3" ||
-		o.Redis.SentinelUsername != "" || o.ClientHashKey != env[clienthash.EnvKey] {
+		o.Redis.SentinelUsername != "" {
 		t.Errorf("options %+v", o)
 	}
 	if err := o.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
 	// The injector relies on these names.
-	for _, name := range []string{"listen-address", "admin-address", "debug-address", "upstream", "config-file", "pod-labels-file",
+	for _, name := range []string{"listen-address", "admin-address", "debug-address", "client-hash-key-file", "upstream", "config-file", "pod-labels-file",
 		"redis-mode", "redis-addrs", "redis-master-name", "redis-tls", "redis-tls-dir", "redis-tls-server-name", "fallback-replicas", "key-prefix",
 		"decision-timeout", "shutdown-timeout"} {
 		if fs.Lookup(name) == nil {
@@ -84,7 +82,6 @@ func TestValidate(t *testing.T) {
 		{"debug on a pod IP", func(o *Options) { o.DebugAddress = "10.244.0.7:15291" }},
 		{"debug on a name", func(o *Options) { o.DebugAddress = "localhost:15291" }},
 		{"debug without a port", func(o *Options) { o.DebugAddress = "127.0.0.1" }},
-		{"short client hash key", func(o *Options) { o.ClientHashKey = "short" }},
 		{"https upstream", func(o *Options) { o.Upstream = "https://127.0.0.1:8443" }},
 		{"upstream without host", func(o *Options) { o.Upstream = "http://" }},
 		{"unknown upstream protocol", func(o *Options) { o.UpstreamProtocol = "h3" }},

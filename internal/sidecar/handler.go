@@ -189,7 +189,8 @@ func (s *Sidecar) record(dec *decided, v verdict) {
 		d := policyDecision(dec.requests[i].DryRun, &dec.decisions[i], rejected)
 		p.counters[d].Inc()
 		if d == idxRejected {
-			s.top.add(p.name, s.hasher.Sum(dec.requests[i].Client))
+			h := s.hasher.Load()
+			s.top.add(p.name, h.Sum(dec.requests[i].Client), h.ID())
 		}
 	}
 }

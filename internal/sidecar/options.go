@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/cli"
-	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
@@ -42,11 +41,12 @@ type Options struct {
 	// pod itself and a port-forward through the API server (pods/portforward,
 	// which Kubernetes authorizes) reach it, never the pod network.
 	DebugAddress string
-	// ClientHashKey keys the hashes of client keys that /debug shows
-	// (package clienthash): the namespace's key, from the environment only
-	// (clienthash.EnvKey), never logged. Empty: a random key of this
-	// process.
-	ClientHashKey string
+	// ClientHashKeyFile holds the key of the hashes of client keys that
+	// /debug shows (package clienthash): the namespace's, from the
+	// mirrored Secret (an optional volume, so it may appear after the
+	// sidecar started; it is read again with the config). Missing or
+	// empty: a random key of this process until it appears.
+	ClientHashKeyFile string
 	// Upstream is the application, on localhost.
 	Upstream string
 	// UpstreamProtocol is one of the Upstream* constants.
@@ -156,9 +156,6 @@ func (o *Options) Validate() error {
 	}
 	if err := loopbackAddress(o.DebugAddress); err != nil {
 		add("--debug-address: %v", err)
-	}
-	if o.ClientHashKey != "" && len(o.ClientHashKey) < clienthash.MinKeyBytes {
-		add("$%s: %d bytes, want at least %d (or unset)", clienthash.EnvKey, len(o.ClientHashKey), clienthash.MinKeyBytes)
 	}
 	if _, err := upstreamURL(o.Upstream); err != nil {
 		add("--upstream: %v", err)

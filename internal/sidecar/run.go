@@ -61,6 +61,6 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	}
 	log.Info("starting", "redis", o.Redis, "fallbackReplicas", o.FallbackReplicas,
 		"decisionTimeout", o.DecisionTimeout, "configFile", o.ConfigFile, "podLabelsFile", o.PodLabelsFile,
-		"clientHashKey", s.hasher.Configured)
+		"clientHashKey", s.hasher.Load().Configured)
 	return s.Serve(ctx, ln, adminLn, debugLn)
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/limiter"
 )
@@ -72,8 +71,9 @@ type Sidecar struct {
 	// top counts each policy's 429s by client key (/debug/top), keyed
 	// hashes by hasher.
 	top *limitedTop
-	// hasher makes the client keys that /debug shows keyed hashes.
-	hasher *clienthash.Hasher
+	// hasher makes the client keys that /debug shows keyed hashes
+	// (hashkey.go).
+	hasher atomic.Pointer[clienthash.Hasher]
 
 	respForwarded, respRejected, respFailedClosed        prometheus.Counter
 	respBadRequest                                       prometheus.Counter
@@ -95,16 +95,7 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 	}
 	upstream, _ := upstreamURL(opts.Upstream) // checked by Validate
 	s := &Sidecar{opts: opts, log: log, lim: lim, created: time.Now(), whySlots: make(chan struct{}, whyMaxConcurrent), top: newLimitedTop()}
-	if opts.ClientHashKey != "" {
-		s.hasher, _ = clienthash.New(opts.ClientHashKey) // checked by Validate
-	} else {
-		// Still keyed, so never reversible; but other pods' answers do not
-		// merge with this one's (kubectl slidegate top says so).
-		s.hasher = clienthash.Random()
-		log.Warn("no client hash key ($"+clienthash.EnvKey+" from the Secret "+v1alpha1.RedisCredentialsSecretName+"): "+
-			"/debug hashes client keys with a key of this process only; restart the pod once the Secret has it",
-			"secretKey", clienthash.SecretDataKey)
-	}
+	s.loadHashKey()
 	s.metrics = newMetrics(func() float64 {
 		if lim.Healthy() {
 			return 0

@@ -1,16 +1,23 @@
 package sidecar
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
 // TestAdminPortAnswersNoDebug: the admin port, which the pod network
@@ -111,5 +118,66 @@ func TestServerTimeouts(t *testing.T) {
 		if (srv.ReadTimeout > 0) == streams || (srv.WriteTimeout > 0) == streams {
 			t.Errorf("%s: read %v, write %v; want none on the proxied port only", name, srv.ReadTimeout, srv.WriteTimeout)
 		}
+	}
+}
+
+// TestHashKeyAppearsLater: a pod that starts before its namespace's key is
+// mirrored hashes with a key of its own; when the key file appears (the
+// kubelet fills the optional volume later), the sidecar takes it up with
+// the config's watch, and /debug/top counts afresh under it.
+func TestHashKeyAppearsLater(t *testing.T) {
+	const key = "0123456789abcdef0123456789abcdef"
+	cfg := newVolume(t)
+	cfg.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t,
+		testConfig(nil, testPolicy("per-ip", 1, withKey(sidecarconfig.SourceRemoteAddress, "", sidecarconfig.MissingDeny))))})
+	o := testOptions(newUpstream(t).URL, cfg, nil)
+	o.ConfigResyncInterval = 50 * time.Millisecond
+	keyFile := filepath.Join(t.TempDir(), "key", clienthash.SecretDataKey)
+	o.ClientHashKeyFile = keyFile
+	front, _, debug := startRunDebug(t, o, testLogger(t))
+	top := func() TopResponse {
+		t.Helper()
+		resp, err := http.Get("http://" + debug + "/debug/top?policy=per-ip")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var tr TopResponse
+		if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	limit := func() {
+		t.Helper()
+		for range 2 { // Redis is down: the fail-open share of 1 admits one
+			resp, err := http.Get(front + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+		}
+	}
+	limit()
+	hasher, _ := clienthash.New(key)
+	before := top()
+	if before.HashKeyID == "" || before.HashKeyID == hasher.ID() || len(before.Items) != 1 || strings.Contains(before.Items[0].Key, "127.0.0.1") {
+		t.Fatalf("before the key: %+v", before)
+	}
+	if err := os.MkdirAll(filepath.Dir(keyFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, []byte(key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "the key taken up", func() error {
+		if tr := top(); tr.HashKeyID != hasher.ID() || tr.Total != 0 {
+			return fmt.Errorf("%+v", tr)
+		}
+		return nil
+	})
+	limit() // the first admit is still in its window: two more 429s
+	if after := top(); len(after.Items) != 1 || after.Items[0].Count != 2 || after.Items[0].Key != hasher.Sum(keyPrefixIP+"127.0.0.1") {
+		t.Errorf("after the key: %+v, want %s", after, hasher.Sum(keyPrefixIP+"127.0.0.1"))
 	}
 }

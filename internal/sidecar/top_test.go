@@ -29,7 +29,7 @@ func TestTopCountsRejectionsByKey(t *testing.T) {
 		testPolicy("per-ip", 1, withKey(sidecarconfig.SourceRemoteAddress, "", sidecarconfig.MissingDeny)),
 		testPolicy("per-user", 2, withKey("Header", "X-User", "Deny")),
 		testPolicy("site-wide", 1000)),
-		func(o *Options) { o.ClientHashKey = key })
+		withHashKey(t, key))
 	debug := newTestServer(t, h.s.DebugHandler()).URL
 	for user, n := range map[string]int{"heavy": 10, "light": 3, "quiet": 1} {
 		for range n {
@@ -83,11 +83,11 @@ func TestTopHashesAreKeyed(t *testing.T) {
 	r := testsupport.StartRedis(t)
 	cfg := testConfig(nil, testPolicy("per-user", 2, withKey("Header", "X-User", "Deny")))
 	items := func(hashKey string) []topk.Item {
-		h := newHarness(t, redisLimiter(t, r, 1, exactTimeout), cfg, func(o *Options) { o.ClientHashKey = hashKey })
+		h := newHarness(t, redisLimiter(t, r, 1, exactTimeout), cfg, withHashKey(t, hashKey))
 		for range 3 {
 			h.do(t, http.MethodGet, "/", map[string]string{"X-User": "alice-" + hashKey[:4]})
 		}
-		sum, _ := h.s.top.summary("per-user")
+		sum, _, _ := h.s.top.summary("per-user")
 		return sum.Items
 	}
 	hasher, _ := clienthash.New(key)
@@ -106,19 +106,19 @@ func TestTopPeriods(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	top := newLimitedTop()
 	top.now = func() time.Time { return now }
-	top.add("p", "a")
+	top.add("p", "a", "")
 	now = now.Add(topPeriod + time.Second)
-	top.add("p", "b")
-	top.add("p", "b")
-	if s, since := top.summary("p"); fmt.Sprint(s.Items) != "[{b 2 0} {a 1 0}]" || !since.Equal(now.Add(-topPeriod-time.Second)) {
+	top.add("p", "b", "")
+	top.add("p", "b", "")
+	if s, since, _ := top.summary("p"); fmt.Sprint(s.Items) != "[{b 2 0} {a 1 0}]" || !since.Equal(now.Add(-topPeriod-time.Second)) {
 		t.Errorf("two periods: %v since %v", s.Items, since)
 	}
 	now = now.Add(topPeriod)
-	if s, _ := top.summary("p"); fmt.Sprint(s.Items) != "[{b 2 0}]" {
+	if s, _, _ := top.summary("p"); fmt.Sprint(s.Items) != "[{b 2 0}]" {
 		t.Errorf("a period later: %v", s.Items)
 	}
 	now = now.Add(2 * topPeriod)
-	if s, _ := top.summary("p"); len(s.Items) != 0 || s.Total != 0 {
+	if s, _, _ := top.summary("p"); len(s.Items) != 0 || s.Total != 0 {
 		t.Errorf("two periods later: %+v", s)
 	}
 }
@@ -134,7 +134,7 @@ func BenchmarkTopAdd(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			top.add("p", keys[i%len(keys)])
+			top.add("p", keys[i%len(keys)], "")
 			i += 7
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -257,13 +258,14 @@ func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*W
 		return nil, http.StatusBadRequest, err
 	}
 	ri := reqInfo{r: req, trusted: st.trusted}
-	resp := &WhyResponse{Namespace: st.namespace, Revision: st.revision, HashKeyID: s.hasher.ID(), Source: q.source, Method: q.method, Path: q.path}
+	hasher := s.hasher.Load() // one key for the whole answer
+	resp := &WhyResponse{Namespace: st.namespace, Revision: st.revision, HashKeyID: hasher.ID(), Source: q.source, Method: q.method, Path: q.path}
 	if target != nil {
-		resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, &q, &ri, target, true))
+		resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, hasher, &q, &ri, target, true))
 	}
 	for _, p := range st.policies {
 		if p != target && p.matches(&ri) {
-			resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, &q, &ri, p, false))
+			resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, hasher, &q, &ri, p, false))
 		}
 	}
 	return resp, http.StatusOK, nil
@@ -299,7 +301,7 @@ func (q *whyQuery) complete(target *policy) error {
 // whyPolicy is policy p's view of the client of q, whose request is ri:
 // the client key p derives and its window, read through pk, or why there
 // is none.
-func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, q *whyQuery, ri *reqInfo, p *policy, target bool) WhyPolicy {
+func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, hasher *clienthash.Hasher, q *whyQuery, ri *reqInfo, p *policy, target bool) WhyPolicy {
 	mode := "Enforce"
 	if p.dryRun {
 		mode = "DryRun"
@@ -322,7 +324,7 @@ func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, q *whyQuery, ri *req
 		out.Unknown = "the identity gives no value for " + describeSource(p.source, p.keyName)
 		return out
 	}
-	out.ClientKey = s.hasher.Sum(key)
+	out.ClientKey = hasher.Sum(key)
 	win, err := pk.Peek(ctx, p.rule, key)
 	if err != nil {
 		out.Error = err.Error()

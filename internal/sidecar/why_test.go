@@ -142,7 +142,7 @@ func TestWhyIsTheSidecarsTruth(t *testing.T) {
 					if len(reqs) != 2 || k < 0 {
 						t.Fatalf("request %d: decided %+v", i, reqs)
 					}
-					if before.ClientKey != h.s.hasher.Sum(reqs[k].Client) || !strings.Contains(before.RedisKey, ":"+reqs[k].Client+"}") {
+					if before.ClientKey != h.s.hasher.Load().Sum(reqs[k].Client) || !strings.Contains(before.RedisKey, ":"+reqs[k].Client+"}") {
 						t.Fatalf("request %d: /debug/why derived %q (Redis key %q), the request path %q", i, before.ClientKey, before.RedisKey, reqs[k].Client)
 					}
 					d, w := ds[k], before.Window
@@ -251,7 +251,7 @@ func TestWhyWithRedisDown(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
 		t.Fatalf("%d %s", code, body)
 	}
-	if p := resp.Policies[0]; p.Error == "" || p.Window != nil || p.ClientKey != h.s.hasher.Sum(hashKey(keyPrefixHeader, "alice")) {
+	if p := resp.Policies[0]; p.Error == "" || p.Window != nil || p.ClientKey != h.s.hasher.Load().Sum(hashKey(keyPrefixHeader, "alice")) {
 		t.Errorf("%s", body)
 	}
 }
