@@ -95,10 +95,7 @@ func applyConfigMap(ctx context.Context, c client.Client, reader client.Reader, 
 // is never logged nor put into messages.
 func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns string, owners []metav1.OwnerReference) (*problem, error) {
 	key := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
-	hashKey, err := r.clientHashKey(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
+	hashKey := r.clientHashKey(ctx, ns)
 	if r.RedisCredentials.Name == "" {
 		if hashKey != "" {
 			return nil, r.applyCredentials(ctx, key, withClientHashKey(nil, hashKey), owners)

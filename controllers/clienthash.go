@@ -44,22 +44,33 @@ import (
 // +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get,resourceNames=slidegate-install-secret
 
 // clientHashKey is namespace ns's client hash key, "" when the reconciler
-// has no InstallSecret or the Secret holds no usable key (logged once).
-func (r *RateLimitPolicyReconciler) clientHashKey(ctx context.Context, ns string) (string, error) {
+// has no InstallSecret or no usable key. A key that cannot be had never
+// holds up the rest of the reconcile (the sidecars then hash with keys of
+// their own): the failure is logged when it changes, and a failed read is
+// tried again on the next reconcile.
+func (r *RateLimitPolicyReconciler) clientHashKey(ctx context.Context, ns string) string {
 	if r.InstallSecret.Name == "" {
-		return "", nil
+		return ""
 	}
 	install, err := r.installKey(ctx)
-	if err != nil || install == nil {
-		return "", err
+	if err != nil {
+		r.installMu.Lock()
+		if msg := err.Error(); msg != r.installErr {
+			r.installErr = msg
+			logf.FromContext(ctx).Error(err, "no client hash key to mirror; retrying with the next reconcile")
+		}
+		r.installMu.Unlock()
+		return ""
 	}
-	return clienthash.NamespaceKey(install, ns), nil
+	if install == nil {
+		return ""
+	}
+	return clienthash.NamespaceKey(install, ns)
 }
 
 // installKey reads the install key, once; it creates the Secret when it
 // does not exist. A Secret without a usable key disables the hashes' key
-// (the sidecars then hash with keys of their own) rather than the
-// reconcile.
+// (logged once) until the manager restarts.
 func (r *RateLimitPolicyReconciler) installKey(ctx context.Context) ([]byte, error) {
 	r.installMu.Lock()
 	defer r.installMu.Unlock()

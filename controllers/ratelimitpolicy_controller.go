@@ -83,10 +83,12 @@ type RateLimitPolicyReconciler struct {
 	// uncached reads the API server (the install Secret), set up by
 	// SetupWithManager.
 	uncached client.Reader
-	// install is the install key, read once (installRead) under installMu.
+	// install is the install key, read once (installRead) under installMu;
+	// installErr the last failure to read it, as logged.
 	installMu   sync.Mutex
 	installRead bool
 	install     []byte
+	installErr  string
 }
 
 // RBAC (docs/operations.md, "Permissions", explains each verb). The
