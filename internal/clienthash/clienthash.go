@@ -24,7 +24,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"hash"
+	"io"
 	"strings"
+	"sync"
 )
 
 const (
@@ -60,10 +63,12 @@ func NamespaceKey(install []byte, namespace string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// Hasher hashes client keys with one key.
+// Hasher hashes client keys with one key. It is safe for concurrent use.
 type Hasher struct {
 	key []byte
 	id  string
+	// macs are HMACs keyed with key, reused: a 429 pays for one Sum.
+	macs sync.Pool
 	// Configured is false for a Random hasher.
 	Configured bool
 }
@@ -74,7 +79,8 @@ func New(key string) (*Hasher, error) {
 		return nil, fmt.Errorf("client hash key: %d bytes, want at least %d", len(key), MinKeyBytes)
 	}
 	h := &Hasher{key: []byte(key), Configured: true}
-	h.id = h.mac("slidegate client-hash-key id")[:12]
+	h.macs.New = func() any { return hmac.New(sha256.New, h.key) }
+	h.id = hex.EncodeToString(h.macBytes("slidegate client-hash-key id"))[:12]
 	return h, nil
 }
 
@@ -105,10 +111,11 @@ func (h *Hasher) Sum(clientKey string) string {
 	return prefix + base64.RawURLEncoding.EncodeToString(h.macBytes(clientKey)[:16])
 }
 
+// macBytes is HMAC-SHA256(key, s).
 func (h *Hasher) macBytes(s string) []byte {
-	m := hmac.New(sha256.New, h.key)
-	m.Write([]byte(s))
+	m := h.macs.Get().(hash.Hash)
+	defer h.macs.Put(m)
+	m.Reset()
+	_, _ = io.WriteString(m, s)
 	return m.Sum(nil)
 }
-
-func (h *Hasher) mac(s string) string { return hex.EncodeToString(h.macBytes(s)) }

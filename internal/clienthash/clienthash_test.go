@@ -59,3 +59,12 @@ func TestKeysPerNamespace(t *testing.T) {
 		t.Error("a 5-byte key was taken")
 	}
 }
+
+// BenchmarkSum is what naming a client costs each 429 (/debug/top counts
+// it) and each /debug/why answer.
+func BenchmarkSum(b *testing.B) {
+	h, _ := New(NamespaceKey([]byte(NewInstallKey()), "shop"))
+	for b.Loop() {
+		_ = h.Sum("h:k2UDsTv2Na7fFFI7pLIVmA")
+	}
+}
