@@ -34,6 +34,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -88,12 +89,17 @@ func applyConfigMap(ctx context.Context, c client.Client, reader client.Reader, 
 }
 
 // mirrorCredentials keeps the namespace's copy of the Redis credentials in
-// line with the manager's Secret. It returns a problem (for the Ready
-// condition) when the source cannot be mirrored, and an error when the API
-// fails. Secret data is never logged nor put into messages.
+// line with the manager's Secret, with the namespace's client hash key
+// (clienthash.go). It returns a problem (for the Ready condition) when the
+// source cannot be mirrored, and an error when the API fails. Secret data
+// is never logged nor put into messages.
 func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns string, owners []metav1.OwnerReference) (*problem, error) {
 	key := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
+	hashKey := r.clientHashKey(ctx, ns)
 	if r.RedisCredentials.Name == "" {
+		if hashKey != "" {
+			return nil, r.applyCredentials(ctx, key, withClientHashKey(nil, hashKey), owners)
+		}
 		// No credentials configured (any more): remove a stale copy.
 		return nil, r.deleteManaged(ctx, key, &corev1.Secret{}, "secret")
 	}
@@ -104,7 +110,7 @@ func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns st
 	if prob != nil || err != nil {
 		return prob, err
 	}
-	return nil, r.applyCredentials(ctx, key, data, owners)
+	return nil, r.applyCredentials(ctx, key, withClientHashKey(data, hashKey), owners)
 }
 
 // credentialsData reads the credential keys of the manager's Secret, or the
@@ -134,7 +140,10 @@ func (r *RateLimitPolicyReconciler) credentialsData(ctx context.Context) (map[st
 // source annotation and owners, unless the cached copy already does.
 func (r *RateLimitPolicyReconciler) applyCredentials(ctx context.Context, key types.NamespacedName, data map[string][]byte, owners []metav1.OwnerReference) error {
 	lbls := childLabels("redis-credentials")
-	annotations := map[string]string{v1alpha1.SourceAnnotation: r.RedisCredentials.String()}
+	annotations := map[string]string{}
+	if r.RedisCredentials.Name != "" {
+		annotations[v1alpha1.SourceAnnotation] = r.RedisCredentials.String()
+	}
 	var cur corev1.Secret
 	err := r.Client.Get(ctx, key, &cur)
 	switch {
@@ -162,10 +171,15 @@ func (r *RateLimitPolicyReconciler) applyCredentials(ctx context.Context, key ty
 	return nil
 }
 
-// credentialsEqual compares the credential keys only: keys someone else
-// added are not ours to judge (server-side apply leaves them alone too).
+// mirroredKeys are the data keys of slidegate-redis-credentials that the
+// controller writes.
+var mirroredKeys = append(slices.Clone(v1alpha1.RedisCredentialKeys), clienthash.SecretDataKey)
+
+// credentialsEqual compares the credential keys and the client hash key
+// only: keys someone else added are not ours to judge (server-side apply
+// leaves them alone too).
 func credentialsEqual(cur, want map[string][]byte) bool {
-	for _, k := range v1alpha1.RedisCredentialKeys {
+	for _, k := range mirroredKeys {
 		c, inCur := cur[k]
 		w, inWant := want[k]
 		if inCur != inWant || string(c) != string(w) {

@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,6 +83,11 @@ type RateLimitPolicyReconciler struct {
 	// Changed and InUse are set by SetupWithManager.
 	JWKSFetch jwksfetch.Options
 
+	// InstallSecret holds the install's client hash key (clienthash.go;
+	// clienthash.InstallSecretName in the manager's namespace); empty Name:
+	// no key is mirrored, and the sidecars hash with keys of their own.
+	InstallSecret types.NamespacedName
+
 	// credentials reads RedisCredentials: a cache of that one Secret, set
 	// up by SetupWithManager.
 	credentials client.Reader
@@ -90,6 +96,15 @@ type RateLimitPolicyReconciler struct {
 	// SetupWithManager.
 	jwksReader client.Reader
 	fetcher    *jwksfetch.Fetcher
+	// uncached reads the API server (the install Secret), set up by
+	// SetupWithManager.
+	uncached client.Reader
+	// install is the install key, read once (installRead) under installMu;
+	// installErr the last failure to read it, as logged.
+	installMu   sync.Mutex
+	installRead bool
+	install     []byte
+	installErr  string
 }
 
 // RBAC (docs/operations.md, "Permissions", explains each verb). The

@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -426,7 +427,8 @@ func TestCredentialsMirror(t *testing.T) {
 			if err := k.Get(ctx, key, &s); err != nil {
 				return err
 			}
-			want := map[string][]byte{"username": []byte("sidecar"), "password": []byte(wantPassword), "sentinel-password": []byte("sentinel-s3cret"), "ca.crt": []byte(testCA)}
+			want := map[string][]byte{"username": []byte("sidecar"), "password": []byte(wantPassword), "sentinel-password": []byte("sentinel-s3cret"), "ca.crt": []byte(testCA),
+				clienthash.SecretDataKey: []byte(clienthash.NamespaceKey(installKey(t), ns))}
 			if diff := cmp.Diff(want, s.Data); diff != "" {
 				return fmt.Errorf("mirrored data (-want +got):\n%s", diff)
 			}
@@ -487,6 +489,87 @@ func TestCredentialsMirror(t *testing.T) {
 			t.Errorf("an event contains a password: %q", e)
 		}
 	}
+}
+
+// TestClientHashKeys: each namespace with policies gets its own key for the
+// hashes /debug shows, derived from the install key that the manager made
+// (no one created the install Secret here); one namespace's key is not
+// another's, and a key someone overwrote in the copy is repaired.
+func TestClientHashKeys(t *testing.T) {
+	ctx := context.Background()
+	keyOf := func(ns string) func() (string, error) {
+		return func() (string, error) {
+			var s corev1.Secret
+			if err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &s); err != nil {
+				return "", err
+			}
+			return string(s.Data[clienthash.SecretDataKey]), nil
+		}
+	}
+	var keys []string
+	for range 2 {
+		ns := newNamespace(t)
+		create(t, newPolicy(ns, "p"))
+		var got string
+		eventually(t, "client hash key mirrored into "+ns, func() error {
+			var err error
+			if got, err = keyOf(ns)(); err != nil {
+				return err
+			}
+			if want := clienthash.NamespaceKey(installKey(t), ns); got != want {
+				return fmt.Errorf("key %q, want %q", got, want)
+			}
+			return nil
+		})
+		keys = append(keys, got)
+		if _, err := clienthash.New(got); err != nil {
+			t.Errorf("%s: %v", ns, err)
+		}
+	}
+	if keys[0] == keys[1] {
+		t.Error("two namespaces share a client hash key")
+	}
+	// The last namespace's copy edited by hand: repaired.
+	ns := newNamespace(t)
+	create(t, newPolicy(ns, "p"))
+	want := clienthash.NamespaceKey(installKey(t), ns)
+	eventually(t, "key mirrored", func() error {
+		if got, err := keyOf(ns)(); err != nil || got != want {
+			return fmt.Errorf("key %q: %w", got, err)
+		}
+		return nil
+	})
+	var copied corev1.Secret
+	if err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &copied); err != nil {
+		t.Fatal(err)
+	}
+	copied.Data[clienthash.SecretDataKey] = []byte(keys[0]) // another namespace's
+	if err := k.Update(ctx, &copied); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "edited key repaired", func() error {
+		if got, err := keyOf(ns)(); err != nil || got != want {
+			return fmt.Errorf("key %q: %w", got, err)
+		}
+		return nil
+	})
+	var install corev1.Secret
+	if err := k.Get(ctx, types.NamespacedName{Namespace: redisSecret.Namespace, Name: clienthash.InstallSecretName}, &install); err != nil {
+		t.Fatal(err)
+	}
+	if install.Type != corev1.SecretTypeOpaque || install.Labels[v1alpha1.ManagedByLabel] != v1alpha1.ManagedByValue {
+		t.Errorf("install Secret type %s labels %v", install.Type, install.Labels)
+	}
+}
+
+// installKey is the install key the manager keeps.
+func installKey(t *testing.T) []byte {
+	t.Helper()
+	var s corev1.Secret
+	if err := k.Get(context.Background(), types.NamespacedName{Namespace: redisSecret.Namespace, Name: clienthash.InstallSecretName}, &s); err != nil {
+		return nil // not made yet: the caller polls
+	}
+	return s.Data[clienthash.SecretDataKey]
 }
 
 func setPassword(t *testing.T, pw string) {

@@ -214,6 +214,7 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
 	})
+	r.uncached = mgr.GetAPIReader()
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.RedisCredentials.Name != "" {
 		c, err := credentialsCache(ctx, mgr, r.RedisCredentials)

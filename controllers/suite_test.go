@@ -48,6 +48,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -161,6 +162,7 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		Recorder:         recorder,
 		TrustedProxies:   nil,
 		RedisCredentials: redisSecret,
+		InstallSecret:    types.NamespacedName{Namespace: redisSecret.Namespace, Name: clienthash.InstallSecretName},
 		// Short, so that the credentials test sees Stalled come and go.
 		CredentialsGrace: 2 * time.Second,
 		// The key set URLs of the tests are httptest TLS servers on

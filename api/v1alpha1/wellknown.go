@@ -77,8 +77,10 @@ const (
 	// exporter (9100), and below Linux's ephemeral port range (32768+).
 	SidecarPort = 15280
 	// SidecarAdminPort is the injected sidecar's default admin port
-	// (/metrics, /healthz, /readyz, /debug/*; container port sg-admin), set
-	// by the manager's --sidecar-admin-port. See SidecarPort for the choice.
+	// (/metrics, /healthz, /readyz; container port sg-admin), set by the
+	// manager's --sidecar-admin-port. See SidecarPort for the choice. The
+	// next port, on the pod's loopback only, serves /debug (container port
+	// sg-debug).
 	SidecarAdminPort = 15290
 
 	// RedisUsernameKey and RedisPasswordKey are the keys of the credentials

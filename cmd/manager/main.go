@@ -27,10 +27,12 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -42,6 +44,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -145,7 +148,8 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 		"Port the injected sidecar proxies on (it takes the name of the app's port). Must differ from --sidecar-admin-port and from every port the pods declare, "+
 			"including other sidecars': Istio's use 15000-15090, so the injector would skip its pods.")
 	fs.IntVar(&o.sidecarAdminPort, "sidecar-admin-port", inject.DefaultAdminPort,
-		"Port of the injected sidecar's /metrics, /healthz, /readyz and /debug (container port "+inject.AdminPortName+"). Same constraints as --sidecar-listen-port.")
+		"Port of the injected sidecar's /metrics, /healthz and /readyz (container port "+inject.AdminPortName+"). Same constraints as --sidecar-listen-port; "+
+			"the sidecar's loopback /debug port ("+inject.DebugPortName+") is "+strconv.Itoa(inject.DefaultDebugPort)+".")
 	fs.DurationVar(&o.jwksRefresh, "jwks-refresh-interval", jwksfetch.DefaultRefresh,
 		"How often the manager fetches again the JSON Web Key Sets that policies name by URL (key.jwt.jwks.url); a failed fetch is retried sooner and keeps the last good keys. "+
 			"Issuers publish a new key ahead of signing with it: at least this plus the kubelet's ConfigMap sync ahead.")
@@ -216,6 +220,7 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []
 		SidecarListenPort: o.webhook.Inject.ListenPort,
 		SidecarAdminPort:  o.webhook.Inject.AdminPort,
 		JWKSFetch:         jwksfetch.Options{Refresh: o.jwksRefresh},
+		InstallSecret:     types.NamespacedName{Namespace: namespace, Name: clienthash.InstallSecretName},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)

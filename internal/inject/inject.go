@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -52,6 +53,9 @@ const (
 	ConfigVolume   = "slidegate-config"
 	PodInfoVolume  = "slidegate-podinfo"
 	RedisTLSVolume = "slidegate-redis-tls"
+	// ClientHashKeyVolume holds the namespace's client hash key (package
+	// clienthash), from the mirrored Secret.
+	ClientHashKeyVolume = "slidegate-client-hash-key"
 	// NoAPITokenVolume is an empty directory the sidecar mounts where
 	// Kubernetes mounts a ServiceAccount token (APITokenDir): the
 	// ServiceAccount admission plugin mounts the pod's token into every
@@ -63,11 +67,17 @@ const (
 	ConfigDir        = "/etc/slidegate/config"
 	PodInfoDir       = "/etc/slidegate/podinfo"
 	RedisTLSDir      = "/etc/slidegate/redis-tls"
+	ClientHashKeyDir = "/etc/slidegate/client-hash"
 	AdminPortName    = "sg-admin"
-	statusVersion    = "v1"
-	sidecarUID       = 65532
-	podLabelsFile    = "labels"
-	defaultCommand   = "/sidecar"
+	// DebugPortName is the sidecar's /debug port, on 127.0.0.1 only: it is
+	// declared so that kubectl slidegate (and kubectl port-forward) find
+	// it by name, and so that the port check covers it; nothing outside
+	// the pod can connect to it, a port-forward (pods/portforward) can.
+	DebugPortName  = "sg-debug"
+	statusVersion  = "v1"
+	sidecarUID     = 65532
+	podLabelsFile  = "labels"
+	defaultCommand = "/sidecar"
 )
 
 // The defaults of Options that the manager and the controller share.
@@ -86,6 +96,9 @@ const (
 	// v1alpha1.SidecarPort).
 	DefaultListenPort = v1alpha1.SidecarPort
 	DefaultAdminPort  = v1alpha1.SidecarAdminPort
+	// DefaultDebugPort is the sidecar's loopback /debug port when
+	// Options.DebugPort is 0, next to the admin port.
+	DefaultDebugPort = v1alpha1.SidecarAdminPort + 1
 )
 
 // Options shape the injected sidecar. Zero values take the defaults.
@@ -101,11 +114,13 @@ type Options struct {
 	// TargetPort is the name of the app's container port to take over.
 	TargetPort string
 	// ListenPort is the port the sidecar proxies on, under the target
-	// port's name; AdminPort serves its /metrics, probes and /debug
-	// (AdminPortName). Neither may be a port any container of the pod
+	// port's name; AdminPort serves its /metrics and probes
+	// (AdminPortName); DebugPort its /debug, on 127.0.0.1 only
+	// (DebugPortName). None may be a port any container of the pod
 	// declares (ErrPortInUse). Validate checks them.
 	ListenPort int32
 	AdminPort  int32
+	DebugPort  int32
 	// Redis is the shared Redis. The sidecar gets its topology and TLS
 	// switch (Mode, Addrs, MasterName, TLS, TLSServerName) as flags; its
 	// credentials and TLS files come from the mirrored Secret
@@ -121,19 +136,22 @@ type Options struct {
 var ErrInvalidPorts = errors.New("invalid sidecar ports")
 
 // Validate reports sidecar ports that cannot work: out of 1-65535, or one
-// port for both. Zero ports are valid: they take the defaults.
+// port for two uses. Zero ports are valid: they take the defaults.
 func (o Options) Validate() error {
 	o = withDefaults(o)
-	for _, p := range []struct {
+	ports := []struct {
 		name string
 		port int32
-	}{{"listen", o.ListenPort}, {"admin", o.AdminPort}} {
+	}{{"listen", o.ListenPort}, {"admin", o.AdminPort}, {"debug", o.DebugPort}}
+	for i, p := range ports {
 		if p.port < 1 || p.port > 65535 {
 			return fmt.Errorf("%w: the %s port %d is not a port number (1-65535)", ErrInvalidPorts, p.name, p.port)
 		}
-	}
-	if o.ListenPort == o.AdminPort {
-		return fmt.Errorf("%w: the listen and admin ports are both %d; they must differ", ErrInvalidPorts, o.ListenPort)
+		for _, q := range ports[:i] {
+			if p.port == q.port {
+				return fmt.Errorf("%w: the %s and %s ports are both %d; they must differ", ErrInvalidPorts, q.name, p.name, p.port)
+			}
+		}
 	}
 	return nil
 }
@@ -154,8 +172,8 @@ func portsFree(pod *corev1.Pod, o Options) error {
 				continue
 			}
 			for _, p := range c.Ports {
-				if p.ContainerPort == o.ListenPort || p.ContainerPort == o.AdminPort {
-					return fmt.Errorf("%w: container %s port %d is one of the sidecar's (%d, %d)", ErrPortInUse, c.Name, p.ContainerPort, o.ListenPort, o.AdminPort)
+				if p.ContainerPort == o.ListenPort || p.ContainerPort == o.AdminPort || p.ContainerPort == o.DebugPort {
+					return fmt.Errorf("%w: container %s port %d is one of the sidecar's (%d, %d, %d)", ErrPortInUse, c.Name, p.ContainerPort, o.ListenPort, o.AdminPort, o.DebugPort)
 				}
 			}
 		}
@@ -267,6 +285,18 @@ func Inject(pod *corev1.Pod, opts Options) error {
 	}})
 	setVolume(work, corev1.Volume{Name: NoAPITokenVolume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{},
+	}})
+	// The namespace's client hash key only, optional: the controller may
+	// mirror it after the pod starts (a Deployment applied with its first
+	// policy); the kubelet then fills the volume on its next pod sync, and
+	// the sidecar reads it again with its config.
+	setVolume(pod, corev1.Volume{Name: ClientHashKeyVolume, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{
+			SecretName:  v1alpha1.RedisCredentialsSecretName,
+			Items:       []corev1.KeyToPath{{Key: clienthash.SecretDataKey, Path: clienthash.SecretDataKey}},
+			DefaultMode: ptr.To[int32](0o444),
+			Optional:    ptr.To(true),
+		},
 	}})
 	if opts.Redis.TLS {
 		// Only the TLS keys of the mirrored Secret, each optional: a CA
@@ -546,10 +576,12 @@ func sidecar(o Options, st Status) corev1.Container {
 	args := []string{
 		"--listen-address=:" + strconv.Itoa(int(o.ListenPort)),
 		"--admin-address=:" + strconv.Itoa(int(o.AdminPort)),
+		"--debug-address=127.0.0.1:" + strconv.Itoa(int(o.DebugPort)),
 		upstreamFlag + strconv.Itoa(int(st.AppPort)),
 		"--config-file=" + ConfigDir + "/" + sidecarconfig.FileName,
 		"--pod-labels-file=" + PodInfoDir + "/" + podLabelsFile,
 		"--fallback-replicas=" + strconv.Itoa(int(o.FallbackReplicas)),
+		"--client-hash-key-file=" + ClientHashKeyDir + "/" + clienthash.SecretDataKey,
 	}
 	if o.Redis.Mode != "" {
 		args = append(args, "--redis-mode="+string(o.Redis.Mode))
@@ -586,6 +618,7 @@ func sidecar(o Options, st Status) corev1.Container {
 		{Name: ConfigVolume, MountPath: ConfigDir, ReadOnly: true},
 		{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
 		{Name: NoAPITokenVolume, MountPath: APITokenDir, ReadOnly: true},
+		{Name: ClientHashKeyVolume, MountPath: ClientHashKeyDir, ReadOnly: true},
 	}
 	if o.Redis.TLS {
 		mounts = append(mounts, corev1.VolumeMount{Name: RedisTLSVolume, MountPath: RedisTLSDir, ReadOnly: true})
@@ -601,6 +634,7 @@ func sidecar(o Options, st Status) corev1.Container {
 		Ports: []corev1.ContainerPort{
 			{Name: st.TargetPort, ContainerPort: o.ListenPort, Protocol: corev1.ProtocolTCP},
 			{Name: AdminPortName, ContainerPort: o.AdminPort, Protocol: corev1.ProtocolTCP},
+			{Name: DebugPortName, ContainerPort: o.DebugPort, Protocol: corev1.ProtocolTCP},
 		},
 		Env: []corev1.EnvVar{
 			secretEnv(redisconn.EnvUsername, v1alpha1.RedisUsernameKey), secretEnv(redisconn.EnvPassword, v1alpha1.RedisPasswordKey),
@@ -641,6 +675,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.AdminPort == 0 {
 		o.AdminPort = DefaultAdminPort
+	}
+	if o.DebugPort == 0 {
+		o.DebugPort = DefaultDebugPort
 	}
 	if o.FallbackReplicas < 1 {
 		o.FallbackReplicas = 1

@@ -230,6 +230,7 @@ func TestInjectErrorsAndSkips(t *testing.T) {
 		{name: "udp port is not taken", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolUDP }, wantErr: ErrNoTargetPort},
 		{name: "app uses the sidecar's port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[1].ContainerPort = DefaultListenPort }, wantErr: ErrPortInUse},
 		{name: "app uses the sidecar's admin port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[1].ContainerPort = DefaultAdminPort }, wantErr: ErrPortInUse},
+		{name: "app uses the sidecar's debug port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[1].ContainerPort = DefaultDebugPort }, wantErr: ErrPortInUse},
 		{name: "app uses a configured sidecar port", mutate: func(p *corev1.Pod) { p.Spec.Containers[0].Ports[1].ContainerPort = 18090 },
 			opts: func(o *Options) { o.ListenPort, o.AdminPort = 18080, 18090 }, wantErr: ErrPortInUse},
 		{name: "istio-proxy container", mutate: withIstio},
@@ -238,6 +239,7 @@ func TestInjectErrorsAndSkips(t *testing.T) {
 		{name: "istio-proxy container, old default ports", mutate: withIstio, opts: oldPorts, wantErr: ErrPortInUse},
 		{name: "istio-proxy native sidecar, old default ports", mutate: withNativeIstio, opts: oldPorts, wantErr: ErrPortInUse},
 		{name: "one port for both", mutate: func(*corev1.Pod) {}, opts: func(o *Options) { o.AdminPort = DefaultListenPort }, wantErr: ErrInvalidPorts},
+		{name: "debug on the admin port", mutate: func(*corev1.Pod) {}, opts: func(o *Options) { o.DebugPort = DefaultAdminPort }, wantErr: ErrInvalidPorts},
 		{name: "port out of range", mutate: func(*corev1.Pod) {}, opts: func(o *Options) { o.ListenPort = -1 }, wantErr: ErrInvalidPorts},
 		{name: "host network", mutate: func(p *corev1.Pod) { p.Spec.HostNetwork = true }, wantSkip: "hostNetwork"},
 		{name: "opt out", mutate: func(p *corev1.Pod) { p.Annotations = map[string]string{OptOutAnnotation: "false"} }, wantSkip: "opted out"},
@@ -388,8 +390,8 @@ func TestDefaultTargetPortIsTheSchemas(t *testing.T) {
 // by hand should listen where the docs and the PodMonitor say).
 func TestDefaultPortsAreTheSidecars(t *testing.T) {
 	o := sidecarpkg.DefaultOptions()
-	want := []string{":" + strconv.Itoa(DefaultListenPort), ":" + strconv.Itoa(DefaultAdminPort)}
-	if d := cmp.Diff(want, []string{o.ListenAddress, o.AdminAddress}); d != "" {
+	want := []string{":" + strconv.Itoa(DefaultListenPort), ":" + strconv.Itoa(DefaultAdminPort), "127.0.0.1:" + strconv.Itoa(DefaultDebugPort)}
+	if d := cmp.Diff(want, []string{o.ListenAddress, o.AdminAddress, o.DebugAddress}); d != "" {
 		t.Errorf("sidecar default addresses differ from the injector's ports (-injector +sidecar):\n%s", d)
 	}
 }
@@ -405,7 +407,7 @@ func TestDefaultPortsAvoidOtherSidecars(t *testing.T) {
 		"datadog":             {8125, 8126},
 		"node exporter":       {9100},
 	}
-	for _, p := range []int32{DefaultListenPort, DefaultAdminPort} {
+	for _, p := range []int32{DefaultListenPort, DefaultAdminPort, DefaultDebugPort} {
 		if p >= 15000 && p <= 15099 {
 			t.Errorf("default port %d is in Istio's reserved range 15000-15099", p)
 		}

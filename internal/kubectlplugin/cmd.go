@@ -35,7 +35,9 @@ top lists the clients (hashed keys) that POLICY answered 429 most often in
 the last 5 to 10 minutes, merged over every ready sidecar of its pods; each
 count is an upper bound, AT-LEAST a lower one (a bounded sketch per sidecar).
 
-It needs get on pods/proxy, list on pods and get on ratelimitpolicies in the
+It reaches the sidecars' debug port, on the pods' loopback address, through
+a port-forward (as kubectl port-forward does). It needs create (and get) on
+pods/portforward, get and list on pods and get on ratelimitpolicies in the
 namespace: the ClusterRole slidegate-debugger grants them.
 
 Flags:

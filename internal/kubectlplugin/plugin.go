@@ -1,10 +1,13 @@
 // Package kubectlplugin is `kubectl slidegate`: on-call introspection of
 // slidegate through the Kubernetes API only. It finds a ready pod that a
-// policy selects and that carries the sidecar, and calls the sidecar's admin
-// port through the API server's pod proxy
-// (/api/v1/namespaces/NS/pods/POD:PORT/proxy/...), so a laptop needs
-// kubeconfig access (get on pods/proxy, see config/rbac/debugger_role.yaml),
-// never Redis credentials or network access to the pods.
+// policy selects and that carries the sidecar, and calls the sidecar's debug
+// port, which listens on the pod's loopback address only, through a
+// port-forward of the API server and the kubelet
+// (/api/v1/namespaces/NS/pods/POD/portforward, as `kubectl port-forward`
+// does, without a local listener): a laptop needs kubeconfig access (create
+// on pods/portforward, see config/rbac/debugger_role.yaml), never Redis
+// credentials or network access to the pods, and nothing on the pod network
+// reaches /debug.
 package kubectlplugin
 
 import (
@@ -14,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,9 +39,10 @@ import (
 // config/default names it: the name the refusal messages point at.
 const DebuggerRole = "slidegate-debugger"
 
-// Client reaches policies, pods and the sidecars' admin ports through the
+// Client reaches policies, pods and the sidecars' debug ports through the
 // API server.
 type Client struct {
+	cfg  *rest.Config
 	kube kubernetes.Interface
 	dyn  dynamic.Interface
 }
@@ -52,10 +57,11 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{kube: kube, dyn: dyn}, nil
+	return &Client{cfg: cfg, kube: kube, dyn: dyn}, nil
 }
 
-// Target is one sidecar's admin port.
+// Target is one sidecar's debug port (0: a sidecar injected before it
+// had one, whose /debug the plugin does not reach).
 type Target struct {
 	Namespace, Pod string
 	Port           int32
@@ -116,7 +122,7 @@ func (c *Client) Targets(ctx context.Context, p *v1alpha1.RateLimitPolicy) ([]Ta
 	return SidecarTargets(pods.Items), nil
 }
 
-// SidecarTargets are the admin ports of the pods that are ready, not
+// SidecarTargets are the debug ports of the pods that are ready, not
 // terminating, and carry the injected sidecar, in pod name order.
 func SidecarTargets(pods []corev1.Pod) []Target {
 	var out []Target
@@ -125,7 +131,7 @@ func SidecarTargets(pods []corev1.Pod) []Target {
 		if pod.DeletionTimestamp != nil || !podReady(pod) {
 			continue
 		}
-		if port, ok := adminPort(pod); ok {
+		if port, ok := debugPort(pod); ok {
 			out = append(out, Target{Namespace: pod.Namespace, Pod: pod.Name, Port: port})
 		}
 	}
@@ -142,61 +148,49 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-// adminPort is the sidecar's admin port, by the name the injector gives it.
-func adminPort(pod *corev1.Pod) (int32, bool) {
+// debugPort is the sidecar's debug port, by the name the injector gives
+// it; 0 for a sidecar injected before it had one.
+func debugPort(pod *corev1.Pod) (int32, bool) {
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for _, c := range cs {
 			if c.Name != inject.ContainerName {
 				continue
 			}
 			for _, p := range c.Ports {
-				if p.Name == inject.AdminPortName {
+				if p.Name == inject.DebugPortName {
 					return p.ContainerPort, true
 				}
 			}
+			return 0, true
 		}
 	}
 	return 0, false
 }
 
-// Get calls GET path (with query) on the target's admin port through the
-// pod proxy; header, when not empty, is sent as request headers (they are
-// not in the API server's audit log, a query is).
+// Get calls GET path (with query) on the target's debug port through a
+// port-forward (portforward.go); header, when not empty, is sent as
+// request headers. A sidecar's own refusal (a 4xx/5xx with a text body,
+// e.g. "policy ... does not apply to this pod") is the error.
 func (c *Client) Get(ctx context.Context, t Target, path string, query map[string]string, header http.Header) ([]byte, error) {
-	req := c.kube.CoreV1().RESTClient().Get().
-		Namespace(t.Namespace).Resource("pods").SubResource("proxy").
-		Name(t.Pod + ":" + strconv.Itoa(int(t.Port))).Suffix(path)
+	if t.Port == 0 {
+		return nil, fmt.Errorf("pod %s: its sidecar was injected before /debug moved to a port of its own on the pod's loopback "+
+			"(container port %s); re-create the pod (kubectl rollout restart) to reach it", t.Pod, inject.DebugPortName)
+	}
+	q := url.Values{}
 	for k, v := range query {
-		req.Param(k, v)
+		q.Set(k, v)
 	}
-	for k, vs := range header {
-		req.SetHeader(k, vs...)
-	}
-	body, err := req.Do(ctx).Raw()
-	if err != nil {
-		if apierrors.IsForbidden(err) {
-			return nil, refused(err, "get", "pods/proxy", t.Namespace)
+	code, body, err := c.forwardGet(ctx, t, "/"+strings.TrimPrefix(path, "/")+"?"+q.Encode(), header)
+	switch {
+	case err != nil:
+		if forbidden(err) {
+			return nil, &RefusedError{Verb: "create", Resource: "pods/portforward", Namespace: t.Namespace, Err: err}
 		}
-		return nil, fmt.Errorf("pod %s: %w", t.Pod, sidecarError(err))
+		return nil, fmt.Errorf("pod %s: %w", t.Pod, err)
+	case code != http.StatusOK:
+		return nil, fmt.Errorf("pod %s: %d: %s", t.Pod, code, strings.TrimSpace(string(body)))
 	}
 	return body, nil
-}
-
-// sidecarError brings out a sidecar's own answer (a 4xx/5xx with a text
-// body, e.g. "policy ... does not apply to this pod"), which client-go
-// keeps only among the causes of a generic "the server could not find the
-// requested resource".
-func sidecarError(err error) error {
-	var se *apierrors.StatusError
-	if !errors.As(err, &se) || se.ErrStatus.Details == nil {
-		return err
-	}
-	for _, c := range se.ErrStatus.Details.Causes {
-		if c.Type == metav1.CauseTypeUnexpectedServerResponse && c.Message != "" && c.Message != "unknown" {
-			return fmt.Errorf("%d: %s", se.ErrStatus.Code, c.Message)
-		}
-	}
-	return err
 }
 
 // WhyOptions is one `kubectl slidegate why` question.

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,15 +21,18 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
@@ -38,12 +43,12 @@ import (
 )
 
 // These tests run the plugin against a real API server (envtest) with RBAC,
-// whose pod proxy forwards to a real sidecar (sidecar.Serve, its admin port
-// listening on the pod IP 192.0.2.77, which the test puts on the loopback
-// interface: the API server proxies only to global unicast addresses), which
-// reads a real redis-server. Nothing on the way is replaced; what envtest
-// lacks is a kubelet, so pods exist only as objects whose status the test
-// writes.
+// whose port-forward reaches a real sidecar's debug port (sidecar.Serve, its
+// debug port on 127.0.0.1, its admin port on the pod IP 192.0.2.77, which
+// the test puts on the loopback interface), which reads a real
+// redis-server. envtest lacks a kubelet: pods exist only as objects whose
+// status the test writes, and the API server's port-forward goes to the
+// kubelet endpoint of kubelet_test.go.
 
 var (
 	env    *envtest.Environment
@@ -73,8 +78,17 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "installing the debugger ClusterRole:", err)
 		return 1
 	}
+	var stopKubelet func()
+	if kubelet, stopKubelet, err = startKubelet(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "starting the test kubelet:", err)
+		return 1
+	}
+	defer stopKubelet()
 	return m.Run()
 }
+
+// kubelet is the port-forward endpoint of the envtest node (kubelet_test.go).
+var kubelet *testKubelet
 
 // installDebuggerRole creates the ClusterRole slidegate-debugger exactly as
 // config/default renders it.
@@ -144,6 +158,7 @@ func (r *recorder) Decide(ctx context.Context, reqs []limiter.Request) []limiter
 type shop struct {
 	ns     string
 	fronts []string // the sidecars' proxied ports, for live traffic
+	admins []string // their admin ports, on the pod IP
 	recs   []*recorder
 	front  string // web-1's, the one why asks
 	rec    *recorder
@@ -190,13 +205,16 @@ func newShop(t *testing.T, ns string) *shop {
 	t.Cleanup(func() { _ = app.Close() })
 
 	sh := &shop{ns: ns}
-	// Two sidecars (pods web-1 and web-3), one limiter each, one Redis.
-	startSidecar := func() int32 {
+	// Two sidecars (pods web-1 and web-3), one limiter each, one Redis, one
+	// client hash key (the namespace's).
+	type ports struct{ admin, debug int32 }
+	startSidecar := func() ports {
 		o := sidecar.DefaultOptions()
 		o.ConfigFile = write(sidecarconfig.FileName, data)
 		o.PodLabelsFile = write("labels", []byte("app=\"web\"\n"))
 		o.Upstream = "http://" + appLn.Addr().String()
-		o.ListenAddress, o.AdminAddress = "127.0.0.1:0", podIP+":0"
+		o.ListenAddress, o.AdminAddress, o.DebugAddress = "127.0.0.1:0", podIP+":0", "127.0.0.1:0"
+		o.ClientHashKeyFile = write(clienthash.SecretDataKey, []byte(clienthash.NamespaceKey([]byte("the install key of this test run"), ns)))
 		o.Redis.Addrs = []string{r.Addr}
 		rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{r.Addr}})
 		if err != nil {
@@ -215,10 +233,10 @@ func newShop(t *testing.T, ns string) *shop {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln, adminLn := listen(t, o.ListenAddress), listen(t, o.AdminAddress)
+		ln, adminLn, debugLn := listen(t, o.ListenAddress), listen(t, o.AdminAddress), listen(t, o.DebugAddress)
 		sctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() { defer close(done); _ = s.Serve(sctx, ln, adminLn) }()
+		go func() { defer close(done); _ = s.Serve(sctx, ln, adminLn, debugLn) }()
 		t.Cleanup(func() { stop(); <-done; _ = lim.Close(); _ = rdb.Close() })
 		testsupport.Eventually(t, 10*time.Second, 10*time.Millisecond, "sidecar ready", func() error {
 			if !s.Ready() {
@@ -228,21 +246,22 @@ func newShop(t *testing.T, ns string) *shop {
 		})
 		sh.fronts = append(sh.fronts, "http://"+ln.Addr().String())
 		sh.recs = append(sh.recs, rec)
-		return int32(adminLn.Addr().(*net.TCPAddr).Port)
+		sh.admins = append(sh.admins, adminLn.Addr().String())
+		return ports{int32(adminLn.Addr().(*net.TCPAddr).Port), int32(debugLn.Addr().(*net.TCPAddr).Port)}
 	}
-	ports := []int32{startSidecar(), startSidecar()}
+	sidecars := []ports{startSidecar(), startSidecar()}
 
 	// Pods: the injector's own sidecar container; web-1 and web-3 are
 	// ready and reachable. web-0 is not ready, web-2 has no sidecar, db is
 	// not selected.
-	pod := func(name string, labels map[string]string, adminPort int32, ready bool) {
+	pod := func(name string, labels map[string]string, sc *ports, ready bool) {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1",
+			Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "app:1",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
 		}
-		if adminPort != 0 {
-			if err := inject.Inject(p, inject.Options{AdminPort: adminPort}); err != nil {
+		if sc != nil {
+			if err := inject.Inject(p, inject.Options{AdminPort: sc.admin, DebugPort: sc.debug}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -259,11 +278,11 @@ func newShop(t *testing.T, ns string) *shop {
 			t.Fatal(err)
 		}
 	}
-	pod("web-0", map[string]string{"app": "web"}, ports[1], false)
-	pod("web-1", map[string]string{"app": "web"}, ports[0], true)
-	pod("web-2", map[string]string{"app": "web"}, 0, true)
-	pod("web-3", map[string]string{"app": "web"}, ports[1], true)
-	pod("db-0", map[string]string{"app": "db"}, ports[0], true)
+	pod("web-0", map[string]string{"app": "web"}, &sidecars[1], false)
+	pod("web-1", map[string]string{"app": "web"}, &sidecars[0], true)
+	pod("web-2", map[string]string{"app": "web"}, nil, true)
+	pod("web-3", map[string]string{"app": "web"}, &sidecars[1], true)
+	pod("db-0", map[string]string{"app": "db"}, &sidecars[0], true)
 	sh.front, sh.rec = sh.fronts[0], sh.recs[0]
 	return sh
 }
@@ -339,11 +358,11 @@ func (s *shop) getVia(t *testing.T, front, key string) int {
 	return resp.StatusCode
 }
 
-// TestWhyThroughThePodProxy: an on-call user bound to slidegate-debugger in
-// the namespace asks, through the API server, about a client that live
-// traffic has limited; the plugin picks the one ready pod with the sidecar
-// and prints the window that the sidecar's next decision confirms.
-func TestWhyThroughThePodProxy(t *testing.T) {
+// TestWhyThroughAPortForward: an on-call user bound to slidegate-debugger in
+// the namespace asks, through the API server's port-forward, about a client
+// that live traffic has limited; the plugin picks the one ready pod with the
+// sidecar and prints the window that the sidecar's next decision confirms.
+func TestWhyThroughAPortForward(t *testing.T) {
 	s := newShop(t, "shop")
 	bind(t, s.ns, "shop-oncall", "ClusterRole", DebuggerRole)
 	kc := kubeconfigFor(t, "alice", "shop-oncall")
@@ -373,6 +392,9 @@ func TestWhyThroughThePodProxy(t *testing.T) {
 	if !strings.Contains(out, "asked pod web-1 ") || strings.Contains(out, apiKey) {
 		t.Errorf("output:\n%s", out)
 	}
+	if f := kubelet.forwarded(); len(f) == 0 || !strings.HasPrefix(f[len(f)-1], s.ns+"/web-1:") {
+		t.Errorf("the kubelet forwarded %v, want web-1's debug port", f)
+	}
 
 	// JSON, then the sidecar's next decision: the same key, and the retry
 	// instant the plugin announced.
@@ -398,8 +420,11 @@ func TestWhyThroughThePodProxy(t *testing.T) {
 			continue
 		}
 		found = true
-		if target.ClientKey != r.Client {
-			t.Errorf("plugin key %q, request path key %q", target.ClientKey, r.Client)
+		// The key as /debug/top names the client: a keyed hash of the
+		// request path's key, which the Redis key holds.
+		if h, _ := clienthash.New(clienthash.NamespaceKey([]byte("the install key of this test run"), s.ns)); target.ClientKey != h.Sum(r.Client) ||
+			!strings.Contains(target.RedisKey, ":"+r.Client+"}") {
+			t.Errorf("plugin key %q (Redis key %q), request path key %q", target.ClientKey, target.RedisKey, r.Client)
 		}
 		w := target.Window
 		lo, hi := begun.Add(ds[i].RetryAfter), ended.Add(ds[i].RetryAfter)
@@ -441,22 +466,24 @@ func TestWhyThroughThePodProxy(t *testing.T) {
 	}
 }
 
-// TestWhyRefusedWithoutPodsProxy: RBAC decides, for real. A user who may
-// read pods and policies but not get pods/proxy is refused by the API
-// server with a message naming the missing verb; the debugger role bound in
-// one namespace does not reach another.
-func TestWhyRefusedWithoutPodsProxy(t *testing.T) {
+// TestWhyRefusedWithoutPortForward: RBAC decides, for real. A user who may
+// read pods and policies, and even get pods/proxy (what the plugin needed
+// before), but not create pods/portforward is refused by the API server
+// with a message naming the missing verb; the debugger role bound in one
+// namespace does not reach another.
+func TestWhyRefusedWithoutPortForward(t *testing.T) {
 	s := newShop(t, "shop2")
 	mustCreate(t, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: s.ns},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/proxy", "pods/portforward"}, Verbs: []string{"get"}},
 			{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"ratelimitpolicies"}, Verbs: []string{"get", "list"}},
 		},
 	})
 	bind(t, s.ns, "readers", "Role", "reader")
 	code, out, errOut := run("why", "--kubeconfig", kubeconfigFor(t, "bob", "readers"), "-n", s.ns, "per-api-key", "--header", "x")
-	if code != 1 || !strings.Contains(errOut, `you lack "get" on "pods/proxy" in namespace "shop2"`) ||
+	if code != 1 || !strings.Contains(errOut, `you lack "create" on "pods/portforward" in namespace "shop2"`) ||
 		!strings.Contains(errOut, DebuggerRole) || !strings.Contains(errOut, "403") {
 		t.Errorf("exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
@@ -473,8 +500,9 @@ func TestWhyRefusedWithoutPodsProxy(t *testing.T) {
 }
 
 // TestTopAcrossPods: 429s counted by two sidecars, merged by the plugin
-// through the pod proxy: the heavy client's total over both pods, exact
-// while the sketches hold every key.
+// through port-forwards: the heavy client's total over both pods, exact
+// while the sketches hold every key, under keyed hashes that both sidecars
+// of the namespace share.
 func TestTopAcrossPods(t *testing.T) {
 	s := newShop(t, "shop3")
 	bind(t, s.ns, "shop3-oncall", "ClusterRole", DebuggerRole)
@@ -535,13 +563,72 @@ func TestSidecarTargets(t *testing.T) {
 		}
 		return p
 	}
+	// A sidecar injected before the debug port existed: a target without
+	// a port, which the plugin does not try to reach.
+	old := mk("f", true, true, false)
+	sc := &old.Spec.InitContainers[0]
+	sc.Ports = slices.DeleteFunc(sc.Ports, func(p corev1.ContainerPort) bool { return p.Name == inject.DebugPortName })
 	got := SidecarTargets([]corev1.Pod{
 		mk("c", true, true, false), mk("a", true, true, false), mk("b", false, true, false),
-		mk("d", true, false, false), mk("e", true, true, true),
+		mk("d", true, false, false), mk("e", true, true, true), old,
 	})
-	want := []Target{{"ns", "a", inject.DefaultAdminPort}, {"ns", "c", inject.DefaultAdminPort}}
+	want := []Target{{"ns", "a", inject.DefaultDebugPort}, {"ns", "c", inject.DefaultDebugPort}, {"ns", "f", 0}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+	if _, err := (&Client{}).Get(context.Background(), want[2], "debug/top", nil, nil); err == nil || !strings.Contains(err.Error(), "re-create the pod") {
+		t.Errorf("an old sidecar: %v", err)
+	}
+}
+
+// TestDebugNotOnThePodNetwork: what anything on the pod network can reach
+// of a sidecar, its admin port on the pod IP, answers no /debug route, and
+// the debug port does not answer there at all; not even the API server's
+// pod proxy (what the plugin used before, for which the debugger role
+// granted get on pods/proxy) gets a /debug answer.
+func TestDebugNotOnThePodNetwork(t *testing.T) {
+	s := newShop(t, "shop4")
+	for range 4 {
+		s.get(t, "k-123")
+	}
+	for _, admin := range s.admins {
+		for _, target := range []string{"/debug/why?policy=per-api-key&header=k-123", "/debug/top?policy=per-api-key"} {
+			resp, err := http.Get("http://" + admin + target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Errorf("GET http://%s%s from the pod network: %d %s, want 404", admin, target, resp.StatusCode, body)
+			}
+		}
+		if resp, err := http.Get("http://" + admin + "/metrics"); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("/metrics on %s: %v %v", admin, resp, err)
+		} else {
+			_ = resp.Body.Close()
+		}
+	}
+	var pods corev1.PodList
+	if err := admin.List(context.Background(), &pods, client.InNamespace(s.ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range SidecarTargets(pods.Items) {
+		if conn, err := net.DialTimeout("tcp", net.JoinHostPort(podIP, strconv.Itoa(int(tg.Port))), 5*time.Second); err == nil {
+			_ = conn.Close()
+			t.Errorf("pod %s: its debug port %d answers on the pod IP", tg.Pod, tg.Port)
+		}
+	}
+	// The pod proxy to the admin port, as cluster admin.
+	kube, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, adminPort, _ := net.SplitHostPort(s.admins[0])
+	_, err = kube.CoreV1().RESTClient().Get().Namespace(s.ns).Resource("pods").SubResource("proxy").
+		Name("web-1:"+adminPort).Suffix("debug/top").Param("policy", "per-api-key").DoRaw(context.Background())
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the pod proxy to the admin port's /debug/top: %v, want 404", err)
 	}
 }
 

@@ -23,11 +23,16 @@ type TopResult struct {
 	Failed map[string]string `json:"failed,omitempty"`
 	// Since is the earliest start of the sidecars' counting.
 	Since time.Time `json:"since"`
+	// HashKeyID names the key of the client keys' hashes (all merged
+	// sidecars share it).
+	HashKeyID string `json:"hashKeyID"`
 	topk.Summary
 }
 
 // Top asks every ready sidecar of the policy's pods for its 429s by client
-// key and merges them (topk.Merge keeps each count's bounds).
+// key and merges them (topk.Merge keeps each count's bounds). The keys are
+// keyed hashes (package clienthash); a sidecar hashing with another key
+// than the first one's is reported, not merged.
 func (c *Client) Top(ctx context.Context, ns, policy string, k int) (*TopResult, error) {
 	p, err := c.Policy(ctx, ns, policy)
 	if err != nil {
@@ -48,6 +53,12 @@ func (c *Client) Top(ctx context.Context, ns, policy string, k int) (*TopResult,
 		if err == nil {
 			err = json.Unmarshal(body, &tr)
 		}
+		if err == nil && res.HashKeyID != "" && tr.HashKeyID != res.HashKeyID {
+			// The same client has another hash there: merging would split
+			// its count.
+			err = fmt.Errorf("its client keys are hashed with another key (%s, not %s): a sidecar started before "+
+				"its namespace's key was mirrored; restart the pod", tr.HashKeyID, res.HashKeyID)
+		}
 		if err != nil {
 			var refusal *RefusedError
 			if errors.As(err, &refusal) {
@@ -60,6 +71,7 @@ func (c *Client) Top(ctx context.Context, ns, policy string, k int) (*TopResult,
 			continue
 		}
 		res.Pods = append(res.Pods, t.Pod)
+		res.HashKeyID = tr.HashKeyID
 		sums = append(sums, tr.Summary)
 		if res.Since.IsZero() || tr.Since.Before(res.Since) {
 			res.Since = tr.Since

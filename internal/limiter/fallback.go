@@ -27,6 +27,14 @@ import (
 // anyway, so eviction never hands a denied client a fresh one. When the
 // table is full of clients that still count, a new client shares one
 // overflow budget per rule with all other untracked clients.
+//
+// The logs together are bounded by maxLogBytes (their capacity, the memory
+// they hold): without it, 10,000 clients at the largest share (limit
+// 1,000,000, replicas 1) could log 80 GB during an outage. A log that would
+// grow past the budget turns into a sliding-window counter (demote), which
+// keeps every admit it counted, so the bound costs precision (it errs
+// towards denying), never a client's share. docs/operations.md states the
+// whole bound; TestFallbackMemoryBounded measures it.
 type fallback struct {
 	mu         sync.Mutex
 	start      time.Time
@@ -35,6 +43,9 @@ type fallback struct {
 	overflow   map[string]*fbEntry // by rule id; not counted in maxClients
 	byExpiry   expiryHeap          // tracked entries, soonest fully-expired first
 	clock      func() int64        // ns; tests replace it
+	// maxLogBytes bounds logBytes, the capacity of all logs (tracked and
+	// overflow entries) in bytes.
+	maxLogBytes, logBytes int64
 	// blind is the naive fallback, for the test that shows why seeds
 	// matter: it starts every key empty.
 	blind bool
@@ -57,6 +68,12 @@ type fbEntry struct {
 	idx       int64
 	cur, prev int64
 
+	// demoted: a log that the byte budget turned into a counter; it stays
+	// one until the entry is evicted.
+	demoted bool
+	// logBytes is the log capacity counted in fallback.logBytes.
+	logBytes int64
+
 	seed      fbSeed
 	lastAdmit int64 // ns since fallback start; -1 never
 	heapIdx   int   // -1 when not in the heap (overflow entries)
@@ -70,12 +87,19 @@ type fbSeed struct {
 	denyUntil int64 // Redis denies until then
 }
 
-func newFallback(maxClients int) *fallback {
+// fallbackEntryBytes is what one tracked entry holds besides its log (the
+// entry, its keys, its map and heap slots), rounded up from the 250-odd
+// bytes TestFallbackMemoryBounded measures with hashed client keys: the
+// per-client term of the bound in docs/operations.md.
+const fallbackEntryBytes = 512
+
+func newFallback(maxClients int, maxLogBytes int64) *fallback {
 	return &fallback{
-		start:      time.Now(),
-		maxClients: maxClients,
-		entries:    make(map[fbKey]*fbEntry),
-		overflow:   make(map[string]*fbEntry),
+		start:       time.Now(),
+		maxClients:  maxClients,
+		maxLogBytes: maxLogBytes,
+		entries:     make(map[fbKey]*fbEntry),
+		overflow:    make(map[string]*fbEntry),
 	}
 }
 
@@ -138,6 +162,7 @@ func (f *fallback) decide(reqs []fbReq, commit bool) bool {
 		r, e := &reqs[i], entries[i]
 		ok, retry := e.check(now, r.hits)
 		if ok && pass && commit {
+			f.budget(e, r.hits, now)
 			e.admit(now, r.hits)
 			if e.heapIdx >= 0 {
 				heap.Fix(&f.byExpiry, e.heapIdx)
@@ -152,6 +177,7 @@ func (f *fallback) decide(reqs []fbReq, commit bool) bool {
 			Source:     SourceFallback,
 			Err:        r.err,
 		}
+		f.account(e) // check, admit and remaining trim and grow logs
 	}
 	return pass
 }
@@ -162,7 +188,8 @@ func (f *fallback) entry(r *fbReq, now int64) *fbEntry {
 	window := int64(r.rule.Window)
 	counter := r.rule.Algorithm == SlidingWindowCounter
 	if e, ok := f.entries[k]; ok {
-		e.reshape(window, r.share, counter, now)
+		e.reshape(window, r.share, counter || e.demoted, now)
+		f.account(e)
 		return e
 	}
 	if len(f.entries) >= f.maxClients {
@@ -173,16 +200,45 @@ func (f *fallback) entry(r *fbReq, now int64) *fbEntry {
 				o = newEntry(fbKey{r.rule.ID, ""}, window, r.share, counter, now)
 				f.overflow[r.rule.ID] = o
 			}
-			o.reshape(window, r.share, counter, now)
+			o.reshape(window, r.share, counter || o.demoted, now)
+			f.account(o)
 			return o
 		}
 		old := heap.Pop(&f.byExpiry).(*fbEntry)
 		delete(f.entries, old.key)
+		f.logBytes -= old.logBytes
 	}
 	e := newEntry(k, window, r.share, counter, now)
 	f.entries[k] = e
 	heap.Push(&f.byExpiry, e)
 	return e
+}
+
+// account brings f.logBytes in line with the capacity of e's log after e
+// changed; the caller holds f.mu.
+func (f *fallback) account(e *fbEntry) {
+	b := int64(cap(e.log)) * 8
+	f.logBytes += b - e.logBytes
+	e.logBytes = b
+}
+
+// budget demotes e to a counter when admitting h into its log could take
+// the logs past maxLogBytes: when the log must grow, append may allocate
+// up to twice what it then holds. The caller holds f.mu.
+func (f *fallback) budget(e *fbEntry, h, now int64) {
+	if e.counter || f.maxLogBytes <= 0 {
+		return
+	}
+	need := int64(len(e.log)) + h
+	if need <= int64(cap(e.log)) {
+		return // no allocation
+	}
+	if f.logBytes-e.logBytes+2*need*8 <= f.maxLogBytes {
+		return
+	}
+	e.reshape(e.window, e.share, true, now)
+	e.demoted = true
+	f.account(e)
 }
 
 func newEntry(k fbKey, window, share int64, counter bool, now int64) *fbEntry {

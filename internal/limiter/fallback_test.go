@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 
 // fakeFallback returns a fallback on a clock the test moves.
 func fakeFallback(maxClients int) (*fallback, *int64) {
-	f := newFallback(maxClients)
+	f := newFallback(maxClients, defaultFallbackLogBytes)
 	now := new(int64)
 	f.clock = func() int64 { return *now }
 	return f, now
@@ -306,3 +307,82 @@ func TestFallbackStartsFromRedis(t *testing.T) {
 		}
 	})
 }
+
+// TestFallbackMemoryBounded measures, with the heap, the fail-open state of
+// the worst case a policy allows: 10,000 clients (FallbackMaxClients) of a
+// rule at the largest share (limit 1,000,000, replicas 1, window 24h) all
+// sending during an outage. A log of 8 bytes per admit would hold up to
+// 10,000 × 1,000,000 × 8 bytes = 80 GB; the logs together stay within
+// defaultFallbackLogBytes, and a client whose log would grow past it
+// continues as a sliding-window counter that keeps every admit it counted
+// (so the bound hands no client more than its share).
+//
+// Phase 1 admits 1,000 per client (10 million admits: about 100 MB of
+// logs without the bound; the check fails there on the unbounded
+// fallback). Phase 2 takes every client to its whole share.
+func TestFallbackMemoryBounded(t *testing.T) {
+	const clients, share = defaultFallbackMax, 1_000_000
+	rule := Rule{ID: "ns/huge", Limit: share, Window: 24 * time.Hour}
+	names := make([]string, clients)
+	for i := range names {
+		names[i] = fmt.Sprintf("h:client-%05d-aaaaaaaaaaaaaaaa", i) // as long as a hashed key
+	}
+	before := liveHeap()
+	f, now := fakeFallback(clients)
+	admit := func(client string, hits int64) Decision {
+		var d Decision
+		f.decide([]fbReq{{rule: &rule, client: client, share: share, hits: hits, out: &d}}, true)
+		return d
+	}
+	bound := int64(defaultFallbackLogBytes) + clients*fallbackEntryBytes
+	check := func(phase string) {
+		t.Helper()
+		used := liveHeap() - before
+		f.mu.Lock()
+		logs, held := f.logBytes, int64(0)
+		for _, e := range f.entries {
+			held += int64(cap(e.log)) * 8
+		}
+		f.mu.Unlock()
+		if logs != held {
+			t.Errorf("%s: the budget counts %d bytes of logs, the entries hold %d", phase, logs, held)
+		}
+		t.Logf("%s: live heap %.1f MiB: logs %.1f MiB, %d B per client besides (bound %.1f MiB: logs %d MiB + %d clients × %d B)",
+			phase, mib(used), mib(logs), (used-logs)/clients, mib(bound), defaultFallbackLogBytes>>20, clients, fallbackEntryBytes)
+		if used > bound {
+			t.Fatalf("%s: the fail-open state holds %.1f MiB, over its bound of %.1f MiB", phase, mib(used), mib(bound))
+		}
+	}
+	for round := range 10 {
+		for _, c := range names {
+			if d := admit(c, 100); !d.Allowed {
+				t.Fatalf("round %d: %s denied below its share: %+v", round, c, d)
+			}
+		}
+		*now += int64(time.Second)
+	}
+	check("1,000 admits per client")
+	for _, c := range names {
+		if d := admit(c, share-1000); !d.Allowed {
+			t.Fatalf("%s denied below its share: %+v", c, d)
+		}
+	}
+	check("the whole share of 1,000,000 per client")
+	// Bounded, not lenient: every client has spent its share.
+	for _, c := range names {
+		if d := admit(c, 1); d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%s admitted past its share: %+v", c, d)
+		}
+	}
+	runtime.KeepAlive(f)
+}
+
+// liveHeap is the heap in use after a full collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -109,7 +109,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		tokens:          make(chan struct{}, opts.MaxInflight),
 		honorsDeadlines: honorsDeadlines(rdb),
 		breaker:         newBreaker(opts.BreakerFailures),
-		fallback:        newFallback(opts.FallbackMaxClients),
+		fallback:        newFallback(opts.FallbackMaxClients, opts.FallbackMaxLogBytes),
 		ctx:             ctx,
 		cancel:          cancel,
 	}

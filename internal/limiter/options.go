@@ -75,6 +75,12 @@ type Options struct {
 	// budget per rule with every other untracked client, so no client is
 	// ever forgotten while it still has admits in its window.
 	FallbackMaxClients int
+	// FallbackMaxLogBytes bounds the memory of the fail-open fallback's
+	// sliding logs together (default 16 MiB, 2 million admits at 8 bytes;
+	// negative: unbounded). A client whose log would grow past it is
+	// counted by a sliding-window counter instead, which keeps the admits
+	// it counted (docs/operations.md, "Fail-open memory").
+	FallbackMaxLogBytes int64
 	// DenyCacheMax bounds the keys whose last Redis answer the limiter
 	// remembers (default 10000; negative: none). While Redis says a key is
 	// exhausted until T, its requests are denied locally until T with the
@@ -93,11 +99,15 @@ const (
 	defaultReplicaWait = 100 * time.Millisecond
 	defaultProbe       = 200 * time.Millisecond
 	defaultFallbackMax = 10000
-	defaultDenyCache   = 10000
-	maxPrefixLen       = 64
-	maxWindow          = 365 * 24 * time.Hour
-	minWindow          = time.Millisecond
-	failedClosedRetry  = time.Second // RetryAfter of a failed-closed decision: a guess at when Redis is back
+	// defaultFallbackLogBytes: with 10,000 entries of fallbackEntryBytes,
+	// the fallback's worst case stays near 21 MiB, well inside the injected
+	// sidecar's 128 MiB memory limit (docs/operations.md).
+	defaultFallbackLogBytes = 16 << 20
+	defaultDenyCache        = 10000
+	maxPrefixLen            = 64
+	maxWindow               = 365 * 24 * time.Hour
+	minWindow               = time.Millisecond
+	failedClosedRetry       = time.Second // RetryAfter of a failed-closed decision: a guess at when Redis is back
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -145,6 +155,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.FallbackMaxClients <= 0 {
 		o.FallbackMaxClients = defaultFallbackMax
+	}
+	if o.FallbackMaxLogBytes == 0 {
+		o.FallbackMaxLogBytes = defaultFallbackLogBytes
 	}
 	if o.DenyCacheMax == 0 {
 		o.DenyCacheMax = defaultDenyCache

@@ -56,29 +56,33 @@ var badGatewayAnswer = answer{
 	body:   "slidegate: the application is unavailable\n",
 }
 
+// What a client learns from the sidecar's own answers: what it needs to
+// act (when to retry, which value to send), and in the RateLimit fields of
+// a 429 the policy's own name, the draft's policy identifier. Never the
+// namespace, nor which other policies exist: the bodies are the same for
+// every workload behind a sidecar (docs/security.md, "What clients learn").
+
 // rejectedAnswer is the 429 of policy p, which denied a request until
 // retryAfter has passed.
-func rejectedAnswer(namespace string, p *policy, retryAfter time.Duration) answer {
+func rejectedAnswer(p *policy, retryAfter time.Duration) answer {
 	retry := ratelimitheader.RetryAfterSeconds(retryAfter)
 	return answer{
 		status:     http.StatusTooManyRequests,
 		retryAfter: retry,
 		policy:     p.policyItem,
 		rateLimit:  ratelimitheader.DeniedItem(p.nameItem, retryAfter),
-		body: "slidegate: rate limit exceeded: policy " + strconv.Quote(p.name) +
-			" in namespace " + strconv.Quote(namespace) + "; retry in " + retry + "s\n",
+		body:       "slidegate: rate limit exceeded; retry in " + retry + "s\n",
 	}
 }
 
 // missingKeyAnswer is the 429 for a request without the client key of
 // policy p, whose onMissing is Deny. It has no Retry-After: waiting does
 // not help; sending the key does.
-func missingKeyAnswer(namespace string, p *policy) answer {
+func missingKeyAnswer(p *policy) answer {
 	return answer{
 		status: http.StatusTooManyRequests,
 		policy: p.policyItem,
-		body: "slidegate: request rejected by policy " + strconv.Quote(p.name) +
-			" in namespace " + strconv.Quote(namespace) + ": it has no " + describeKey(p) + "\n",
+		body:   "slidegate: request rejected: it has no " + describeKey(p) + "\n",
 	}
 }
 
@@ -96,24 +100,22 @@ func describeKey(p *policy) string {
 // ambiguousKeyAnswer is the 400 for a request that gives more than one
 // value for the client key of policy p (see keyAmbiguous): whichever the
 // sidecar took, the client could have chosen its bucket.
-func ambiguousKeyAnswer(namespace string, p *policy) answer {
+func ambiguousKeyAnswer(p *policy) answer {
 	return answer{
 		status: http.StatusBadRequest,
-		body: "slidegate: request refused by policy " + strconv.Quote(p.name) +
-			" in namespace " + strconv.Quote(namespace) + ": it gives more than one " + describeKey(p) +
+		body: "slidegate: request refused: it gives more than one " + describeKey(p) +
 			" (repeated, comma-separated, or spelled another way); send exactly one\n",
 	}
 }
 
-// failedClosedAnswer is the 503 of the fail-closed policy p, which Redis
-// could not decide; retryAfter is the limiter's advice.
-func failedClosedAnswer(namespace string, p *policy, retryAfter time.Duration) answer {
+// failedClosedAnswer is the 503 of a fail-closed policy that Redis could
+// not decide; retryAfter is the limiter's advice.
+func failedClosedAnswer(retryAfter time.Duration) answer {
 	retry := ratelimitheader.RetryAfterSeconds(retryAfter)
 	return answer{
 		status:     http.StatusServiceUnavailable,
 		retryAfter: retry,
-		body: "slidegate: rate limiter unavailable and policy " + strconv.Quote(p.name) +
-			" in namespace " + strconv.Quote(namespace) + " fails closed; retry in " + retry + "s\n",
+		body:       "slidegate: rate limiter unavailable; retry in " + retry + "s\n",
 	}
 }
 

@@ -22,29 +22,29 @@ func TestAnswers(t *testing.T) {
 			status: 503, retryAfter: "1",
 			body: "slidegate: no rate limit configuration loaded yet\n",
 		}},
-		{"rejected, the wait rounded up", rejectedAnswer("shop", perUser, 1500*time.Millisecond), answer{
+		{"rejected, the wait rounded up", rejectedAnswer(perUser, 1500*time.Millisecond), answer{
 			status: 429, retryAfter: "2", policy: `"per-user";q=5;w=60`, rateLimit: `"per-user";r=0;t=2`,
-			body: `slidegate: rate limit exceeded: policy "per-user" in namespace "shop"; retry in 2s` + "\n",
+			body: `slidegate: rate limit exceeded; retry in 2s` + "\n",
 		}},
-		{"rejected without a wait: Retry-After is at least 1, t stays 0", rejectedAnswer("shop", perUser, 0), answer{
+		{"rejected without a wait: Retry-After is at least 1, t stays 0", rejectedAnswer(perUser, 0), answer{
 			status: 429, retryAfter: "1", policy: `"per-user";q=5;w=60`, rateLimit: `"per-user";r=0;t=0`,
-			body: `slidegate: rate limit exceeded: policy "per-user" in namespace "shop"; retry in 1s` + "\n",
+			body: `slidegate: rate limit exceeded; retry in 1s` + "\n",
 		}},
-		{"missing header, named as the sidecar reads it", missingKeyAnswer("shop", perUser), answer{
+		{"missing header, named as the sidecar reads it", missingKeyAnswer(perUser), answer{
 			status: 429, policy: `"per-user";q=5;w=60`,
-			body: `slidegate: request rejected by policy "per-user" in namespace "shop": it has no header "X-User"` + "\n",
+			body: `slidegate: request rejected: it has no header "X-User"` + "\n",
 		}},
-		{"missing query parameter", missingKeyAnswer("shop", byQuery), answer{
+		{"missing query parameter", missingKeyAnswer(byQuery), answer{
 			status: 429, policy: `"by-query";q=2;w=60`,
-			body: `slidegate: request rejected by policy "by-query" in namespace "shop": it has no query parameter "api_key"` + "\n",
+			body: `slidegate: request rejected: it has no query parameter "api_key"` + "\n",
 		}},
-		{"missing claim", missingKeyAnswer("shop", byClaim), answer{
+		{"missing claim", missingKeyAnswer(byClaim), answer{
 			status: 429, policy: `"by-claim";q=2;w=60`,
-			body: `slidegate: request rejected by policy "by-claim" in namespace "shop": it has no bearer token claim "sub"` + "\n",
+			body: `slidegate: request rejected: it has no bearer token claim "sub"` + "\n",
 		}},
-		{"failed closed", failedClosedAnswer("shop", byQuery, 1500*time.Millisecond), answer{
+		{"failed closed", failedClosedAnswer(1500 * time.Millisecond), answer{
 			status: 503, retryAfter: "2",
-			body: `slidegate: rate limiter unavailable and policy "by-query" in namespace "shop" fails closed; retry in 2s` + "\n",
+			body: `slidegate: rate limiter unavailable; retry in 2s` + "\n",
 		}},
 		{"bad gateway", badGatewayAnswer, answer{
 			status: 502, body: "slidegate: the application is unavailable\n",

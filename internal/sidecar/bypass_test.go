@@ -238,7 +238,7 @@ func TestAmbiguousKeyAnswer(t *testing.T) {
 	}
 	msg, _ := io.ReadAll(r.Body)
 	_ = r.Body.Close()
-	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), `policy "b-user" in namespace "shop": it gives more than one header "X-User"`) {
+	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), `request refused: it gives more than one header "X-User"`) {
 		t.Errorf("status %d body %q", r.StatusCode, msg)
 	}
 	if got := requestsCount(h.s, "b-user", DecisionAmbiguousKey); got != 2 {

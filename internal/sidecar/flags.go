@@ -10,7 +10,9 @@ import (
 // defaults. The injector relies on these names.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address of the proxied port (the pod's Service sends traffic here)")
-	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress, "address serving /metrics, /healthz, /readyz, /debug/why and /debug/top")
+	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress, "address serving /metrics, /healthz and /readyz")
+	fs.StringVar(&o.DebugAddress, "debug-address", o.DebugAddress, "loopback address serving /debug/why and /debug/top (reached through kubectl port-forward)")
+	fs.StringVar(&o.ClientHashKeyFile, "client-hash-key-file", o.ClientHashKeyFile, "file with the key of the client hashes /debug shows (read again with the config; missing: a random key until it appears)")
 	fs.StringVar(&o.Upstream, "upstream", o.Upstream, "URL of the application on localhost")
 	fs.StringVar(&o.UpstreamProtocol, "upstream-protocol", o.UpstreamProtocol, "protocol to the application: http1, h2c, or auto (h2c for HTTP/2 requests)")
 	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "rendered sidecar config file (its directory is watched)")

@@ -41,14 +41,14 @@ func TestFlagsAndEnv(t *testing.T) {
 		t.Errorf("Validate: %v", err)
 	}
 	// The injector relies on these names.
-	for _, name := range []string{"listen-address", "admin-address", "upstream", "config-file", "pod-labels-file",
+	for _, name := range []string{"listen-address", "admin-address", "debug-address", "client-hash-key-file", "upstream", "config-file", "pod-labels-file",
 		"redis-mode", "redis-addrs", "redis-master-name", "redis-tls", "redis-tls-dir", "redis-tls-server-name", "fallback-replicas", "key-prefix",
 		"decision-timeout", "shutdown-timeout"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("flag --%s missing", name)
 		}
 	}
-	for _, secret := range []string{"redis-password", "redis-username"} {
+	for _, secret := range []string{"redis-password", "redis-username", "client-hash-key"} {
 		if fs.Lookup(secret) != nil {
 			t.Errorf("--%s must not be a flag (environment only)", secret)
 		}
@@ -75,6 +75,13 @@ func TestValidate(t *testing.T) {
 		mod  func(*Options)
 	}{
 		{"same ports", func(o *Options) { o.AdminAddress = o.ListenAddress }},
+		// /debug must not be reachable from the pod network.
+		{"debug on every address", func(o *Options) { o.DebugAddress = ":15291" }},
+		{"debug on 0.0.0.0", func(o *Options) { o.DebugAddress = "0.0.0.0:15291" }},
+		{"debug on [::]", func(o *Options) { o.DebugAddress = "[::]:15291" }},
+		{"debug on a pod IP", func(o *Options) { o.DebugAddress = "10.244.0.7:15291" }},
+		{"debug on a name", func(o *Options) { o.DebugAddress = "localhost:15291" }},
+		{"debug without a port", func(o *Options) { o.DebugAddress = "127.0.0.1" }},
 		{"https upstream", func(o *Options) { o.Upstream = "https://127.0.0.1:8443" }},
 		{"upstream without host", func(o *Options) { o.Upstream = "http://" }},
 		{"unknown upstream protocol", func(o *Options) { o.UpstreamProtocol = "h3" }},
@@ -98,5 +105,12 @@ func TestValidate(t *testing.T) {
 	}
 	if o := DefaultOptions(); o.Validate() != nil {
 		t.Errorf("defaults invalid: %v", o.Validate())
+	}
+	for _, debug := range []string{"127.0.0.1:15291", "127.0.0.2:1", "[::1]:15291"} {
+		o := DefaultOptions()
+		o.DebugAddress = debug
+		if err := o.Validate(); err != nil {
+			t.Errorf("--debug-address=%s: %v", debug, err)
+		}
 	}
 }

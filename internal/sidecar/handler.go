@@ -31,9 +31,9 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if refused.policy != nil {
 		// Refused before asking Redis: nothing is counted anywhere.
 		if refused.ambiguous {
-			s.reply(w, s.respBadRequest, ambiguousKeyAnswer(st.namespace, refused.policy))
+			s.reply(w, s.respBadRequest, ambiguousKeyAnswer(refused.policy))
 		} else {
-			s.reply(w, s.respRejected, missingKeyAnswer(st.namespace, refused.policy))
+			s.reply(w, s.respRejected, missingKeyAnswer(refused.policy))
 		}
 		return
 	}
@@ -50,7 +50,7 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(ds) != len(reqs) {
 		// Broken contract; never forward on it.
 		s.log.Error("limiter returned a wrong number of decisions", "want", len(reqs), "got", len(ds))
-		s.reply(w, s.respFailedClosed, failedClosedAnswer(st.namespace, pols[0], 0))
+		s.reply(w, s.respFailedClosed, failedClosedAnswer(0))
 		return
 	}
 	// Put together only now: while one value held both pols and reqs,
@@ -58,7 +58,7 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	dec := decided{policies: pols, requests: reqs, decisions: ds}
 	v := dec.verdict()
 	s.record(&dec, v)
-	s.respond(w, r, st.namespace, &dec, v)
+	s.respond(w, r, &dec, v)
 }
 
 // decided is one request after the limiter: the policies that applied to it,
@@ -189,7 +189,8 @@ func (s *Sidecar) record(dec *decided, v verdict) {
 		d := policyDecision(dec.requests[i].DryRun, &dec.decisions[i], rejected)
 		p.counters[d].Inc()
 		if d == idxRejected {
-			s.top.add(p.name, dec.requests[i].Client)
+			h := s.hasher.Load()
+			s.top.add(p.name, h.Sum(dec.requests[i].Client), h.ID())
 		}
 	}
 }
@@ -217,14 +218,14 @@ func policyDecision(dryRun bool, d *limiter.Decision, rejected bool) int {
 // respond answers the request after its decisions: the answer of the
 // policy in v that rejected it, or else the application's response with
 // the enforced policies' RateLimit fields.
-func (s *Sidecar) respond(w http.ResponseWriter, r *http.Request, namespace string, dec *decided, v verdict) {
+func (s *Sidecar) respond(w http.ResponseWriter, r *http.Request, dec *decided, v verdict) {
 	switch {
 	case v.failedClosed >= 0:
 		i := v.failedClosed
-		s.reply(w, s.respFailedClosed, failedClosedAnswer(namespace, dec.policies[i], dec.decisions[i].RetryAfter))
+		s.reply(w, s.respFailedClosed, failedClosedAnswer(dec.decisions[i].RetryAfter))
 	case v.denied >= 0:
 		i := v.denied
-		s.reply(w, s.respRejected, rejectedAnswer(namespace, dec.policies[i], dec.decisions[i].RetryAfter))
+		s.reply(w, s.respRejected, rejectedAnswer(dec.policies[i], dec.decisions[i].RetryAfter))
 	default:
 		if f := dec.admittedFields(); f.Len() > 0 {
 			h := w.Header()

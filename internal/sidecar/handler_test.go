@@ -104,8 +104,16 @@ func TestRejectAndAdmitHeaders(t *testing.T) {
 	if got := resp.Header.Get("RateLimit"); got != `"per-client";r=0;t=60` {
 		t.Errorf("RateLimit = %q", got)
 	}
-	if !strings.Contains(body, `policy "per-client" in namespace "shop"`) {
-		t.Errorf("body %q does not name the policy", body)
+	// The client learns when to retry and, in the RateLimit fields, the
+	// policy's own name (the IETF draft's policy identifier); not the
+	// namespace behind the sidecar (docs/security.md, "What clients learn").
+	if body != "slidegate: rate limit exceeded; retry in 60s\n" || strings.Contains(body, "shop") {
+		t.Errorf("429 body %q: want only the retry time", body)
+	}
+	for _, f := range []string{"RateLimit-Policy", "RateLimit"} {
+		if v := resp.Header.Get(f); strings.Contains(v, "shop") || !strings.HasPrefix(v, `"per-client";`) {
+			t.Errorf("%s = %q: want the policy's own name, not the namespace", f, v)
+		}
 	}
 	if h.up.hits.Load() != 2 {
 		t.Errorf("upstream saw %d requests, want 2", h.up.hits.Load())
@@ -166,9 +174,9 @@ func TestSeveralPolicies(t *testing.T) {
 	}
 	// alice is now over b-per-user: rejected, and the admit in a-global is
 	// undone (the global budget stays at 2 left).
-	resp, body := h.do(t, "GET", "/", map[string]string{"X-User": "alice"})
-	if resp.StatusCode != 429 || !strings.Contains(body, `"b-per-user"`) {
-		t.Fatalf("status %d body %q, want 429 by b-per-user", resp.StatusCode, body)
+	resp, _ = h.do(t, "GET", "/", map[string]string{"X-User": "alice"})
+	if resp.StatusCode != 429 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"b-per-user";`) {
+		t.Fatalf("status %d RateLimit %q, want 429 by b-per-user", resp.StatusCode, resp.Header.Get("RateLimit"))
 	}
 	if got := requestsCount(h.s, "a-global", DecisionNotCounted); got != 1 {
 		t.Errorf("a-global not_counted = %v, want 1", got)
@@ -187,9 +195,9 @@ func TestSeveralPolicies(t *testing.T) {
 		t.Errorf("b-per-user skipped = %v, want 2", got)
 	}
 	// The global budget is spent now (1 + 2 admitted).
-	resp, body = h.do(t, "GET", "/", nil)
-	if resp.StatusCode != 429 || !strings.Contains(body, `"a-global"`) {
-		t.Errorf("status %d body %q, want 429 by a-global", resp.StatusCode, body)
+	resp, _ = h.do(t, "GET", "/", nil)
+	if resp.StatusCode != 429 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"a-global";`) {
+		t.Errorf("status %d RateLimit %q, want 429 by a-global", resp.StatusCode, resp.Header.Get("RateLimit"))
 	}
 	if h.up.hits.Load() != 3 {
 		t.Errorf("upstream saw %d, want 3", h.up.hits.Load())
@@ -207,7 +215,7 @@ func TestMissingKeyDenyAsksNothing(t *testing.T) {
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "" {
 		t.Fatalf("status %d Retry-After %q, want 429 without Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	if !strings.Contains(body, `"keyed"`) || !strings.Contains(body, `query parameter "api_key"`) {
+	if !strings.Contains(body, `query parameter "api_key"`) || resp.Header.Get("RateLimit-Policy") != `"keyed";q=10;w=60` {
 		t.Errorf("body %q", body)
 	}
 	if mem.calls.Load() != 0 || h.up.hits.Load() != 0 {
@@ -237,8 +245,8 @@ func TestFailClosedAnswers503(t *testing.T) {
 	}
 	h := newHarness(t, mem, testConfig(nil, testPolicy("closed", 10, failClosed), testPolicy("open", 10)))
 	resp, body := h.do(t, "GET", "/", nil)
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" || !strings.Contains(body, `"closed"`) {
-		t.Errorf("status %d Retry-After %q body %q, want 503, 2, naming the policy", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" || body != "slidegate: rate limiter unavailable; retry in 2s\n" {
+		t.Errorf("status %d Retry-After %q body %q, want 503, 2, the retry time only", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	if got := requestsCount(h.s, "closed", DecisionFailedClosed); got != 1 {
 		t.Errorf("failed_closed = %v", got)

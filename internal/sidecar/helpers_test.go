@@ -50,6 +50,16 @@ func withKey(source, name, onMissing string) func(*sidecarconfig.Policy) {
 	}
 }
 
+// withHashKey gives the sidecar a client hash key file holding key.
+func withHashKey(t testing.TB, key string) func(*Options) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "client-hash-key")
+	if err := os.WriteFile(p, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func(o *Options) { o.ClientHashKeyFile = p }
+}
+
 func dryRun(p *sidecarconfig.Policy)     { p.Mode = "DryRun" }
 func failClosed(p *sidecarconfig.Policy) { p.FailMode = "Closed" }
 

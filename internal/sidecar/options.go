@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"time"
@@ -31,8 +33,20 @@ type Options struct {
 	// ListenAddress is the proxied port: the pod's Service reaches the
 	// sidecar here (the injector takes over the application's named port).
 	ListenAddress string
-	// AdminAddress serves /metrics, /healthz, /readyz, /debug/why and /debug/top.
+	// AdminAddress serves /metrics, /healthz and /readyz, for Prometheus
+	// and the kubelet: nothing there names a client.
 	AdminAddress string
+	// DebugAddress serves /debug/why and /debug/top, on a loopback
+	// address only: within the pod's network namespace, where only the
+	// pod itself and a port-forward through the API server (pods/portforward,
+	// which Kubernetes authorizes) reach it, never the pod network.
+	DebugAddress string
+	// ClientHashKeyFile holds the key of the hashes of client keys that
+	// /debug shows (package clienthash): the namespace's, from the
+	// mirrored Secret (an optional volume, so it may appear after the
+	// sidecar started; it is read again with the config). Missing or
+	// empty: a random key of this process until it appears.
+	ClientHashKeyFile string
 	// Upstream is the application, on localhost.
 	Upstream string
 	// UpstreamProtocol is one of the Upstream* constants.
@@ -83,7 +97,11 @@ type Options struct {
 
 	// ReadHeaderTimeout and IdleTimeout protect the proxied port from slow
 	// or idle clients. There is deliberately no read or write timeout on
-	// whole requests: bodies may stream for as long as the app wants.
+	// whole requests there: bodies may stream for as long as the app wants
+	// (uploads, downloads, server-sent events, gRPC streams), and the
+	// application, not the sidecar, knows how long is too long. The admin
+	// and debug ports answer small requests and have all four timeouts
+	// (server.go).
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
 	// UpstreamDialTimeout bounds connecting to the application.
@@ -101,6 +119,7 @@ func DefaultOptions() Options {
 		// as flags anyway; internal/inject's tests keep the two equal.
 		ListenAddress:        ":15280",
 		AdminAddress:         ":15290",
+		DebugAddress:         "127.0.0.1:15291",
 		Upstream:             "http://127.0.0.1:8080",
 		UpstreamProtocol:     UpstreamHTTP1,
 		ConfigFile:           "/etc/slidegate/config/config.json",
@@ -134,6 +153,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ListenAddress != "" && o.ListenAddress == o.AdminAddress {
 		add("--listen-address and --admin-address must differ")
+	}
+	if err := loopbackAddress(o.DebugAddress); err != nil {
+		add("--debug-address: %v", err)
 	}
 	if _, err := upstreamURL(o.Upstream); err != nil {
 		add("--upstream: %v", err)
@@ -172,6 +194,19 @@ func (o *Options) Validate() error {
 		add("--log-level: %v", err)
 	}
 	return errors.Join(errs...)
+}
+
+// loopbackAddress checks that addr is host:port with a loopback IP host:
+// /debug must not be reachable from the pod network.
+func loopbackAddress(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not on a loopback IP address (127.0.0.1:PORT or [::1]:PORT): /debug answers only within the pod", addr)
+	}
+	return nil
 }
 
 func upstreamURL(s string) (*url.URL, error) {

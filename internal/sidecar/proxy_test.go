@@ -329,9 +329,10 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	adminLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	debugLn, _ := net.Listen("tcp", "127.0.0.1:0")
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln, adminLn) }()
+	go func() { served <- s.Serve(ctx, ln, adminLn, debugLn) }()
 
 	slow := make(chan string, 1)
 	go func() {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -247,7 +248,12 @@ func (s *Sidecar) watchFiles(ctx context.Context) {
 			dirs = append(dirs, l)
 		}
 	}
-	dirwatch.Run(ctx, dirs, s.opts.ConfigResyncInterval, s.log, func() { _ = s.reload() })
+	if s.opts.ClientHashKeyFile != "" {
+		if k := filepath.Dir(s.opts.ClientHashKeyFile); !slices.Contains(dirs, k) {
+			dirs = append(dirs, k)
+		}
+	}
+	dirwatch.Run(ctx, dirs, s.opts.ConfigResyncInterval, s.log, func() { _ = s.reload(); s.loadHashKey() })
 }
 
 // namespaceOrEmpty is the namespace of the state in force ("" for none).

@@ -34,9 +34,13 @@ func serve(t *testing.T, s *Sidecar) (front, admin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	debugLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, adminLn) }()
+	go func() { done <- s.Serve(ctx, ln, adminLn, debugLn) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

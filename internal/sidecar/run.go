@@ -54,7 +54,13 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		_ = ln.Close()
 		return fmt.Errorf("listen %s: %w", o.AdminAddress, err)
 	}
+	debugLn, err := lc.Listen(ctx, "tcp", o.DebugAddress) // a loopback address (Validate)
+	if err != nil {
+		_, _ = ln.Close(), adminLn.Close()
+		return fmt.Errorf("listen %s: %w", o.DebugAddress, err)
+	}
 	log.Info("starting", "redis", o.Redis, "fallbackReplicas", o.FallbackReplicas,
-		"decisionTimeout", o.DecisionTimeout, "configFile", o.ConfigFile, "podLabelsFile", o.PodLabelsFile)
-	return s.Serve(ctx, ln, adminLn)
+		"decisionTimeout", o.DecisionTimeout, "configFile", o.ConfigFile, "podLabelsFile", o.PodLabelsFile,
+		"clientHashKey", s.hasher.Load().Configured)
+	return s.Serve(ctx, ln, adminLn, debugLn)
 }

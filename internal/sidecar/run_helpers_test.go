@@ -24,9 +24,16 @@ import (
 // harmless.
 func startRun(t *testing.T, o Options, log *slog.Logger) (front, admin string) {
 	t.Helper()
+	front, admin, _ = startRunDebug(t, o, log)
+	return front, admin
+}
+
+// startRunDebug is startRun, with the debug port's address too.
+func startRunDebug(t *testing.T, o Options, log *slog.Logger) (front, admin, debug string) {
+	t.Helper()
 	for try := 1; ; try++ {
-		addrs := freeAddrs(t, 2)
-		o.ListenAddress, o.AdminAddress = addrs[0], addrs[1]
+		addrs := freeAddrs(t, 3)
+		o.ListenAddress, o.AdminAddress, o.DebugAddress = addrs[0], addrs[1], addrs[2]
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- Run(ctx, o, log) }()
@@ -38,7 +45,7 @@ func startRun(t *testing.T, o Options, log *slog.Logger) (front, admin string) {
 					t.Errorf("Run: %v", err)
 				}
 			})
-			return "http://" + o.ListenAddress, "http://" + o.AdminAddress
+			return "http://" + o.ListenAddress, "http://" + o.AdminAddress, o.DebugAddress
 		}
 		cancel()
 		if !errors.Is(err, syscall.EADDRINUSE) || try == 3 {

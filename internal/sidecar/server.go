@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/limiter"
 )
 
@@ -67,8 +68,12 @@ type Sidecar struct {
 
 	// whySlots bounds the /debug/why requests served at once.
 	whySlots chan struct{}
-	// top counts each policy's 429s by client key (/debug/top).
+	// top counts each policy's 429s by client key (/debug/top), keyed
+	// hashes by hasher.
 	top *limitedTop
+	// hasher makes the client keys that /debug shows keyed hashes
+	// (hashkey.go).
+	hasher atomic.Pointer[clienthash.Hasher]
 
 	respForwarded, respRejected, respFailedClosed        prometheus.Counter
 	respBadRequest                                       prometheus.Counter
@@ -90,6 +95,7 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 	}
 	upstream, _ := upstreamURL(opts.Upstream) // checked by Validate
 	s := &Sidecar{opts: opts, log: log, lim: lim, created: time.Now(), whySlots: make(chan struct{}, whyMaxConcurrent), top: newLimitedTop()}
+	s.loadHashKey()
 	s.metrics = newMetrics(func() float64 {
 		if lim.Healthy() {
 			return 0
@@ -129,16 +135,15 @@ func (s *Sidecar) Revision() string {
 // Registry holds the sidecar's metrics.
 func (s *Sidecar) Registry() *prometheus.Registry { return s.metrics.reg }
 
-// AdminHandler serves /metrics, /healthz (the process is alive),
-// /readyz (see Ready), /debug/why (see why.go) and /debug/top (top.go).
+// AdminHandler serves /metrics, /healthz (the process is alive) and
+// /readyz (see Ready): what Prometheus and the kubelet need, on the pod
+// network. Nothing there names a client.
 func (s *Sidecar) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("GET /debug/why", s.serveWhy)
-	mux.HandleFunc("GET /debug/top", s.serveTop)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		switch {
 		case s.shuttingDown.Load():
@@ -152,6 +157,17 @@ func (s *Sidecar) AdminHandler() http.Handler {
 	return mux
 }
 
+// DebugHandler serves /debug/why (see why.go) and /debug/top (top.go), on
+// the loopback-only debug listener: a guessed API key or user id must not
+// tell anyone on the pod network whether it is active, nor /debug/top who
+// is limited most. kubectl slidegate reaches it through pods/portforward.
+func (s *Sidecar) DebugHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/why", s.serveWhy)
+	mux.HandleFunc("GET /debug/top", s.serveTop)
+	return mux
+}
+
 // writeJSON answers a /debug request with v: indented, as people read it,
 // and not cached, as it is live state.
 func writeJSON(w http.ResponseWriter, v any) {
@@ -162,17 +178,26 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v)
 }
 
-// Serve runs the sidecar on the proxied and admin listeners until ctx ends,
-// then shuts down gracefully: /readyz fails at once, the listeners stay
-// open for ShutdownDelay, then close, and in-flight requests (upgraded
-// connections included) get up to ShutdownTimeout to finish. The config
-// watch runs meanwhile.
-func (s *Sidecar) Serve(ctx context.Context, ln, adminLn net.Listener) error {
+// Timeouts of the admin and debug servers: their requests are small
+// GETs, and their answers small (/metrics, a JSON document). The write
+// timeout leaves room for /debug/why, which reads Redis (a decision waits
+// up to three DecisionTimeouts).
+const (
+	internalReadHeaderTimeout = 5 * time.Second
+	internalReadTimeout       = 10 * time.Second
+	internalWriteTimeout      = 30 * time.Second
+	internalIdleTimeout       = 60 * time.Second
+)
+
+// servers are the sidecar's HTTP servers: the proxied port, with header
+// and idle timeouts but no read or write timeout (Options.ReadHeaderTimeout
+// says why), and the admin and debug ports, with all four.
+func (s *Sidecar) servers() (proxied, admin, debug *http.Server) {
 	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
+	proxied = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
@@ -180,11 +205,28 @@ func (s *Sidecar) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 		Protocols:         protocols,
 		ErrorLog:          errLog,
 	}
-	admin := &http.Server{
-		Handler:           s.AdminHandler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          errLog,
+	internal := func(h http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: internalReadHeaderTimeout,
+			ReadTimeout:       internalReadTimeout,
+			WriteTimeout:      internalWriteTimeout,
+			IdleTimeout:       internalIdleTimeout,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          errLog,
+		}
 	}
+	return proxied, internal(s.AdminHandler()), internal(s.DebugHandler())
+}
+
+// Serve runs the sidecar on the proxied, admin and debug listeners until
+// ctx ends, then shuts down gracefully: /readyz fails at once, the
+// listeners stay open for ShutdownDelay, then close, and in-flight requests
+// (upgraded connections included) get up to ShutdownTimeout to finish. The
+// config watch runs meanwhile. debugLn must listen on a loopback address
+// (Options.DebugAddress; Run checks it).
+func (s *Sidecar) Serve(ctx context.Context, ln, adminLn, debugLn net.Listener) error {
+	srv, admin, debug := s.servers()
 
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	watchDone := make(chan struct{})
@@ -196,11 +238,12 @@ func (s *Sidecar) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 		defer func() { stopWatch(); <-peersDone }()
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- fmt.Errorf("proxied port: %w", srv.Serve(ln)) }()
 	go func() { errc <- fmt.Errorf("admin port: %w", admin.Serve(adminLn)) }()
+	go func() { errc <- fmt.Errorf("debug port: %w", debug.Serve(debugLn)) }()
 	s.log.Info("sidecar serving", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(),
-		"upstream", s.opts.Upstream, "ready", s.Ready())
+		"debug", debugLn.Addr().String(), "upstream", s.opts.Upstream, "ready", s.Ready())
 
 	var serveErr error
 	select {
@@ -237,5 +280,6 @@ func (s *Sidecar) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	adminCtx, cancelAdmin := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancelAdmin()
 	_ = admin.Shutdown(adminCtx)
+	_ = debug.Shutdown(adminCtx)
 	return serveErr
 }

@@ -8,13 +8,15 @@ import (
 	"github.com/slidegate/slidegate/internal/topk"
 )
 
-// The admin port's GET /debug/top?policy=NAME answers "whom does this
+// The debug port's GET /debug/top?policy=NAME answers "whom does this
 // policy limit most?" without a Prometheus label per client: each policy's
-// 429s are counted by client key (hashed for header, query and claim keys)
-// in a Space-Saving sketch of topCapacity keys (package topk: every count
-// within N/k of the truth). Recent, not lifelong: a sketch covers
-// topPeriod, and the answer merges the current and the previous one, so it
-// covers the last one to two periods.
+// 429s are counted by client key in a Space-Saving sketch of topCapacity
+// keys (package topk: every count within N/k of the truth). The keys are
+// keyed hashes (package clienthash) of the client keys, addresses included:
+// the answer names no client, and its hashes cannot be reversed by hashing
+// guesses without the namespace's key. Recent, not lifelong: a sketch
+// covers topPeriod, and the answer merges the current and the previous one,
+// so it covers the last one to two periods.
 
 const (
 	topCapacity = 64
@@ -27,13 +29,20 @@ type TopResponse struct {
 	Policy    string `json:"policy"`
 	// Since is when the counting of this answer began.
 	Since time.Time `json:"since"`
+	// HashKeyID names the key the client keys are hashed with
+	// (clienthash.Hasher.ID): answers of sidecars with different keys do
+	// not merge.
+	HashKeyID string `json:"hashKeyID"`
 	topk.Summary
 }
 
-// limitedTop counts 429s per policy and client key.
+// limitedTop counts 429s per policy and client key, all hashed with the
+// key keyID names: a new key starts the counts afresh (rekey), so that one
+// client never has two names in one answer.
 type limitedTop struct {
 	mu       sync.Mutex
 	policies map[string]*topPeriods
+	keyID    string
 	now      func() time.Time
 }
 
@@ -63,11 +72,15 @@ func (t *limitedTop) rotate(p *topPeriods, now time.Time) {
 	p.cur, p.start = topk.New(topCapacity), now
 }
 
-// add counts one 429 of client under policy.
-func (t *limitedTop) add(policy, client string) {
+// add counts one 429 of client, hashed with the key keyID names, under
+// policy; a count hashed with a key replaced meanwhile is dropped.
+func (t *limitedTop) add(policy, client, keyID string) {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if keyID != t.keyID {
+		return
+	}
 	p := t.policies[policy]
 	if p == nil {
 		p = &topPeriods{cur: topk.New(topCapacity), start: now}
@@ -77,20 +90,30 @@ func (t *limitedTop) add(policy, client string) {
 	p.cur.Add(client, 1)
 }
 
-// summary is the policy's recent 429s by client key.
-func (t *limitedTop) summary(policy string) (topk.Summary, time.Time) {
+// rekey forgets every count: from now on keys are hashed with the key
+// keyID names.
+func (t *limitedTop) rekey(keyID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.keyID = keyID
+	clear(t.policies)
+}
+
+// summary is the policy's recent 429s by client key, since when they were
+// counted, and the key they are hashed with.
+func (t *limitedTop) summary(policy string) (topk.Summary, time.Time, string) {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.policies[policy]
 	if p == nil {
-		return topk.Merge(topCapacity), now
+		return topk.Merge(topCapacity), now, t.keyID
 	}
 	t.rotate(p, now)
 	if p.prev == nil {
-		return p.cur.Summary(), p.start
+		return p.cur.Summary(), p.start, t.keyID
 	}
-	return topk.Merge(topCapacity, p.prev.Summary(), p.cur.Summary()), p.prevStart
+	return topk.Merge(topCapacity, p.prev.Summary(), p.cur.Summary()), p.prevStart, t.keyID
 }
 
 // serveTop answers GET /debug/top?policy=NAME.
@@ -105,6 +128,6 @@ func (s *Sidecar) serveTop(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "policy "+name+" does not apply to this pod", http.StatusNotFound)
 		return
 	}
-	sum, since := s.top.summary(name)
-	writeJSON(w, TopResponse{Namespace: st.namespace, Policy: name, Since: since, Summary: sum})
+	sum, since, keyID := s.top.summary(name)
+	writeJSON(w, TopResponse{Namespace: st.namespace, Policy: name, Since: since, HashKeyID: keyID, Summary: sum})
 }

@@ -12,11 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
-// The admin port's GET /debug/why answers "why was this client limited?":
+// The debug port's GET /debug/why answers "why was this client limited?":
 // for a client identity as the user knows it, the client key each policy of
 // this pod derives from it and the live window behind that key, read from
 // Redis without changing it (limiter.Peek).
@@ -39,16 +40,19 @@ import (
 //	         GET, and first path prefix, or /)
 //
 // The client value travels in the Slidegate-Client-Value request header
-// when it is not in a shorthand: through the API server's pod proxy, a
-// query string lands in the audit log, a header does not. Header, query
+// when it is not in a shorthand, not in the URL, which is what logs and
+// proxies record (the API server's audit log did, when kubectl slidegate
+// went through the pod proxy). Header, query
 // and claim values may be credentials: they are never logged nor
-// returned, only their hashed client key.
+// returned. The answer names the client by the keyed hash that /debug/top
+// shows (package clienthash), so that a client found there can be asked
+// about.
 
 // WhyValueHeader carries the client value of a /debug/why request.
 const WhyValueHeader = "Slidegate-Client-Value"
 
 // whyMaxConcurrent bounds the /debug/why requests served at once: each
-// costs Redis reads, and the admin port is reachable from the pod network.
+// costs Redis reads.
 const whyMaxConcurrent = 4
 
 // WhyResponse is the answer of GET /debug/why.
@@ -56,6 +60,8 @@ type WhyResponse struct {
 	Namespace string `json:"namespace"`
 	// Revision is the sidecar's config revision (see /metrics).
 	Revision string `json:"revision"`
+	// HashKeyID names the key of the ClientKeys (see TopResponse).
+	HashKeyID string `json:"hashKeyID"`
 	// Source is the kind of client identity asked about.
 	Source string `json:"source"`
 	Method string `json:"method"`
@@ -78,8 +84,9 @@ type WhyPolicy struct {
 	WindowSeconds  float64 `json:"windowSeconds"`
 	KeySource      string  `json:"keySource"`
 	KeyName        string  `json:"keyName,omitempty"`
-	// ClientKey is the client key the sidecar derives (header, query and
-	// claim values hashed), RedisKey the key holding its window.
+	// ClientKey is the keyed hash of the client key the sidecar derives,
+	// as /debug/top names the client; RedisKey is the key holding its
+	// window (header, query and claim values in it are hashed, unkeyed).
 	ClientKey string `json:"clientKey,omitempty"`
 	RedisKey  string `json:"redisKey,omitempty"`
 	// Unknown says why no key could be derived from the identity given
@@ -253,13 +260,14 @@ func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*W
 	// The claim value is given as that of a token the sidecar verified:
 	// the request built for it carries an unsigned one.
 	ri := reqInfo{r: req, trusted: st.trusted, trustClaims: true}
-	resp := &WhyResponse{Namespace: st.namespace, Revision: st.revision, Source: q.source, Method: q.method, Path: q.path}
+	hasher := s.hasher.Load() // one key for the whole answer
+	resp := &WhyResponse{Namespace: st.namespace, Revision: st.revision, HashKeyID: hasher.ID(), Source: q.source, Method: q.method, Path: q.path}
 	if target != nil {
-		resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, &q, &ri, target, true))
+		resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, hasher, &q, &ri, target, true))
 	}
 	for _, p := range st.policies {
 		if p != target && p.matches(&ri) {
-			resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, &q, &ri, p, false))
+			resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, hasher, &q, &ri, p, false))
 		}
 	}
 	return resp, http.StatusOK, nil
@@ -295,7 +303,7 @@ func (q *whyQuery) complete(target *policy) error {
 // whyPolicy is policy p's view of the client of q, whose request is ri:
 // the client key p derives and its window, read through pk, or why there
 // is none.
-func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, q *whyQuery, ri *reqInfo, p *policy, target bool) WhyPolicy {
+func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, hasher *clienthash.Hasher, q *whyQuery, ri *reqInfo, p *policy, target bool) WhyPolicy {
 	mode := "Enforce"
 	if p.dryRun {
 		mode = "DryRun"
@@ -318,7 +326,7 @@ func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, q *whyQuery, ri *req
 		out.Unknown = "the identity gives no value for " + describeSource(p.source, p.keyName)
 		return out
 	}
-	out.ClientKey = key
+	out.ClientKey = hasher.Sum(key)
 	win, err := pk.Peek(ctx, p.rule, key)
 	if err != nil {
 		out.Error = err.Error()

@@ -103,7 +103,7 @@ func TestWhyIsTheSidecarsTruth(t *testing.T) {
 					testPolicy("admin-only", 1000, func(p *sidecarconfig.Policy) { p.Match.PathPrefixes = []string{"/admin"} }))
 				h := newHarness(t, rl, cfg)
 				h.s.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-				admin := newTestServer(t, h.s.AdminHandler()).URL
+				debug := newTestServer(t, h.s.DebugHandler()).URL
 				q := url.Values{"policy": {name}}
 				hv := tc.value
 				if tc.shorthand != "" {
@@ -114,7 +114,7 @@ func TestWhyIsTheSidecarsTruth(t *testing.T) {
 				}
 				why := func() WhyPolicy {
 					t.Helper()
-					code, body := askWhy(t, admin, q, hv)
+					code, body := askWhy(t, debug, q, hv)
 					if code != http.StatusOK {
 						t.Fatalf("/debug/why: %d %s", code, body)
 					}
@@ -142,8 +142,8 @@ func TestWhyIsTheSidecarsTruth(t *testing.T) {
 					if len(reqs) != 2 || k < 0 {
 						t.Fatalf("request %d: decided %+v", i, reqs)
 					}
-					if before.ClientKey != reqs[k].Client {
-						t.Fatalf("request %d: /debug/why derived %q, the request path %q", i, before.ClientKey, reqs[k].Client)
+					if before.ClientKey != h.s.hasher.Load().Sum(reqs[k].Client) || !strings.Contains(before.RedisKey, ":"+reqs[k].Client+"}") {
+						t.Fatalf("request %d: /debug/why derived %q (Redis key %q), the request path %q", i, before.ClientKey, before.RedisKey, reqs[k].Client)
 					}
 					d, w := ds[k], before.Window
 					if d.Allowed != w.Allowed || (status.StatusCode == http.StatusOK) != w.Allowed {
@@ -186,10 +186,10 @@ func TestWhyReadsWithoutCounting(t *testing.T) {
 	r := testsupport.StartRedis(t)
 	rl := &recordingLimiter{Limiter: redisLimiter(t, r, 1, exactTimeout)}
 	h := newHarness(t, rl, testConfig(nil, testPolicy("per-user", 2, withKey("Header", "X-User", "Deny"))))
-	admin := newTestServer(t, h.s.AdminHandler()).URL
+	debug := newTestServer(t, h.s.DebugHandler()).URL
 	q := url.Values{"policy": {"per-user"}, "header": {"alice"}}
 	remaining := func() int64 {
-		code, body := askWhy(t, admin, q, "")
+		code, body := askWhy(t, debug, q, "")
 		var resp WhyResponse
 		if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
 			t.Fatalf("%d %s", code, body)
@@ -211,7 +211,7 @@ func TestWhyRefusesBadQueries(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, &recordingLimiter{Limiter: redisLimiter(t, testsupport.StartRedis(t), 1, exactTimeout)},
 		testConfig(nil, testPolicy("per-user", 2, withKey("Header", "X-User", "Deny"))))
-	admin := newTestServer(t, h.s.AdminHandler()).URL
+	debug := newTestServer(t, h.s.DebugHandler()).URL
 	for _, tc := range []struct {
 		q    url.Values
 		code int
@@ -224,14 +224,14 @@ func TestWhyRefusesBadQueries(t *testing.T) {
 		{url.Values{"header": {"a"}}, 400, "needs a policy or a name"},
 		{url.Values{"policy": {"per-user"}, "ip": {"not-an-ip"}}, 400, "ip:"},
 	} {
-		code, body := askWhy(t, admin, tc.q, "")
+		code, body := askWhy(t, debug, tc.q, "")
 		if code != tc.code || !strings.Contains(string(body), tc.want) {
 			t.Errorf("%v: %d %s; want %d %q", tc.q, code, body, tc.code, tc.want)
 		}
 	}
 	// A limiter that cannot read windows says so.
 	h2 := newHarness(t, newMemLimiter(), testConfig(nil, testPolicy("g", 2)))
-	if code, body := askWhy(t, newTestServer(t, h2.s.AdminHandler()).URL, url.Values{"global": {""}}, ""); code != http.StatusNotImplemented {
+	if code, body := askWhy(t, newTestServer(t, h2.s.DebugHandler()).URL, url.Values{"global": {""}}, ""); code != http.StatusNotImplemented {
 		t.Errorf("memLimiter: %d %s", code, body)
 	}
 }
@@ -246,12 +246,12 @@ func TestWhyWithRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, &recordingLimiter{Limiter: lim}, testConfig(nil, testPolicy("per-user", 2, withKey("Header", "X-User", "Deny"))))
-	code, body := askWhy(t, newTestServer(t, h.s.AdminHandler()).URL, url.Values{"policy": {"per-user"}, "header": {"alice"}}, "")
+	code, body := askWhy(t, newTestServer(t, h.s.DebugHandler()).URL, url.Values{"policy": {"per-user"}, "header": {"alice"}}, "")
 	var resp WhyResponse
 	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
 		t.Fatalf("%d %s", code, body)
 	}
-	if p := resp.Policies[0]; p.Error == "" || p.Window != nil || p.ClientKey != hashKey(keyPrefixHeader, "alice") {
+	if p := resp.Policies[0]; p.Error == "" || p.Window != nil || p.ClientKey != h.s.hasher.Load().Sum(hashKey(keyPrefixHeader, "alice")) {
 		t.Errorf("%s", body)
 	}
 }

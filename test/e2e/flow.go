@@ -516,8 +516,14 @@ func Check(r *Result) []string {
 				bad("the 429 response lacks %s", h)
 			}
 		}
-		if !strings.Contains(r.Sample429Body, UserPolicy) {
-			bad("the 429 body does not name the policy: %q", r.Sample429Body)
+		// The policy is named where the IETF draft puts it, in the
+		// RateLimit fields; the body says when to retry and nothing of the
+		// namespace (docs/security.md).
+		if !strings.HasPrefix(r.Sample429.Header.Get("RateLimit"), `"`+UserPolicy+`";`) {
+			bad("the 429's RateLimit field does not name the policy: %q", r.Sample429.Header.Get("RateLimit"))
+		}
+		if !strings.Contains(r.Sample429Body, "retry in") || strings.Contains(r.Sample429Body, Namespace) {
+			bad("the 429 body says more or less than when to retry: %q", r.Sample429Body)
 		}
 	}
 	if len(r.RedisKeys) == 0 {

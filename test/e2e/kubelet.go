@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -46,11 +48,11 @@ func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *core
 		return nil, fmt.Errorf("pod %s has no %s container: the webhook did not inject it", pod.Name, inject.ContainerName)
 	}
 	root := filepath.Join(c.Dir, "pods", pod.Name)
-	addrs, err := freeAddrs(2)
+	addrs, err := freeAddrs(3)
 	if err != nil {
 		return nil, err
 	}
-	listen, admin := addrs[0], addrs[1]
+	listen, admin, debug := addrs[0], addrs[1], addrs[2]
 	s := &Sidecar{URL: "http://" + listen, AdminURL: "http://" + admin}
 	for _, a := range spec.Args {
 		name, value, _ := strings.Cut(a, "=")
@@ -59,9 +61,11 @@ func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *core
 			a = name + "=" + listen
 		case "--admin-address":
 			a = name + "=" + admin
+		case "--debug-address":
+			a = name + "=" + debug
 		case "--upstream":
 			a = name + "=" + upstream
-		case "--config-file", "--pod-labels-file":
+		case "--config-file", "--pod-labels-file", "--client-hash-key-file":
 			a = name + "=" + filepath.Join(root, value)
 		}
 		s.Args = append(s.Args, a)
@@ -80,6 +84,17 @@ func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *core
 		case inject.PodInfoVolume:
 			if err := os.WriteFile(filepath.Join(dir, "labels"), []byte(downwardLabels(pod.Labels)), 0o644); err != nil {
 				return nil, err
+			}
+		case inject.ClientHashKeyVolume:
+			// The optional Secret volume as the kubelet fills it at start
+			// (no later refresh here).
+			var sec corev1.Secret
+			if err := c.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: v1alpha1.RedisCredentialsSecretName}, &sec); err == nil {
+				if k, ok := sec.Data[clienthash.SecretDataKey]; ok {
+					if err := os.WriteFile(filepath.Join(dir, clienthash.SecretDataKey), k, 0o600); err != nil {
+						return nil, err
+					}
+				}
 			}
 		}
 	}

@@ -67,6 +67,7 @@ func TestNode(t *testing.T) {
 		{"Install", testInstall},
 		{"DemoInjected", testDemoInjected},
 		{"ExactAcrossReplicas", testExactAcrossReplicas},
+		{"DebugForAuthorizedUsersOnly", testDebugAccess},
 		{"NumericTargetPortBypasses", testBypass},
 		{"NoWayAround", testNoWayAround},
 		{"LimitChangeReachesSidecars", testLimitChange},

@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -59,6 +60,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
+	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 	"github.com/slidegate/slidegate/internal/webhook"
@@ -274,6 +276,7 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		Client:           mgr.GetClient(),
 		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
 		RedisCredentials: types.NamespacedName{Namespace: systemNS, Name: redisSecretName},
+		InstallSecret:    types.NamespacedName{Namespace: systemNS, Name: clienthash.InstallSecretName},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
@@ -373,6 +376,18 @@ func TestManagerRunsWithInstallRBAC(t *testing.T) {
 	})
 	eventually(t, "ConfigMap applied", func() error { return admin.Get(ctx, cmKey, &corev1.ConfigMap{}) })
 	eventually(t, "credentials mirrored", func() error { return mirroredPassword(ctx, mirrorKey, "v1") })
+	// The install key, which the manager made (get by name, create), and
+	// the namespace's key derived from it, next to the credentials.
+	var install, mirror corev1.Secret
+	if err := admin.Get(ctx, types.NamespacedName{Namespace: systemNS, Name: clienthash.InstallSecretName}, &install); err != nil {
+		t.Fatalf("the install Secret: %v", err)
+	}
+	if err := admin.Get(ctx, mirrorKey, &mirror); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(mirror.Data[clienthash.SecretDataKey]), clienthash.NamespaceKey(install.Data[clienthash.SecretDataKey], ns); got != want || len(install.Data[clienthash.SecretDataKey]) == 0 {
+		t.Errorf("mirrored client hash key %q, want %q", got, want)
+	}
 
 	// A policy that verifies tokens with keys of the namespace's
 	// slidegate-jwks ConfigMap: the one ConfigMap name the manager reads
@@ -525,7 +540,7 @@ var own = map[string]map[string]bool{
 	"configmaps": {sidecarconfig.ConfigMapName: true, v1alpha1.JWKSConfigMapName: true},
 }
 
-var ownInSystemNS = map[string]bool{webhookSecret: true, redisSecretName: true}
+var ownInSystemNS = map[string]bool{webhookSecret: true, redisSecretName: true, clienthash.InstallSecretName: true}
 
 // readableOthers asks the API server (SubjectAccessReviews) whether user
 // may get, list or watch a Secret or ConfigMap other than its own, in the
@@ -723,4 +738,127 @@ func (f *forbiddenLog) check(t *testing.T) {
 	if len(f.reqs) > 0 {
 		t.Errorf("the API server refused %d requests of the manager:\n%s", len(f.reqs), strings.Join(f.reqs, "\n"))
 	}
+}
+
+// debuggerRole is the ClusterRole config/rbac/debugger_role.yaml installs.
+const debuggerRole = "slidegate-debugger"
+
+// debuggerAccess asks the API server (SubjectAccessReviews) what a member
+// of subjectGroup may do with what kubectl slidegate needs and with what it
+// must not have; the test binds the group to a role in namespace "app" only.
+// It returns, for each access, whether it is allowed.
+func debuggerAccess(t *testing.T, subjectGroup string) map[string]bool {
+	t.Helper()
+	allowed := map[string]bool{}
+	for _, a := range []struct{ verb, resource, sub, ns string }{
+		// What kubectl slidegate needs, in its namespace.
+		{"get", "pods", "", "app"}, {"list", "pods", "", "app"},
+		{"create", "pods", "portforward", "app"}, {"get", "pods", "portforward", "app"},
+		{"get", "ratelimitpolicies", "", "app"},
+		// What it must not have.
+		{"get", "pods", "proxy", "app"}, {"create", "pods", "proxy", "app"},
+		{"create", "pods", "exec", "app"}, {"get", "pods", "exec", "app"},
+		{"create", "pods", "attach", "app"}, {"patch", "pods", "ephemeralcontainers", "app"},
+		{"delete", "pods", "", "app"}, {"update", "pods", "", "app"}, {"create", "pods", "eviction", "app"},
+		{"get", "secrets", "", "app"}, {"list", "secrets", "", "app"}, {"get", "services", "proxy", "app"},
+		{"get", "nodes", "proxy", ""}, {"update", "ratelimitpolicies", "", "app"},
+		// Nor anything in another namespace.
+		{"create", "pods", "portforward", "kube-system"}, {"list", "pods", "", "kube-system"},
+	} {
+		apiGroup := ""
+		if a.resource == "ratelimitpolicies" {
+			apiGroup = v1alpha1.GroupVersion.Group
+		}
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "oncall-member", Groups: []string{subjectGroup, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: a.verb, Group: apiGroup, Resource: a.resource, Subresource: a.sub, Namespace: a.ns,
+			},
+		}}
+		if err := admin.Create(context.Background(), sar); err != nil {
+			t.Fatalf("SubjectAccessReview: %v", err)
+		}
+		name := a.verb + " " + a.resource
+		if a.sub != "" {
+			name += "/" + a.sub
+		}
+		if a.ns != "" {
+			name += " in " + a.ns
+		}
+		allowed[name] = sar.Status.Allowed
+	}
+	return allowed
+}
+
+// debuggerNeeds are the accesses of debuggerAccess that kubectl slidegate
+// needs; it must have no other.
+var debuggerNeeds = map[string]bool{
+	"get pods in app": true, "list pods in app": true,
+	"create pods/portforward in app": true, "get pods/portforward in app": true,
+	"get ratelimitpolicies in app": true,
+}
+
+// bindInApp binds subjectGroup to the ClusterRole role in namespace "app"
+// (made if missing), as the docs tell a team to.
+func bindInApp(t *testing.T, subjectGroup, role string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	mustCreate(t, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: subjectGroup, Namespace: "app"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: subjectGroup}},
+	})
+}
+
+// TestDebuggerRoleLeastPrivilege: the install's slidegate-debugger, bound
+// in one namespace, gives what kubectl slidegate needs there (read the
+// policy, find the pods, port-forward to the sidecar's loopback debug
+// port) and nothing else: no pods/proxy, exec or attach, no Secret, nothing
+// in another namespace. The API server answers (eventually: a new binding
+// reaches the authorizer's cache a moment later).
+func TestDebuggerRoleLeastPrivilege(t *testing.T) {
+	bindInApp(t, "app-oncall", debuggerRole)
+	eventually(t, "the debugger role gives exactly what the plugin needs", func() error {
+		var wrong []string
+		for access, ok := range debuggerAccess(t, "app-oncall") {
+			if ok != debuggerNeeds[access] {
+				wrong = append(wrong, fmt.Sprintf("%s: allowed=%v", access, ok))
+			}
+		}
+		if len(wrong) > 0 {
+			slices.Sort(wrong)
+			return errors.New(strings.Join(wrong, "; "))
+		}
+		return nil
+	})
+}
+
+// TestBeforeIssue22DebuggerReachedThePodNetwork is the paired case: the
+// same check finds that the debugger role of before issue 22 gave get on
+// pods/proxy, and no port-forward.
+func TestBeforeIssue22DebuggerReachedThePodNetwork(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "debugger-clusterrole-before.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(b, &old); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, &old)
+	bindInApp(t, "app-oncall-before", old.Name)
+	eventually(t, "the old role's binding in force", func() error {
+		if !debuggerAccess(t, "app-oncall-before")["get pods in app"] {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	got := debuggerAccess(t, "app-oncall-before")
+	if !got["get pods/proxy in app"] || got["create pods/portforward in app"] {
+		t.Errorf("the old role: pods/proxy %v, portforward %v; want true, false", got["get pods/proxy in app"], got["create pods/portforward in app"])
+	}
+	t.Logf("the least-privilege check fails on the old role: it allows get pods/proxy in app")
 }

@@ -400,7 +400,11 @@ func serveSidecar(ctx context.Context, s *sidecar.Sidecar) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	go func() { _ = s.Serve(ctx, ln, adminLn) }()
+	debugLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	go func() { _ = s.Serve(ctx, ln, adminLn, debugLn) }()
 	return "http://" + ln.Addr().String(), nil
 }
 
