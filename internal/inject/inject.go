@@ -290,7 +290,7 @@ func Inject(pod *corev1.Pod, opts Options) error {
 	// mirror it after the pod starts (a Deployment applied with its first
 	// policy); the kubelet then fills the volume on its next pod sync, and
 	// the sidecar reads it again with its config.
-	setVolume(pod, corev1.Volume{Name: ClientHashKeyVolume, VolumeSource: corev1.VolumeSource{
+	setVolume(work, corev1.Volume{Name: ClientHashKeyVolume, VolumeSource: corev1.VolumeSource{
 		Secret: &corev1.SecretVolumeSource{
 			SecretName:  v1alpha1.RedisCredentialsSecretName,
 			Items:       []corev1.KeyToPath{{Key: clienthash.SecretDataKey, Path: clienthash.SecretDataKey}},
@@ -343,7 +343,7 @@ func Remove(pod *corev1.Pod) error {
 			}
 		}
 	}
-	ours := []string{ConfigVolume, PodInfoVolume, NoAPITokenVolume, RedisTLSVolume}
+	ours := []string{ConfigVolume, PodInfoVolume, NoAPITokenVolume, RedisTLSVolume, ClientHashKeyVolume}
 	work.Spec.Volumes = slices.DeleteFunc(work.Spec.Volumes, func(v corev1.Volume) bool {
 		return slices.Contains(ours, v.Name) && !mounted[v.Name]
 	})
