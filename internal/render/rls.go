@@ -68,7 +68,8 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 	}
 	if len(errs) == 0 {
 		// The schema's last line of defence: bounds, enums, the id.
-		if err := (&rlsconfig.Config{Version: rlsconfig.Version, Policies: []rlsconfig.Policy{out}}).Validate(); err != nil {
+		one := []rlsconfig.Policy{out}
+		if err := (&rlsconfig.Config{Version: rlsconfig.VersionFor(one), Policies: one}).Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -96,6 +97,9 @@ func RLS(policies []v1alpha1.RateLimitPolicy) (*rlsconfig.Config, error) {
 		return nil, fmt.Errorf("render: %w", err)
 	}
 	slices.SortFunc(cfg.Policies, func(a, b rlsconfig.Policy) int { return strings.Compare(a.ID, b.ID) })
+	// The oldest version that carries them: servers of the first release
+	// read "v1" only (rlsconfig's compatibility rule).
+	cfg.Version = rlsconfig.VersionFor(cfg.Policies)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("render: %w", err)
 	}

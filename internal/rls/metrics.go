@@ -39,6 +39,7 @@ type metrics struct {
 	reloads         *prometheus.CounterVec
 	lastReloadOK    prometheus.Gauge
 	policies        prometheus.Gauge
+	policiesSkipped prometheus.Gauge
 	peers           prometheus.Gauge
 	// handshakeFailures counts refused TLS handshakes (TLSCreds).
 	handshakeFailures prometheus.Counter
@@ -86,6 +87,10 @@ func newMetrics(fallbackActive func() float64) *metrics {
 		Namespace: ns, Subsystem: sub, Name: "policies_active",
 		Help: "Policies of the config in force.",
 	})
+	m.policiesSkipped = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "config_policies_skipped",
+		Help: "Policies of the config that this server does not enforce because they need a newer server (fields it does not know); the log names them.",
+	})
 	m.peers = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "peers",
 		Help: "RLS replicas counted through Redis (the fail-open share's divisor).",
@@ -95,7 +100,7 @@ func newMetrics(fallbackActive func() float64) *metrics {
 		Help: "Connections to the TLS gRPC listener whose handshake failed: no client certificate, one the client CA did not sign or whose name is not allowed, plaintext, or a dropped connection.",
 	})
 	m.reg.MustRegister(m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
-		fallback, m.reloads, m.lastReloadOK, m.policies, m.peers, m.handshakeFailures, buildinfo.Collector("rls"),
+		fallback, m.reloads, m.lastReloadOK, m.policies, m.policiesSkipped, m.peers, m.handshakeFailures, buildinfo.Collector("rls"),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

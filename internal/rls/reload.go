@@ -73,7 +73,16 @@ func (s *Server) Reload() error {
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.metrics.lastReloadOK.Set(1)
 	s.metrics.policies.Set(float64(len(cfg.Policies)))
+	s.metrics.policiesSkipped.Set(float64(len(cfg.Skipped)))
 	s.log.Info("config loaded", "file", s.opts.ConfigFile, "policies", len(cfg.Policies))
+	if len(cfg.Skipped) > 0 {
+		skipped := make([]string, len(cfg.Skipped))
+		for i, sk := range cfg.Skipped {
+			skipped[i] = sk.String()
+		}
+		s.log.Warn("policies of a newer slidegate not enforced: this server does not know their fields; upgrade it",
+			"policiesSkipped", skipped, "configVersion", cfg.Version)
+	}
 	return nil
 }
 

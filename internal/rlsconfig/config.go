@@ -21,8 +21,6 @@ const (
 	ConfigMapName = "slidegate-rls-config"
 	// FileName is the ConfigMap key and the file name in the mounted volume.
 	FileName = "config.json"
-	// Version is the only version this package reads.
-	Version = "v1"
 	// IDPrefix starts every policy ID: "rls/<namespace>/<name>". The sidecar's
 	// rule IDs never start with it, so the two never share Redis keys.
 	IDPrefix = "rls/"
@@ -46,8 +44,13 @@ const (
 
 // Config is the whole document.
 type Config struct {
-	Version  string   `json:"version"`  // Version
+	Version  string   `json:"version"`  // VersionOf(the minor it needs), see version.go
 	Policies []Policy `json:"policies"` // sorted by ID
+
+	// Skipped are the policies of a newer minor version that Parse left
+	// out because they have fields this version does not know. Not part of
+	// the document.
+	Skipped []sidecarconfig.Skipped `json:"-"`
 }
 
 // Policy is one RateLimitPolicy addressed to the RLS server.
@@ -69,7 +72,7 @@ type Policy struct {
 	Mode         string  `json:"mode"`      // Enforce | DryRun
 	// Durability is sidecarconfig.DurabilityReplicated, or absent: as
 	// sidecarconfig.Policy's.
-	Durability string `json:"durability,omitempty"`
+	Durability string `json:"durability,omitempty" minor:"1"`
 }
 
 // Entry is one descriptor entry of a policy.
@@ -90,11 +93,14 @@ const (
 // PolicyID is the ID of the policy namespace/name.
 func PolicyID(namespace, name string) string { return IDPrefix + namespace + "/" + name }
 
-// Parse reads and validates a document; unknown fields are errors, so a
-// controller newer than the server is noticed instead of half-understood.
+// Parse reads and validates a document. Unknown fields are errors (a typo
+// in a hand-edited ConfigMap must not drop a limit), except in the
+// policies of a document of a newer minor version (a newer controller):
+// those are left out and listed in Skipped, and the others are enforced
+// (version.go).
 func Parse(data []byte) (*Config, error) {
 	var c Config
-	if err := sidecarconfig.DecodeStrict(data, &c); err != nil {
+	if err := decode(data, &c); err != nil {
 		return nil, fmt.Errorf("rls config: %w", err)
 	}
 	if err := c.Validate(); err != nil {
@@ -116,8 +122,8 @@ func Marshal(c *Config) ([]byte, error) {
 // defence behind the CRD schema, for a ConfigMap edited by hand.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Version != Version {
-		errs = append(errs, fmt.Errorf("version %q is not %q", c.Version, Version))
+	if err := c.checkVersion(); err != nil {
+		errs = append(errs, err)
 	}
 	if !slices.IsSortedFunc(c.Policies, func(a, b Policy) int { return strings.Compare(a.ID, b.ID) }) {
 		errs = append(errs, errors.New("policies are not sorted by id"))

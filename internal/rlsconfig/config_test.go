@@ -45,7 +45,7 @@ func TestParseInvalid(t *testing.T) {
 		mutate func(c *Config)
 		want   string
 	}{
-		{"version", func(c *Config) { c.Version = "v2" }, `version "v2" is not "v1"`},
+		{"version", func(c *Config) { c.Version = "v2" }, `version "v2": major version 2 is not 1`},
 		{"unsorted", func(c *Config) {
 			p := valid()
 			p.Name, p.ID = "a", "rls/ns/a"

@@ -58,10 +58,14 @@ func VersionOf(minor int) string {
 }
 
 // ParseVersion reads a document's version string.
-func ParseVersion(v string) (major, minor int, err error) {
-	rest, ok := strings.CutPrefix(v, versionPrefix)
+func ParseVersion(v string) (major, minor int, err error) { return ParseVersionOf(versionPrefix, v) }
+
+// ParseVersionOf reads a version string "<prefix><major>[.<minor>]" (the
+// rate limit service's document uses this scheme too, with prefix "v").
+func ParseVersionOf(prefix, v string) (major, minor int, err error) {
+	rest, ok := strings.CutPrefix(v, prefix)
 	if !ok {
-		return 0, 0, fmt.Errorf("version %q is not %s<major>.<minor>", v, versionPrefix)
+		return 0, 0, fmt.Errorf("version %q is not %s<major>.<minor>", v, prefix)
 	}
 	maj, min, hasMinor := strings.Cut(rest, ".")
 	if major, err = strconv.Atoi(maj); err != nil || major < 0 || maj != strconv.Itoa(major) {
@@ -77,8 +81,17 @@ func ParseVersion(v string) (major, minor int, err error) {
 
 // MinMinor is the oldest minor version that can carry p: the newest minor
 // among the fields p sets. A sidecar of an older minor cannot enforce p.
-func MinMinor(p *Policy) int {
-	return minMinor(reflect.ValueOf(p).Elem())
+func MinMinor(p *Policy) int { return MinMinorOf(p) }
+
+// MinMinorOf is MinMinor for any policy struct (or pointer to one) whose
+// fields carry minor tags: the rate limit service's policies follow the
+// same rule.
+func MinMinorOf(p any) int {
+	v := reflect.ValueOf(p)
+	for v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	return minMinor(v)
 }
 
 func minMinor(v reflect.Value) int {
@@ -146,25 +159,34 @@ func decode(data []byte, c *Config) error {
 		return err
 	}
 	*c = doc.Config
-	c.Policies = make([]Policy, 0, len(doc.Policies))
-	for _, raw := range doc.Policies {
-		var p Policy
+	c.Policies, c.Skipped, err = DecodePolicies[Policy](doc.Policies, "name")
+	return err
+}
+
+// DecodePolicies decodes the policies of a document of a newer minor
+// version: each strictly, and a policy with fields P does not know is left
+// out and listed in skipped, named by its field nameField. Any other error
+// is the document's.
+func DecodePolicies[P any](raws []json.RawMessage, nameField string) (out []P, skipped []Skipped, err error) {
+	out = make([]P, 0, len(raws))
+	for _, raw := range raws {
+		var p P
 		err := DecodeStrict(raw, &p)
 		if err == nil {
-			c.Policies = append(c.Policies, p)
+			out = append(out, p)
 			continue
 		}
-		unknown := unknownFields(raw, reflect.TypeFor[Policy](), "")
+		unknown := unknownFields(raw, reflect.TypeFor[P](), "")
 		if len(unknown) == 0 {
-			return fmt.Errorf("policy: %w", err)
+			return nil, nil, fmt.Errorf("policy: %w", err)
 		}
-		var named struct {
-			Name string `json:"name"`
-		}
+		var named map[string]json.RawMessage
+		var name string
 		_ = json.Unmarshal(raw, &named)
-		c.Skipped = append(c.Skipped, Skipped{Policy: named.Name, Fields: unknown})
+		_ = json.Unmarshal(named[nameField], &name)
+		skipped = append(skipped, Skipped{Policy: name, Fields: unknown})
 	}
-	return nil
+	return out, skipped, nil
 }
 
 // unknownFields lists the JSON object keys in raw that type t (a struct,
