@@ -43,8 +43,8 @@ func (c Config) UniversalOptions() (*redis.UniversalOptions, error) {
 		SentinelPassword:      c.SentinelPassword,
 		PoolSize:              c.PoolSize,
 		DialTimeout:           orDefault(c.DialTimeout, time.Second),
-		ReadTimeout:           orDefault(c.ReadTimeout, time.Second),
-		WriteTimeout:          orDefault(c.WriteTimeout, time.Second),
+		ReadTimeout:           orDefault(c.ReadTimeout, defaultIOTimeout),
+		WriteTimeout:          orDefault(c.WriteTimeout, defaultIOTimeout),
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 		DialerRetries:         1,
@@ -74,6 +74,17 @@ func (c Config) UniversalOptions() (*redis.UniversalOptions, error) {
 	}
 	return o, nil
 }
+
+// defaultIOTimeout bounds a socket read or write of a call that has no
+// deadline of its own. It must not be shorter than any caller's deadline:
+// go-redis bounds a read by the earlier of the context's deadline and
+// ReadTimeout, and every call of the limiter carries its decision's (up to
+// MaxTimeout, 3 s by default), which is what bounds it. With the former
+// 1 s, a Redis answering in 1.5 s, which the limiter waits for as slow
+// rather than down, was cut off by the socket at 1 s, and so was a round
+// trip that a process kept from running for longer than that had not read
+// yet (TestStalledProcess: 4 to 24 of ~100,000 decisions fell back).
+const defaultIOTimeout = 30 * time.Second
 
 func orDefault(d, def time.Duration) time.Duration {
 	if d == 0 {

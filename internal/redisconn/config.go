@@ -89,8 +89,9 @@ type Config struct {
 	TLSDir string
 
 	// PoolSize per node (default: go-redis's, 10 per CPU). DialTimeout
-	// (default 1s) and ReadTimeout/WriteTimeout (default 1s) bound each
-	// attempt; the limiter's own Timeout bounds every decision.
+	// (default 1s) bounds a dial; ReadTimeout/WriteTimeout (default 30s)
+	// only bound calls without a deadline of their own: the limiter's
+	// decisions carry theirs (Timeout, stretched up to MaxTimeout).
 	PoolSize     int
 	DialTimeout  time.Duration
 	ReadTimeout  time.Duration

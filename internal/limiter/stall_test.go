@@ -1,0 +1,86 @@
+package limiter
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// TestStalledProcess: the whole process is kept from running for 1.5 s,
+// three times (SIGSTOP and SIGCONT from a child, as a busy node or a
+// throttled container does), while 32 callers decide through a Redis that
+// answers in 50 ms (so that round trips are in flight when it stops). Redis
+// answered every round trip in time; the process just had not read the
+// answers. No decision may fall back: each waits up to MaxTimeout (3 s),
+// longer than the stall. With the socket timeouts the client had before
+// (go-redis bounds a read by the earlier of the context's deadline and
+// ReadTimeout, which was 1 s), every round trip in flight during a stall
+// failed with "i/o timeout" and its decisions fell back (38 to 94 of ~700
+// here): the naive case, which must fail.
+func TestStalledProcess(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // the client's ReadTimeout and WriteTimeout; 0: redisconn's default
+		naive   bool
+	}{
+		{"redisconn's defaults", 0, false},
+		{"naive: 1s socket timeouts", time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testsupport.StartRedis(t)
+			px := testsupport.StartProxy(t, r.Addr, testsupport.ProxyOptions{Delay: func(time.Time) time.Duration { return 50 * time.Millisecond }})
+			cfg := redisconn.Config{Addrs: []string{px.Addr}, ReadTimeout: tc.timeout, WriteTimeout: tc.timeout}
+			l := newLimiter(t, client(t, cfg), Options{})
+			rule := Rule{ID: "ns/stall", Limit: 1 << 40, Window: time.Second}
+			var total, fell atomic.Int64
+			var mu sync.Mutex
+			why := map[string]int{}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for w := range 32 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						d := one(l, rule, strconv.Itoa(w))
+						total.Add(1)
+						if d.Source != SourceRedis {
+							fell.Add(1)
+							mu.Lock()
+							why[fmt.Sprint(d.Err)]++
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			time.Sleep(500 * time.Millisecond)
+			pid := strconv.Itoa(os.Getpid())
+			for range 3 {
+				if out, err := exec.Command("sh", "-c", "kill -STOP "+pid+"; sleep 1.5; kill -CONT "+pid).CombinedOutput(); err != nil {
+					t.Fatalf("stalling the process: %v %s", err, out)
+				}
+				time.Sleep(700 * time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+			t.Logf("%d of %d decisions fell back across three 1.5 s stalls (%v)", fell.Load(), total.Load(), why)
+			switch {
+			case tc.naive && fell.Load() == 0:
+				t.Error("with 1 s socket timeouts no decision fell back: this case cannot fail")
+			case !tc.naive && fell.Load() > 0:
+				t.Errorf("%d decisions fell back while Redis answered in 50 ms", fell.Load())
+			}
+		})
+	}
+}
