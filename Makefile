@@ -41,7 +41,7 @@ generate: controller-gen ## Generate DeepCopy code for the API types.
 
 .PHONY: docs
 docs: manifests ## Generate the API reference (docs/api.md) from the CRD's field descriptions.
-	go run ./hack/apidocs -crd config/crd/bases/ratelimit.slidegate.dev_ratelimitpolicies.yaml -out docs/api.md
+	go run ./hack/apidocs -crd config/crd/bases/ratelimit.slidegate.dev_ratelimitpolicies.yaml -out docs/api.md -append hack/apidocs/evolution.md
 
 .PHONY: fmt
 fmt: ## Run go fmt.

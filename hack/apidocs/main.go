@@ -2,7 +2,7 @@
 // controller-gen generates, so the reference is the field documentation in
 // api/v1alpha1 and can never drift from it (make verify checks).
 //
-//	go run ./hack/apidocs -crd config/crd/bases/ratelimit.slidegate.dev_ratelimitpolicies.yaml -out docs/api.md
+//	go run ./hack/apidocs -crd config/crd/bases/ratelimit.slidegate.dev_ratelimitpolicies.yaml -out docs/api.md -append hack/apidocs/evolution.md
 package main
 
 import (
@@ -20,6 +20,7 @@ import (
 func main() {
 	crdPath := flag.String("crd", "config/crd/bases/ratelimit.slidegate.dev_ratelimitpolicies.yaml", "CRD file")
 	out := flag.String("out", "docs/api.md", "output Markdown file")
+	appendix := flag.String("append", "", "a hand-written Markdown file to append (the API's evolution)")
 	flag.Parse()
 	raw, err := os.ReadFile(*crdPath)
 	if err != nil {
@@ -55,6 +56,14 @@ func main() {
 			fields(&b, part, s)
 			b.WriteString("\n")
 		}
+	}
+	if *appendix != "" {
+		extra, err := os.ReadFile(*appendix)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Fprintf(&b, "<!-- From %s. -->\n\n", *appendix)
+		b.Write(extra)
 	}
 	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
 		log.Fatal(err)
