@@ -77,6 +77,7 @@ func TestNode(t *testing.T) {
 		{"BarePodWarned", testBarePod},
 		{"ManagerNeverForbidden", testManagerNeverForbidden},
 		{"RateLimitService", testRateLimitService},
+		{"RateLimitServiceClientCertificates", testRateLimitServiceMTLS},
 		{"LastPolicyDeletedMeansNoLimit", testLastPolicyDeleted},
 		{"Uninstall", testUninstall},
 	}
