@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -245,6 +247,7 @@ func (u *upgrade) upgrade(ctx context.Context, t *testing.T) {
 
 	// The app's rollout replaces the sidecars; once none of the previous
 	// release is left, the document moves to the newest minor version.
+	waitInjectedBy(ctx, t, image)
 	restart := time.Now()
 	mustKubectl(ctx, t, "-n", demo, "rollout", "restart", "deployment/demo-app")
 	mustKubectl(ctx, t, "-n", demo, "rollout", "status", "deployment/demo-app", "--timeout=3m")
@@ -307,6 +310,7 @@ func (u *upgrade) rollback(ctx context.Context, t *testing.T) {
 	waitEnforced(ctx, t, userPolicy, demoReplicas)
 	u.tr.checkApp(ctx, t)
 
+	waitInjectedBy(ctx, t, previousImage)
 	mustKubectl(ctx, t, "-n", demo, "rollout", "restart", "deployment/demo-app")
 	mustKubectl(ctx, t, "-n", demo, "rollout", "status", "deployment/demo-app", "--timeout=3m")
 	eventually(t, 2*time.Minute, 200*time.Millisecond, "only pods of the previous release", func() error {
@@ -403,6 +407,53 @@ func waitLeader(ctx context.Context, t *testing.T, img string) {
 		}
 		return fmt.Errorf("the lease is held by %q", holder)
 	})
+}
+
+// waitInjectedBy waits until the webhook injects the sidecar of img into a
+// pod of the app, in injectedInARow server-side dry runs of its template in
+// a row. A manager rollout that has finished does not mean that: the API
+// server may still reach a pod of the release that went for a few seconds
+// (a connection it keeps, the node's Service rules not yet updated), and a
+// pod created then gets that release's sidecar; on a busy node a rollback's
+// restart right after the rollout got one (docs/operations.md, "Upgrading
+// slidegate", asks users to check the same way before restarting their
+// workloads).
+func waitInjectedBy(ctx context.Context, t *testing.T, img string) {
+	t.Helper()
+	var dep appsv1.Deployment
+	getJSON(ctx, t, &dep, "-n", demo, "get", "deployment", "demo-app")
+	pod := corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "demo-app-dry-run-", Namespace: demo, Labels: dep.Spec.Template.Labels},
+		Spec:       dep.Spec.Template.Spec,
+	}
+	manifest, err := json.Marshal(&pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const injectedInARow = 10
+	start, inARow := time.Now(), 0
+	eventually(t, 2*time.Minute, 100*time.Millisecond, fmt.Sprintf("%d pods in a row injected with %s", injectedInARow, img), func() error {
+		out, err := kubectl(ctx, string(manifest), "create", "--dry-run=server", "-o", "json", "-f", "-")
+		if err != nil {
+			inARow = 0
+			return err
+		}
+		var got corev1.Pod
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			return err
+		}
+		i := slices.IndexFunc(got.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == inject.ContainerName })
+		if i < 0 || got.Spec.InitContainers[i].Image != img {
+			inARow = 0
+			return fmt.Errorf("a pod was injected with %v", got.Spec.InitContainers)
+		}
+		if inARow++; inARow < injectedInARow {
+			return fmt.Errorf("%d in a row", inARow)
+		}
+		return nil
+	})
+	t.Logf("the webhook injects %s: %d server-side dry runs in a row, %.1fs after the manager's rollout", img, injectedInARow, time.Since(start).Seconds())
 }
 
 // configVersion is the version of the namespace's sidecar configuration.
