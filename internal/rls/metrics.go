@@ -5,16 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/slidegate/slidegate/internal/buildinfo"
-)
-
-// Values of the decision label of slidegate_rls_requests_total, as in
-// slidegate_sidecar_requests_total: what one policy did to one request.
-const (
-	DecisionAllowed        = "allowed"
-	DecisionRejected       = "rejected"
-	DecisionDryRunRejected = "dry_run_rejected"
-	DecisionFailedClosed   = "failed_closed"
-	DecisionNotCounted     = "not_counted"
+	"github.com/slidegate/slidegate/internal/enforce"
 )
 
 // Values of the code label of slidegate_rls_responses_total.
@@ -31,10 +22,8 @@ const (
 type metrics struct {
 	reg *prometheus.Registry
 
-	requests        *prometheus.CounterVec
-	decisionSeconds prometheus.Histogram
-	limiterSources  *prometheus.CounterVec
-	redisErrors     prometheus.Counter
+	// decisions are the series shared with the sidecar.
+	decisions       *enforce.Metrics
 	responses       *prometheus.CounterVec
 	reloads         *prometheus.CounterVec
 	lastReloadOK    prometheus.Gauge
@@ -50,23 +39,7 @@ type metrics struct {
 func newMetrics(fallbackActive func() float64) *metrics {
 	const ns, sub = "slidegate", "rls"
 	m := &metrics{reg: prometheus.NewRegistry()}
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "requests_total",
-		Help: "Decisions of each policy on the RLS requests it matched, by policy id and decision.",
-	}, []string{"policy", "decision"})
-	m.decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: ns, Subsystem: sub, Name: "decision_duration_seconds",
-		Help:    "Time the limiter took to decide all the policies of one RLS request.",
-		Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	})
-	m.limiterSources = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "limiter_decisions_total",
-		Help: "Limiter decisions by the path that produced them: redis, deny-cache, fallback (fail-open, local) or failed-closed.",
-	}, []string{"source"})
-	m.redisErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
-		Help: "Decisions that hit a Redis error (timeout, connection) and went to the fallback or failed closed.",
-	})
+	m.decisions = enforce.NewMetrics(sub, "RLS requests")
 	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "responses_total",
 		Help: "RLS answers by code: ok, over_limit, invalid_argument, no_config (UNAVAILABLE before any config loaded), call_too_large (hits over the bound of one call: OVER_LIMIT, nothing counted).",
@@ -99,7 +72,8 @@ func newMetrics(fallbackActive func() float64) *metrics {
 		Namespace: ns, Subsystem: sub, Name: "tls_handshake_failures_total",
 		Help: "Connections to the TLS gRPC listener whose handshake failed: no client certificate, one the client CA did not sign or whose name is not allowed, plaintext, or a dropped connection.",
 	})
-	m.reg.MustRegister(m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
+	m.reg.MustRegister(m.decisions.Collectors()...)
+	m.reg.MustRegister(m.responses,
 		fallback, m.reloads, m.lastReloadOK, m.policies, m.policiesSkipped, m.peers, m.handshakeFailures, buildinfo.Collector("rls"),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

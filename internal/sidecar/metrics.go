@@ -5,73 +5,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/slidegate/slidegate/internal/buildinfo"
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/jwtverify"
 )
-
-// Values of the decision label of slidegate_sidecar_requests_total: what one
-// policy did to one request.
-const (
-	// DecisionAllowed: the policy admitted the request (for a DryRun policy:
-	// it would have).
-	DecisionAllowed = "allowed"
-	// DecisionRejected: the policy rejected the request (429).
-	DecisionRejected = "rejected"
-	// DecisionDryRunRejected: a DryRun policy would have rejected the
-	// request; it was forwarded (unless another policy rejected it).
-	DecisionDryRunRejected = "dry_run_rejected"
-	// DecisionFailedClosed: Redis could not decide and the policy fails
-	// closed (503).
-	DecisionFailedClosed = "failed_closed"
-	// DecisionNotCounted: the policy admitted the request but another policy
-	// rejected it, so the admit was undone.
-	DecisionNotCounted = "not_counted"
-	// DecisionMissingKey: the request has no client key for the policy and
-	// the policy's onMissing is Deny (429; a DryRun policy only counts it).
-	DecisionMissingKey = "missing_key_rejected"
-	// DecisionSkipped: the request has no client key and the policy's
-	// onMissing is Allow: the policy does not apply.
-	DecisionSkipped = "skipped"
-	// DecisionAmbiguousKey: the request gives more than one value for the
-	// policy's client key (400, whatever onMissing says; a DryRun policy
-	// only counts it).
-	DecisionAmbiguousKey = "ambiguous_key_rejected"
-)
-
-// Indexes of the decisions in policy.counters.
-const (
-	idxAllowed = iota
-	idxRejected
-	idxDryRunRejected
-	idxFailedClosed
-	idxNotCounted
-	idxMissingKey
-	idxSkipped
-	idxAmbiguousKey
-	numDecisions
-)
-
-var decisions = [numDecisions]string{
-	idxAllowed:        DecisionAllowed,
-	idxRejected:       DecisionRejected,
-	idxDryRunRejected: DecisionDryRunRejected,
-	idxFailedClosed:   DecisionFailedClosed,
-	idxNotCounted:     DecisionNotCounted,
-	idxMissingKey:     DecisionMissingKey,
-	idxSkipped:        DecisionSkipped,
-	idxAmbiguousKey:   DecisionAmbiguousKey,
-}
 
 type metrics struct {
 	reg *prometheus.Registry
 
-	requests        *prometheus.CounterVec
-	jwtTokens       *prometheus.CounterVec
-	decisionSeconds prometheus.Histogram
-	limiterSources  *prometheus.CounterVec
-	redisErrors     prometheus.Counter
-	responses       *prometheus.CounterVec
-	upstreamErrors  prometheus.Counter
-	inflight        prometheus.Gauge
+	// decisions are the series shared with the rate limit service.
+	decisions      *enforce.Metrics
+	jwtTokens      *prometheus.CounterVec
+	responses      *prometheus.CounterVec
+	upstreamErrors prometheus.Counter
+	inflight       prometheus.Gauge
 
 	reloads          *prometheus.CounterVec
 	revision         *prometheus.GaugeVec
@@ -95,27 +41,11 @@ const (
 func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(policy string, n int))) *metrics {
 	const ns, sub = "slidegate", "sidecar"
 	m := &metrics{reg: prometheus.NewRegistry()}
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "requests_total",
-		Help: "Decisions of each policy on the requests it applied to, by policy and decision.",
-	}, []string{"policy", "decision"})
+	m.decisions = enforce.NewMetrics(sub, "requests")
 	m.jwtTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "jwt_tokens_total",
 		Help: "Bearer tokens checked by the policies that verify them (key.jwt), by policy and result: verified, or why not (malformed, algorithm, unknown_key, signature, expired, not_yet_valid, issuer, audience); an unverified token's request follows the policy's onMissing. unknown_key during a key rotation means tokens signed by a key the sidecar has not got yet.",
 	}, []string{"policy", "result"})
-	m.decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: ns, Subsystem: sub, Name: "decision_duration_seconds",
-		Help:    "Time the limiter took to decide all the policies of one request.",
-		Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	})
-	m.limiterSources = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "limiter_decisions_total",
-		Help: "Limiter decisions by the path that produced them: redis, deny-cache (Redis said exhausted, retry time not reached), fallback (fail-open, local) or failed-closed.",
-	}, []string{"source"})
-	m.redisErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
-		Help: "Requests whose limiter decision hit a Redis error (timeout, connection) and went to the fallback or failed closed.",
-	})
 	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "responses_total",
 		Help: "Requests by outcome: forwarded to the application, rejected (429), failed_closed (503) or no_config (503 before any config loaded).",
@@ -170,8 +100,9 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 			[]string{"policy"}, nil),
 		each: policyReplicas,
 	}
+	m.reg.MustRegister(m.decisions.Collectors()...)
 	m.reg.MustRegister(
-		m.requests, m.jwtTokens, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
+		m.jwtTokens, m.responses,
 		m.upstreamErrors, m.inflight, fallback, replicas, m.reloads, m.revision, m.lastReloadOK,
 		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig, m.policiesSkipped,
 		buildinfo.Collector("sidecar"),

@@ -183,9 +183,7 @@ func (s *Sidecar) bindCounters(st, old *state) {
 	keep := map[string]bool{}
 	for _, p := range st.policies {
 		keep[p.name] = true
-		for i, d := range decisions {
-			p.counters[i] = s.metrics.requests.WithLabelValues(p.name, d)
-		}
+		p.counters = s.metrics.decisions.PolicyCounters(p.name)
 		if p.jwt != nil {
 			p.tokens = make(map[jwtverify.Failure]prometheus.Counter, len(jwtverify.Failures)+1)
 			for _, f := range append([]jwtverify.Failure{""}, jwtverify.Failures...) {
@@ -196,7 +194,7 @@ func (s *Sidecar) bindCounters(st, old *state) {
 	if old != nil {
 		for _, p := range old.policies {
 			if !keep[p.name] {
-				s.metrics.requests.DeletePartialMatch(map[string]string{"policy": p.name})
+				s.metrics.decisions.Requests.DeletePartialMatch(map[string]string{"policy": p.name})
 			}
 			if !keep[p.name] || p.jwt != nil && st.policyNamed(p.name).jwt == nil {
 				s.metrics.jwtTokens.DeletePartialMatch(map[string]string{"policy": p.name})

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/limiter"
 )
 
@@ -75,9 +76,8 @@ type Sidecar struct {
 	// (hashkey.go).
 	hasher atomic.Pointer[clienthash.Hasher]
 
-	respForwarded, respRejected, respFailedClosed        prometheus.Counter
-	respBadRequest                                       prometheus.Counter
-	srcRedis, srcDenyCache, srcFallback, srcFailedClosed prometheus.Counter
+	respForwarded, respRejected, respFailedClosed prometheus.Counter
+	respBadRequest                                prometheus.Counter
 }
 
 // New builds a sidecar that decides with lim and forwards to
@@ -107,10 +107,6 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 	s.respRejected = s.metrics.responses.WithLabelValues(outcomeRejected)
 	s.respFailedClosed = s.metrics.responses.WithLabelValues(outcomeFailedClosed)
 	s.respBadRequest = s.metrics.responses.WithLabelValues(outcomeBadRequest)
-	s.srcRedis = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceRedis))
-	s.srcDenyCache = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceDenyCache))
-	s.srcFallback = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceFallback))
-	s.srcFailedClosed = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceFailedClosed))
 	s.metrics.lastReloadOK.Set(1)
 	_ = s.Reload()
 	return s, nil
@@ -163,8 +159,8 @@ func (s *Sidecar) AdminHandler() http.Handler {
 // is limited most. kubectl slidegate reaches it through pods/portforward.
 func (s *Sidecar) DebugHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /debug/why", s.serveWhy)
-	mux.HandleFunc("GET /debug/top", s.serveTop)
+	mux.HandleFunc("GET "+debugapi.WhyPath, s.serveWhy)
+	mux.HandleFunc("GET "+debugapi.TopPath, s.serveTop)
 	return mux
 }
 

@@ -344,14 +344,14 @@ func (p *Policy) validate() error {
 	if p.Limit < 1 || p.Limit > MaxLimit {
 		add("limit %d is outside 1..%d", p.Limit, MaxLimit)
 	}
-	if p.Algorithm != "SlidingLog" && p.Algorithm != "SlidingWindowCounter" {
-		add("algorithm %q is not SlidingLog or SlidingWindowCounter", p.Algorithm)
+	if !ValidAlgorithm(p.Algorithm) {
+		add("algorithm %q is not %s or %s", p.Algorithm, AlgorithmSlidingLog, AlgorithmSlidingWindowCounter)
 	}
-	if p.FailMode != "Open" && p.FailMode != "Closed" {
-		add("failMode %q is not Open or Closed", p.FailMode)
+	if !ValidFailMode(p.FailMode) {
+		add("failMode %q is not %s or %s", p.FailMode, FailOpen, FailClosed)
 	}
-	if p.Mode != "Enforce" && p.Mode != "DryRun" {
-		add("mode %q is not Enforce or DryRun", p.Mode)
+	if !ValidMode(p.Mode) {
+		add("mode %q is not %s or %s", p.Mode, ModeEnforce, ModeDryRun)
 	}
 	if !ValidDurability(p.Durability) {
 		add("durability %q is not Primary or Replicated", p.Durability)
