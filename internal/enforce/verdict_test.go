@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	redisDown = errors.New("connection refused")
+	errRedisDown = errors.New("connection refused")
 	allow     = limiter.Decision{Allowed: true, Source: limiter.SourceRedis}
 )
 
@@ -20,7 +20,7 @@ func deny(wait time.Duration) limiter.Decision {
 }
 
 func closed(wait time.Duration) limiter.Decision {
-	return limiter.Decision{RetryAfter: wait, Source: limiter.SourceFailedClosed, Err: redisDown}
+	return limiter.Decision{RetryAfter: wait, Source: limiter.SourceFailedClosed, Err: errRedisDown}
 }
 
 func requests(dryRun ...bool) []limiter.Request {
@@ -50,15 +50,15 @@ func TestSum(t *testing.T) {
 		{"the longest wait, not the first denial", []bool{false, false, false},
 			[]limiter.Decision{deny(time.Second), deny(3 * time.Second), deny(2 * time.Second)}, -1, 1, 1, nil},
 		{"failed closed is its own, beside a denial", []bool{false, false, false},
-			[]limiter.Decision{deny(5 * time.Second), closed(time.Second), closed(2 * time.Second)}, 2, 0, 0, redisDown},
+			[]limiter.Decision{deny(5 * time.Second), closed(time.Second), closed(2 * time.Second)}, 2, 0, 0, errRedisDown},
 		{"a Redis error on an admitted fail-open decision is kept", []bool{false},
-			[]limiter.Decision{{Allowed: true, Source: limiter.SourceFallback, Err: redisDown}}, -1, -1, -1, redisDown},
+			[]limiter.Decision{{Allowed: true, Source: limiter.SourceFallback, Err: errRedisDown}}, -1, -1, -1, errRedisDown},
 		// The row where the two front ends disagreed: a DryRun policy that
 		// fails closed refuses nothing, in either.
 		{"a DryRun policy failing closed refuses nothing", []bool{true, false},
-			[]limiter.Decision{closed(time.Second), allow}, -1, -1, -1, redisDown},
+			[]limiter.Decision{closed(time.Second), allow}, -1, -1, -1, errRedisDown},
 		{"failed closed answers when its wait is the longer", []bool{false, false},
-			[]limiter.Decision{deny(time.Second), closed(2 * time.Second)}, 1, 0, 1, redisDown},
+			[]limiter.Decision{deny(time.Second), closed(2 * time.Second)}, 1, 0, 1, errRedisDown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

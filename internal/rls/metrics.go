@@ -23,13 +23,11 @@ type metrics struct {
 	reg *prometheus.Registry
 
 	// decisions are the series shared with the sidecar.
-	decisions       *enforce.Metrics
-	responses       *prometheus.CounterVec
-	reloads         *prometheus.CounterVec
-	lastReloadOK    prometheus.Gauge
-	policies        prometheus.Gauge
-	policiesSkipped prometheus.Gauge
-	peers           prometheus.Gauge
+	decisions *enforce.Metrics
+	responses *prometheus.CounterVec
+	reloads   *enforce.ReloadMetrics
+	policies  prometheus.Gauge
+	peers     prometheus.Gauge
 	// handshakeFailures counts refused TLS handshakes (TLSCreds).
 	handshakeFailures prometheus.Counter
 }
@@ -44,25 +42,11 @@ func newMetrics(fallbackActive func() float64) *metrics {
 		Namespace: ns, Subsystem: sub, Name: "responses_total",
 		Help: "RLS answers by code: ok, over_limit, invalid_argument, no_config (UNAVAILABLE before any config loaded), call_too_large (hits over the bound of one call: OVER_LIMIT, nothing counted).",
 	}, []string{"code"})
-	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "fallback_active",
-		Help: "1 while the limiter's circuit to Redis is open: fail-open policies decide locally, fail-closed ones answer OVER_LIMIT.",
-	}, fallbackActive)
-	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_reloads_total",
-		Help: "Loads of a changed config file, by result (success, failure); a failure keeps the last good config.",
-	}, []string{"result"})
-	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_last_reload_successful",
-		Help: "1 if the last attempt to load a changed config succeeded, 0 if it failed (the last good config stays in force).",
-	})
+	fallback := enforce.NewFallbackGauge(sub, "answer OVER_LIMIT", fallbackActive)
+	m.reloads = enforce.NewReloadMetrics(sub, "config file", "server")
 	m.policies = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "policies_active",
 		Help: "Policies of the config in force.",
-	})
-	m.policiesSkipped = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_policies_skipped",
-		Help: "Policies of the config that this server does not enforce because they need a newer server (fields it does not know); the log names them.",
 	})
 	m.peers = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "peers",
@@ -73,8 +57,9 @@ func newMetrics(fallbackActive func() float64) *metrics {
 		Help: "Connections to the TLS gRPC listener whose handshake failed: no client certificate, one the client CA did not sign or whose name is not allowed, plaintext, or a dropped connection.",
 	})
 	m.reg.MustRegister(m.decisions.Collectors()...)
+	m.reg.MustRegister(m.reloads.Collectors()...)
 	m.reg.MustRegister(m.responses,
-		fallback, m.reloads, m.lastReloadOK, m.policies, m.policiesSkipped, m.peers, m.handshakeFailures, buildinfo.Collector("rls"),
+		fallback, m.policies, m.peers, m.handshakeFailures, buildinfo.Collector("rls"),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -19,14 +19,12 @@ type metrics struct {
 	upstreamErrors prometheus.Counter
 	inflight       prometheus.Gauge
 
-	reloads          *prometheus.CounterVec
+	reloads          *enforce.ReloadMetrics
 	revision         *prometheus.GaugeVec
-	lastReloadOK     prometheus.Gauge
 	lastReloadTime   prometheus.Gauge
 	configLoaded     prometheus.Gauge
 	policiesActive   prometheus.Gauge
 	policiesInConfig prometheus.Gauge
-	policiesSkipped  prometheus.Gauge
 }
 
 // Response outcomes, the label of slidegate_sidecar_responses_total.
@@ -58,22 +56,12 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		Namespace: ns, Subsystem: sub, Name: "inflight_requests",
 		Help: "Requests being handled, upgraded connections included.",
 	})
-	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "fallback_active",
-		Help: "1 while the limiter's circuit to Redis is open: fail-open policies decide locally, fail-closed ones reject.",
-	}, fallbackActive)
-	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_reloads_total",
-		Help: "Loads of a changed config or labels file, by result (success, failure); a failure keeps the last good config.",
-	}, []string{"result"})
+	fallback := enforce.NewFallbackGauge(sub, "reject", fallbackActive)
+	m.reloads = enforce.NewReloadMetrics(sub, "config or labels file", "sidecar")
 	m.revision = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "config_revision_info",
 		Help: "1 for the revision (digest of the config and labels files) in force.",
 	}, []string{"revision"})
-	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_last_reload_successful",
-		Help: "1 if the last attempt to load a changed config succeeded, 0 if it failed (the last good config stays in force).",
-	})
 	m.lastReloadTime = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "config_last_reload_success_timestamp_seconds",
 		Help: "Time of the last successful config load.",
@@ -90,10 +78,6 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		Namespace: ns, Subsystem: sub, Name: "policies_in_config",
 		Help: "Policies in the namespace's config.",
 	})
-	m.policiesSkipped = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_policies_skipped",
-		Help: "Policies of the namespace's config that this sidecar does not enforce because they need a newer sidecar (fields it does not know); the log names them.",
-	})
 	replicas := replicasCollector{
 		desc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "policy_replicas"),
 			"Sidecars that enforce the policy, as last counted through Redis (else --fallback-replicas): while Redis is away a fail-open policy admits ceil(limit / this) here.",
@@ -101,10 +85,11 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		each: policyReplicas,
 	}
 	m.reg.MustRegister(m.decisions.Collectors()...)
+	m.reg.MustRegister(m.reloads.Collectors()...)
 	m.reg.MustRegister(
 		m.jwtTokens, m.responses,
-		m.upstreamErrors, m.inflight, fallback, replicas, m.reloads, m.revision, m.lastReloadOK,
-		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig, m.policiesSkipped,
+		m.upstreamErrors, m.inflight, fallback, replicas, m.revision,
+		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig,
 		buildinfo.Collector("sidecar"),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
