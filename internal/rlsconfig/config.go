@@ -160,24 +160,10 @@ func (p *Policy) validate() error {
 			errs = append(errs, fmt.Errorf("descriptor[%d].value longer than %d bytes", i, MaxStringBytes))
 		}
 	}
-	if p.WindowMillis < 1 || p.WindowMillis > MaxWindowMillis {
-		errs = append(errs, fmt.Errorf("windowMillis %d outside [1, %d]", p.WindowMillis, MaxWindowMillis))
-	}
-	if p.Limit < 0 || p.Limit > MaxLimit {
-		errs = append(errs, fmt.Errorf("limit %d outside [0, %d]", p.Limit, MaxLimit))
-	}
-	if !sidecarconfig.ValidAlgorithm(p.Algorithm) {
-		errs = append(errs, fmt.Errorf("algorithm %q is not %s or %s", p.Algorithm, sidecarconfig.AlgorithmSlidingLog, sidecarconfig.AlgorithmSlidingWindowCounter))
-	}
-	if !sidecarconfig.ValidFailMode(p.FailMode) {
-		errs = append(errs, fmt.Errorf("failMode %q is not %s or %s", p.FailMode, sidecarconfig.FailOpen, sidecarconfig.FailClosed))
-	}
-	if !sidecarconfig.ValidMode(p.Mode) {
-		errs = append(errs, fmt.Errorf("mode %q is not %s or %s", p.Mode, sidecarconfig.ModeEnforce, sidecarconfig.ModeDryRun))
-	}
-	if !sidecarconfig.ValidDurability(p.Durability) {
-		errs = append(errs, fmt.Errorf("durability %q is not Primary or %s", p.Durability, sidecarconfig.DurabilityReplicated))
-	}
+	errs = append(errs, sidecarconfig.ValidateRule(sidecarconfig.RuleFields{
+		WindowMillis: p.WindowMillis, Limit: p.Limit,
+		Algorithm: p.Algorithm, FailMode: p.FailMode, Mode: p.Mode, Durability: p.Durability,
+	})...)
 	return errors.Join(errs...)
 }
 
