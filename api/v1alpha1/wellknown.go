@@ -82,6 +82,12 @@ const (
 	// next port, on the pod's loopback only, serves /debug (container port
 	// sg-debug).
 	SidecarAdminPort = 15290
+	// SidecarContainerName is the injected sidecar's container (kubectl
+	// logs -c slidegate-sidecar), SidecarDebugPortName its /debug port,
+	// on the pod's loopback only, which kubectl slidegate reaches by this
+	// name through pods/portforward.
+	SidecarContainerName = "slidegate-sidecar"
+	SidecarDebugPortName = "sg-debug"
 
 	// RedisUsernameKey and RedisPasswordKey are the keys of the credentials
 	// Secret (both optional: a password alone is the legacy AUTH form).

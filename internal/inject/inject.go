@@ -49,7 +49,7 @@ const (
 
 // Names of what the injector adds.
 const (
-	ContainerName  = "slidegate-sidecar"
+	ContainerName  = v1alpha1.SidecarContainerName
 	ConfigVolume   = "slidegate-config"
 	PodInfoVolume  = "slidegate-podinfo"
 	RedisTLSVolume = "slidegate-redis-tls"
@@ -73,7 +73,7 @@ const (
 	// declared so that kubectl slidegate (and kubectl port-forward) find
 	// it by name, and so that the port check covers it; nothing outside
 	// the pod can connect to it, a port-forward (pods/portforward) can.
-	DebugPortName  = "sg-debug"
+	DebugPortName  = v1alpha1.SidecarDebugPortName
 	statusVersion  = "v1"
 	sidecarUID     = 65532
 	podLabelsFile  = "labels"

@@ -31,8 +31,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
-	"github.com/slidegate/slidegate/internal/inject"
-	"github.com/slidegate/slidegate/internal/sidecar"
+	"github.com/slidegate/slidegate/internal/debugapi"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
 // DebuggerRole is the ClusterRole of config/rbac/debugger_role.yaml, as
@@ -153,11 +153,11 @@ func podReady(pod *corev1.Pod) bool {
 func debugPort(pod *corev1.Pod) (int32, bool) {
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for _, c := range cs {
-			if c.Name != inject.ContainerName {
+			if c.Name != v1alpha1.SidecarContainerName {
 				continue
 			}
 			for _, p := range c.Ports {
-				if p.Name == inject.DebugPortName {
+				if p.Name == v1alpha1.SidecarDebugPortName {
 					return p.ContainerPort, true
 				}
 			}
@@ -174,7 +174,7 @@ func debugPort(pod *corev1.Pod) (int32, bool) {
 func (c *Client) Get(ctx context.Context, t Target, path string, query map[string]string, header http.Header) ([]byte, error) {
 	if t.Port == 0 {
 		return nil, fmt.Errorf("pod %s: its sidecar was injected before /debug moved to a port of its own on the pod's loopback "+
-			"(container port %s); re-create the pod (kubectl rollout restart) to reach it", t.Pod, inject.DebugPortName)
+			"(container port %s); re-create the pod (kubectl rollout restart) to reach it", t.Pod, v1alpha1.SidecarDebugPortName)
 	}
 	q := url.Values{}
 	for k, v := range query {
@@ -207,7 +207,7 @@ type WhyOptions struct {
 // WhyResult is the answer and the sidecar that gave it.
 type WhyResult struct {
 	Pod string `json:"pod"`
-	sidecar.WhyResponse
+	debugapi.WhyResponse
 }
 
 // Why asks a sidecar of the policy's pods about a client's window.
@@ -235,9 +235,9 @@ func (c *Client) Why(ctx context.Context, o WhyOptions) (*WhyResult, error) {
 	}
 	h := http.Header{}
 	if o.Value != "" {
-		h.Set(sidecar.WhyValueHeader, o.Value)
+		h.Set(debugapi.WhyValueHeader, o.Value)
 	}
-	body, err := c.Get(ctx, targets[0], "debug/why", q, h)
+	body, err := c.Get(ctx, targets[0], debugapi.WhyPath, q, h)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +294,7 @@ func PrintWhy(w io.Writer, res *WhyResult, format string) error {
 				row[6] = seconds(win.RetryAfterSeconds)
 			}
 		}
-		if p.Mode == "DryRun" {
+		if p.Mode == sidecarconfig.ModeDryRun {
 			row[0] += " (dry-run)"
 		}
 		rows = append(rows, row)

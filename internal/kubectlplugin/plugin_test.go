@@ -33,6 +33,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
@@ -576,7 +577,7 @@ func TestSidecarTargets(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
-	if _, err := (&Client{}).Get(context.Background(), want[2], "debug/top", nil, nil); err == nil || !strings.Contains(err.Error(), "re-create the pod") {
+	if _, err := (&Client{}).Get(context.Background(), want[2], debugapi.TopPath, nil, nil); err == nil || !strings.Contains(err.Error(), "re-create the pod") {
 		t.Errorf("an old sidecar: %v", err)
 	}
 }
@@ -626,7 +627,7 @@ func TestDebugNotOnThePodNetwork(t *testing.T) {
 	}
 	_, adminPort, _ := net.SplitHostPort(s.admins[0])
 	_, err = kube.CoreV1().RESTClient().Get().Namespace(s.ns).Resource("pods").SubResource("proxy").
-		Name("web-1:"+adminPort).Suffix("debug/top").Param("policy", "per-api-key").DoRaw(context.Background())
+		Name("web-1:"+adminPort).Suffix(debugapi.TopPath).Param("policy", "per-api-key").DoRaw(context.Background())
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the pod proxy to the admin port's /debug/top: %v, want 404", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/slidegate/slidegate/internal/sidecar"
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/topk"
 )
 
@@ -48,8 +48,8 @@ func (c *Client) Top(ctx context.Context, ns, policy string, k int) (*TopResult,
 	res := &TopResult{Namespace: ns, Policy: policy}
 	var sums []topk.Summary
 	for _, t := range targets {
-		body, err := c.Get(ctx, t, "debug/top", map[string]string{"policy": policy}, nil)
-		var tr sidecar.TopResponse
+		body, err := c.Get(ctx, t, debugapi.TopPath, map[string]string{"policy": policy}, nil)
+		var tr debugapi.TopResponse
 		if err == nil {
 			err = json.Unmarshal(body, &tr)
 		}

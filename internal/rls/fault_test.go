@@ -9,6 +9,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -65,7 +66,7 @@ func TestFailModes(t *testing.T) {
 		if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || headerMap(resp)["Retry-After"] != "1" {
 			t.Fatalf("%s: fail-closed: %v", phase, resp)
 		}
-		if got := testMetric(t, reps[0].srv, "slidegate_rls_requests_total", map[string]string{"policy": rlsconfig.PolicyID("t", "closed"), "decision": DecisionFailedClosed}); got == 0 {
+		if got := testMetric(t, reps[0].srv, "slidegate_rls_requests_total", map[string]string{"policy": rlsconfig.PolicyID("t", "closed"), "decision": enforce.FailedClosed.String()}); got == 0 {
 			t.Fatalf("%s: no failed_closed decision counted", phase)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -58,7 +59,7 @@ func pol(name string, limit int64, window time.Duration, entries ...rlsconfig.En
 	return rlsconfig.Policy{
 		Namespace: "t", Name: name, ID: rlsconfig.PolicyID("t", name), Domain: "edge",
 		Descriptor: entries, WindowMillis: window.Milliseconds(), Limit: limit,
-		Algorithm: string(limiter.SlidingLog), FailMode: string(limiter.FailOpen), Mode: rlsconfig.ModeEnforce,
+		Algorithm: string(limiter.SlidingLog), FailMode: string(limiter.FailOpen), Mode: sidecarconfig.ModeEnforce,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/ratelimitheader"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
 // policy is one config policy compiled for matching and answering.
@@ -55,7 +56,7 @@ func newIndex(c *rlsconfig.Config) *index {
 				Algorithm: limiter.Algorithm(p.Algorithm), FailMode: limiter.FailMode(p.FailMode),
 				Durable: p.Durability == rlsconfig.DurabilityReplicated,
 			},
-			dryRun:   p.Mode == rlsconfig.ModeDryRun,
+			dryRun:   p.Mode == sidecarconfig.ModeDryRun,
 			nameItem: ratelimitheader.String(p.Namespace + "/" + p.Name),
 		}
 		for j, e := range p.Descriptor {

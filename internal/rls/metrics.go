@@ -5,16 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/slidegate/slidegate/internal/buildinfo"
-)
-
-// Values of the decision label of slidegate_rls_requests_total, as in
-// slidegate_sidecar_requests_total: what one policy did to one request.
-const (
-	DecisionAllowed        = "allowed"
-	DecisionRejected       = "rejected"
-	DecisionDryRunRejected = "dry_run_rejected"
-	DecisionFailedClosed   = "failed_closed"
-	DecisionNotCounted     = "not_counted"
+	"github.com/slidegate/slidegate/internal/enforce"
 )
 
 // Values of the code label of slidegate_rls_responses_total.
@@ -31,16 +22,12 @@ const (
 type metrics struct {
 	reg *prometheus.Registry
 
-	requests        *prometheus.CounterVec
-	decisionSeconds prometheus.Histogram
-	limiterSources  *prometheus.CounterVec
-	redisErrors     prometheus.Counter
-	responses       *prometheus.CounterVec
-	reloads         *prometheus.CounterVec
-	lastReloadOK    prometheus.Gauge
-	policies        prometheus.Gauge
-	policiesSkipped prometheus.Gauge
-	peers           prometheus.Gauge
+	// decisions are the series shared with the sidecar.
+	decisions *enforce.Metrics
+	responses *prometheus.CounterVec
+	reloads   *enforce.ReloadMetrics
+	policies  prometheus.Gauge
+	peers     prometheus.Gauge
 	// handshakeFailures counts refused TLS handshakes (TLSCreds).
 	handshakeFailures prometheus.Counter
 }
@@ -50,46 +37,16 @@ type metrics struct {
 func newMetrics(fallbackActive func() float64) *metrics {
 	const ns, sub = "slidegate", "rls"
 	m := &metrics{reg: prometheus.NewRegistry()}
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "requests_total",
-		Help: "Decisions of each policy on the RLS requests it matched, by policy id and decision.",
-	}, []string{"policy", "decision"})
-	m.decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: ns, Subsystem: sub, Name: "decision_duration_seconds",
-		Help:    "Time the limiter took to decide all the policies of one RLS request.",
-		Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	})
-	m.limiterSources = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "limiter_decisions_total",
-		Help: "Limiter decisions by the path that produced them: redis, deny-cache, fallback (fail-open, local) or failed-closed.",
-	}, []string{"source"})
-	m.redisErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
-		Help: "Decisions that hit a Redis error (timeout, connection) and went to the fallback or failed closed.",
-	})
+	m.decisions = enforce.NewMetrics(sub, "RLS requests")
 	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "responses_total",
 		Help: "RLS answers by code: ok, over_limit, invalid_argument, no_config (UNAVAILABLE before any config loaded), call_too_large (hits over the bound of one call: OVER_LIMIT, nothing counted).",
 	}, []string{"code"})
-	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "fallback_active",
-		Help: "1 while the limiter's circuit to Redis is open: fail-open policies decide locally, fail-closed ones answer OVER_LIMIT.",
-	}, fallbackActive)
-	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_reloads_total",
-		Help: "Loads of a changed config file, by result (success, failure); a failure keeps the last good config.",
-	}, []string{"result"})
-	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_last_reload_successful",
-		Help: "1 if the last attempt to load a changed config succeeded, 0 if it failed (the last good config stays in force).",
-	})
+	fallback := enforce.NewFallbackGauge(sub, "answer OVER_LIMIT", fallbackActive)
+	m.reloads = enforce.NewReloadMetrics(sub, "config file", "server")
 	m.policies = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "policies_active",
 		Help: "Policies of the config in force.",
-	})
-	m.policiesSkipped = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_policies_skipped",
-		Help: "Policies of the config that this server does not enforce because they need a newer server (fields it does not know); the log names them.",
 	})
 	m.peers = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "peers",
@@ -99,8 +56,10 @@ func newMetrics(fallbackActive func() float64) *metrics {
 		Namespace: ns, Subsystem: sub, Name: "tls_handshake_failures_total",
 		Help: "Connections to the TLS gRPC listener whose handshake failed: no client certificate, one the client CA did not sign or whose name is not allowed, plaintext, or a dropped connection.",
 	})
-	m.reg.MustRegister(m.requests, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
-		fallback, m.reloads, m.lastReloadOK, m.policies, m.policiesSkipped, m.peers, m.handshakeFailures, buildinfo.Collector("rls"),
+	m.reg.MustRegister(m.decisions.Collectors()...)
+	m.reg.MustRegister(m.reloads.Collectors()...)
+	m.reg.MustRegister(m.responses,
+		fallback, m.policies, m.peers, m.handshakeFailures, buildinfo.Collector("rls"),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

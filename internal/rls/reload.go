@@ -11,6 +11,7 @@ import (
 	"github.com/slidegate/slidegate/internal/dirwatch"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
 // maxConfigFileBytes bounds the config file read (a ConfigMap holds at
@@ -48,7 +49,7 @@ func (s *Server) Reload() error {
 		if l.lastFailure != "" {
 			// The file went back to the config in force.
 			l.lastFailure = ""
-			s.metrics.lastReloadOK.Set(1)
+			s.metrics.reloads.Recovered()
 			s.log.Info("config file matches the config in force again", "file", s.opts.ConfigFile)
 		}
 		return nil
@@ -58,8 +59,7 @@ func (s *Server) Reload() error {
 		cfg, err = rlsconfig.Parse(data)
 	}
 	if err != nil {
-		s.metrics.reloads.WithLabelValues("failure").Inc()
-		s.metrics.lastReloadOK.Set(0)
+		s.metrics.reloads.Failed()
 		if msg := err.Error(); msg != l.lastFailure {
 			l.lastFailure = msg
 			s.log.Error("config not loaded; the last good config stays in force", "file", s.opts.ConfigFile, "error", err)
@@ -70,18 +70,12 @@ func (s *Server) Reload() error {
 	ix.revision = rlsconfig.Revision(data)
 	s.state.Store(ix)
 	l.data, l.loaded, l.lastFailure = data, true, ""
-	s.metrics.reloads.WithLabelValues("success").Inc()
-	s.metrics.lastReloadOK.Set(1)
+	s.metrics.reloads.Loaded(len(cfg.Skipped))
 	s.metrics.policies.Set(float64(len(cfg.Policies)))
-	s.metrics.policiesSkipped.Set(float64(len(cfg.Skipped)))
 	s.log.Info("config loaded", "file", s.opts.ConfigFile, "policies", len(cfg.Policies))
 	if len(cfg.Skipped) > 0 {
-		skipped := make([]string, len(cfg.Skipped))
-		for i, sk := range cfg.Skipped {
-			skipped[i] = sk.String()
-		}
 		s.log.Warn("policies of a newer slidegate not enforced: this server does not know their fields; upgrade it",
-			"policiesSkipped", skipped, "configVersion", cfg.Version)
+			"policiesSkipped", sidecarconfig.SkippedNames(cfg.Skipped), "configVersion", cfg.Version)
 	}
 	return nil
 }

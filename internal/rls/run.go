@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,6 +21,7 @@ import (
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
+	"github.com/slidegate/slidegate/internal/serving"
 )
 
 // GCPercent is the server's GOGC unless the environment sets one. Its live
@@ -211,34 +211,27 @@ func (s *Server) Serve(ctx context.Context, grpcLn, adminLn net.Listener, shutdo
 			}
 		}
 	}()
-	errc := make(chan error, 2)
-	go func() { errc <- gs.Serve(grpcLn) }()
-	go func() {
-		if err := admin.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
-			errc <- err
-		}
-	}()
-
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
+	main := serving.Main{
+		Name:  "gRPC port",
+		Serve: func() error { return gs.Serve(grpcLn) },
+		Drain: func(ctx context.Context) error {
+			done := make(chan struct{})
+			go func() { gs.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		Close: gs.Stop,
 	}
-	stopping.Store(true)
-	hs.Shutdown() // NOT_SERVING for every service
-	if err == nil && shutdownDelay > 0 {
-		time.Sleep(shutdownDelay) // endpoints drop the pod meanwhile
-	}
-	done := make(chan struct{})
-	go func() { gs.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(shutdownTimeout):
-		s.log.Info("graceful stop timed out; closing the remaining calls", "timeout", shutdownTimeout)
-		gs.Stop()
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), time.Second)
-	defer scancel()
-	_ = admin.Shutdown(sctx)
-	return err
+	return serving.Run(ctx, main, []serving.Aux{{Name: "admin port", Server: admin, Listener: adminLn}}, serving.Options{
+		Delay: shutdownDelay, Timeout: shutdownTimeout,
+		Stopping: func() {
+			stopping.Store(true)
+			hs.Shutdown() // NOT_SERVING for every service
+		},
+		Log: s.log,
+	})
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/ratelimitheader"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
@@ -122,7 +123,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if len(reqs) > 0 {
 		start := time.Now()
 		ds = s.lim.Decide(ctx, reqs)
-		s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
+		s.metrics.decisions.DecisionSeconds.Observe(time.Since(start).Seconds())
 	}
 	resp := s.answer(reqs, pols, descs, ds)
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
@@ -282,16 +283,14 @@ func (s *Server) answer(reqs []limiter.Request, pols []*policy, descs []descript
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
 	}
-	// The denial that answers for the request is the one with the longest
+	// The refusal that answers for the request is the one with the longest
 	// wait, as in the sidecar: a client that obeys Retry-After is then not
 	// denied again by another of the limits.
-	deny := -1
-	for k := range reqs {
-		if !reqs[k].DryRun && !ds[k].Allowed && (deny < 0 || ds[k].RetryAfter > ds[deny].RetryAfter) {
-			deny = k
-		}
-	}
-	s.count(reqs, pols, ds, deny >= 0)
+	v := enforce.Sum(reqs, ds)
+	deny := v.Refusal(ds)
+	s.metrics.decisions.Record(reqs, ds, &v, func(k int, o enforce.Outcome) {
+		s.metrics.decisions.Requests.WithLabelValues(pols[k].id, o.String()).Inc()
+	})
 	for i, d := range descs {
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		resp.Statuses[i] = st
@@ -354,31 +353,6 @@ func headers(reqs []limiter.Request, pols []*policy, ds []limiter.Decision, deny
 	return []*corev3.HeaderValue{
 		{Key: ratelimitheader.Policy, Value: f.Policy()},
 		{Key: ratelimitheader.RateLimit, Value: f.RateLimit()},
-	}
-}
-
-// count records each pair's decision and the limiter's sources.
-func (s *Server) count(reqs []limiter.Request, pols []*policy, ds []limiter.Decision, denied bool) {
-	for k := range reqs {
-		d := &ds[k]
-		s.metrics.limiterSources.WithLabelValues(string(d.Source)).Inc()
-		if d.Err != nil {
-			s.metrics.redisErrors.Inc()
-		}
-		var decision string
-		switch {
-		case d.Source == limiter.SourceFailedClosed && !d.Allowed:
-			decision = DecisionFailedClosed
-		case !d.Allowed && reqs[k].DryRun:
-			decision = DecisionDryRunRejected
-		case !d.Allowed:
-			decision = DecisionRejected
-		case denied && !reqs[k].DryRun:
-			decision = DecisionNotCounted
-		default:
-			decision = DecisionAllowed
-		}
-		s.metrics.requests.WithLabelValues(pols[k].id, decision).Inc()
 	}
 }
 

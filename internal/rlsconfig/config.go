@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -83,12 +82,6 @@ type Entry struct {
 	// entries all have a Value is one global bucket.
 	Value string `json:"value,omitempty"`
 }
-
-// Modes of a policy.
-const (
-	ModeEnforce = "Enforce"
-	ModeDryRun  = "DryRun"
-)
 
 // PolicyID is the ID of the policy namespace/name.
 func PolicyID(namespace, name string) string { return IDPrefix + namespace + "/" + name }
@@ -167,30 +160,10 @@ func (p *Policy) validate() error {
 			errs = append(errs, fmt.Errorf("descriptor[%d].value longer than %d bytes", i, MaxStringBytes))
 		}
 	}
-	if p.WindowMillis < 1 || p.WindowMillis > MaxWindowMillis {
-		errs = append(errs, fmt.Errorf("windowMillis %d outside [1, %d]", p.WindowMillis, MaxWindowMillis))
-	}
-	if p.Limit < 0 || p.Limit > MaxLimit {
-		errs = append(errs, fmt.Errorf("limit %d outside [0, %d]", p.Limit, MaxLimit))
-	}
-	switch limiter.Algorithm(p.Algorithm) {
-	case limiter.SlidingLog, limiter.SlidingWindowCounter:
-	default:
-		errs = append(errs, fmt.Errorf("algorithm %q is not %s or %s", p.Algorithm, limiter.SlidingLog, limiter.SlidingWindowCounter))
-	}
-	switch limiter.FailMode(p.FailMode) {
-	case limiter.FailOpen, limiter.FailClosed:
-	default:
-		errs = append(errs, fmt.Errorf("failMode %q is not %s or %s", p.FailMode, limiter.FailOpen, limiter.FailClosed))
-	}
-	switch p.Mode {
-	case ModeEnforce, ModeDryRun:
-	default:
-		errs = append(errs, fmt.Errorf("mode %q is not %s or %s", p.Mode, ModeEnforce, ModeDryRun))
-	}
-	if !sidecarconfig.ValidDurability(p.Durability) {
-		errs = append(errs, fmt.Errorf("durability %q is not Primary or %s", p.Durability, sidecarconfig.DurabilityReplicated))
-	}
+	errs = append(errs, sidecarconfig.ValidateRule(sidecarconfig.RuleFields{
+		WindowMillis: p.WindowMillis, Limit: p.Limit,
+		Algorithm: p.Algorithm, FailMode: p.FailMode, Mode: p.Mode, Durability: p.Durability,
+	})...)
 	return errors.Join(errs...)
 }
 

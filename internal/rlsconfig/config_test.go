@@ -63,8 +63,10 @@ func TestParseInvalid(t *testing.T) {
 		}, "descriptor has 17 entries"},
 		{"empty key", func(c *Config) { c.Policies[0].Descriptor[0].Key = "" }, "descriptor[0].key must have"},
 		{"long value", func(c *Config) { c.Policies[0].Descriptor[0].Value = strings.Repeat("v", 257) }, "descriptor[0].value longer than 256"},
-		{"window", func(c *Config) { c.Policies[0].WindowMillis = 0 }, "windowMillis 0 outside"},
-		{"limit", func(c *Config) { c.Policies[0].Limit = -1 }, "limit -1 outside"},
+		{"window", func(c *Config) { c.Policies[0].WindowMillis = 0 }, "windowMillis 0 is outside"},
+		{"limit", func(c *Config) { c.Policies[0].Limit = -1 }, "limit -1 is outside"},
+		// The CRD never allowed 0; the document now says so as the sidecars' does.
+		{"limit 0", func(c *Config) { c.Policies[0].Limit = 0 }, "limit 0 is outside 1.."},
 		{"algorithm", func(c *Config) { c.Policies[0].Algorithm = "FixedWindow" }, `algorithm "FixedWindow"`},
 		{"failMode", func(c *Config) { c.Policies[0].FailMode = "" }, `failMode ""`},
 		{"mode", func(c *Config) { c.Policies[0].Mode = "Shadow" }, `mode "Shadow"`},

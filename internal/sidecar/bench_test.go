@@ -7,6 +7,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -79,7 +80,7 @@ func BenchmarkDecisionPathJWT(b *testing.B) {
 					b.Fatal(w.Code)
 				}
 			}
-			if n := requestsCount(h.s, "p", DecisionAllowed); n == 0 {
+			if n := requestsCount(h.s, "p", enforce.Allowed); n == 0 {
 				b.Fatal("nothing allowed")
 			}
 		})

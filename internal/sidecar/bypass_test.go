@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -241,11 +242,11 @@ func TestAmbiguousKeyAnswer(t *testing.T) {
 	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), `request refused: it gives more than one header "X-User"`) {
 		t.Errorf("status %d body %q", r.StatusCode, msg)
 	}
-	if got := requestsCount(h.s, "b-user", DecisionAmbiguousKey); got != 2 {
-		t.Errorf("b-user %s = %v, want 2", DecisionAmbiguousKey, got)
+	if got := requestsCount(h.s, "b-user", enforce.AmbiguousKey); got != 2 {
+		t.Errorf("b-user %s = %v, want 2", enforce.AmbiguousKey, got)
 	}
-	if got := requestsCount(h.s, "a-dry", DecisionAmbiguousKey); got != 1 {
-		t.Errorf("a-dry %s = %v, want 1", DecisionAmbiguousKey, got)
+	if got := requestsCount(h.s, "a-dry", enforce.AmbiguousKey); got != 1 {
+		t.Errorf("a-dry %s = %v, want 1", enforce.AmbiguousKey, got)
 	}
 	if got := testutilCounter(h.s.respBadRequest); got != 2 {
 		t.Errorf("responses bad_request = %v, want 2", got)

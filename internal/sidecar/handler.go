@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/ratelimitheader"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -56,9 +57,9 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Put together only now: while one value held both pols and reqs,
 	// handing reqs to the limiter would move policyBuf to the heap.
 	dec := decided{policies: pols, requests: reqs, decisions: ds}
-	v := dec.verdict()
-	s.record(&dec, v)
-	s.respond(w, r, &dec, v)
+	v := enforce.Sum(dec.requests, dec.decisions)
+	s.record(&dec, &v)
+	s.respond(w, r, &dec, &v)
 }
 
 // decided is one request after the limiter: the policies that applied to it,
@@ -94,15 +95,15 @@ func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []lim
 		key, ks := ri.key(p)
 		switch {
 		case ks == keyAmbiguous && p.dryRun:
-			p.counters[idxAmbiguousKey].Inc()
+			p.counters.Inc(enforce.AmbiguousKey)
 		case ks == keyAmbiguous:
 			if !refused.ambiguous {
 				refused = refusal{policy: p, ambiguous: true}
 			}
 		case ks == keyMissing && p.onMissing != sidecarconfig.MissingDeny:
-			p.counters[idxSkipped].Inc()
+			p.counters.Inc(enforce.Skipped)
 		case ks == keyMissing && p.dryRun:
-			p.counters[idxMissingKey].Inc()
+			p.counters.Inc(enforce.MissingKey)
 		case ks == keyMissing:
 			if refused.policy == nil {
 				refused.policy = p
@@ -120,9 +121,9 @@ func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []lim
 	}
 	switch {
 	case refused.ambiguous:
-		refused.policy.counters[idxAmbiguousKey].Inc()
+		refused.policy.counters.Inc(enforce.AmbiguousKey)
 	case refused.policy != nil:
-		refused.policy.counters[idxMissingKey].Inc()
+		refused.policy.counters.Inc(enforce.MissingKey)
 	}
 	return reqs, pols, refused
 }
@@ -131,100 +132,38 @@ func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []lim
 func (s *Sidecar) decide(ctx context.Context, reqs []limiter.Request) []limiter.Decision {
 	start := time.Now()
 	ds := s.lim.Decide(ctx, reqs)
-	s.metrics.decisionSeconds.Observe(time.Since(start).Seconds())
+	s.metrics.decisions.DecisionSeconds.Observe(time.Since(start).Seconds())
 	return ds
 }
 
-// verdict is what the decisions of one request add up to: failedClosed is
-// the fail-closed policy that Redis could not decide (503), denied the
-// enforced policy that denied the request (429), each an index into
-// decided's slices, -1 for none. Of several, each is the one with the longest
-// wait, after which every one of them admits again.
-type verdict struct {
-	failedClosed, denied int
-	// redisErr is the error of the last decision that Redis could not make.
-	redisErr error
-}
-
-// rejected reports whether the request is answered by the sidecar rather
-// than forwarded.
-func (v *verdict) rejected() bool { return v.failedClosed >= 0 || v.denied >= 0 }
-
-// verdict sums up the decisions; DryRun policies deny nothing.
-func (dec *decided) verdict() verdict {
-	v := verdict{failedClosed: -1, denied: -1}
-	ds := dec.decisions
-	for i := range ds {
-		d := &ds[i]
-		if d.Err != nil {
-			v.redisErr = d.Err
-		}
-		if dec.requests[i].DryRun || d.Allowed {
-			continue
-		}
-		if d.Source == limiter.SourceFailedClosed {
-			if v.failedClosed < 0 || d.RetryAfter > ds[v.failedClosed].RetryAfter {
-				v.failedClosed = i
-			}
-		} else if v.denied < 0 || d.RetryAfter > ds[v.denied].RetryAfter {
-			v.denied = i
-		}
+// record counts the decisions under verdict v (package enforce: the
+// limiter's sources, the Redis errors, each policy's outcome), logs why
+// Redis did not decide, and counts the clients of the policies that
+// rejected the request, for /debug/top.
+func (s *Sidecar) record(dec *decided, v *enforce.Verdict) {
+	if v.RedisErr != nil {
+		s.logRedisError(v.RedisErr)
 	}
-	return v
-}
-
-// record counts the decisions under verdict v: the limiter's sources, the
-// Redis errors (and logs why), each policy's decision, and the clients of
-// the policies that rejected the request, for /debug/top.
-func (s *Sidecar) record(dec *decided, v verdict) {
-	for i := range dec.decisions {
-		s.countSource(dec.decisions[i].Source)
-	}
-	if v.redisErr != nil {
-		s.metrics.redisErrors.Inc()
-		s.logRedisError(v.redisErr)
-	}
-	rejected := v.rejected()
-	for i, p := range dec.policies {
-		d := policyDecision(dec.requests[i].DryRun, &dec.decisions[i], rejected)
-		p.counters[d].Inc()
-		if d == idxRejected {
+	s.metrics.decisions.Record(dec.requests, dec.decisions, v, func(i int, o enforce.Outcome) {
+		p := dec.policies[i]
+		p.counters.Inc(o)
+		if o == enforce.Rejected {
 			h := s.hasher.Load()
 			s.top.add(p.name, h.Sum(dec.requests[i].Client), h.ID())
 		}
-	}
-}
-
-// policyDecision is what one policy did to a request (an index into
-// policy.counters), given its decision d and whether the request was
-// rejected by any policy, which undoes the admits of the others.
-func policyDecision(dryRun bool, d *limiter.Decision, rejected bool) int {
-	switch {
-	case dryRun && d.Allowed:
-		return idxAllowed
-	case dryRun:
-		return idxDryRunRejected
-	case d.Allowed && rejected:
-		return idxNotCounted
-	case d.Allowed:
-		return idxAllowed
-	case d.Source == limiter.SourceFailedClosed:
-		return idxFailedClosed
-	default:
-		return idxRejected
-	}
+	})
 }
 
 // respond answers the request after its decisions: the answer of the
 // policy in v that rejected it, or else the application's response with
 // the enforced policies' RateLimit fields.
-func (s *Sidecar) respond(w http.ResponseWriter, r *http.Request, dec *decided, v verdict) {
+func (s *Sidecar) respond(w http.ResponseWriter, r *http.Request, dec *decided, v *enforce.Verdict) {
 	switch {
-	case v.failedClosed >= 0:
-		i := v.failedClosed
+	case v.FailedClosed >= 0:
+		i := v.FailedClosed
 		s.reply(w, s.respFailedClosed, failedClosedAnswer(dec.decisions[i].RetryAfter))
-	case v.denied >= 0:
-		i := v.denied
+	case v.Denied >= 0:
+		i := v.Denied
 		s.reply(w, s.respRejected, rejectedAnswer(dec.policies[i], dec.decisions[i].RetryAfter))
 	default:
 		if f := dec.admittedFields(); f.Len() > 0 {
@@ -246,23 +185,6 @@ func (dec *decided) admittedFields() ratelimitheader.Fields {
 		}
 	}
 	return f
-}
-
-// countSource counts one decision under the limiter path that made it;
-// the known sources have their series bound in New.
-func (s *Sidecar) countSource(src limiter.Source) {
-	switch src {
-	case limiter.SourceRedis:
-		s.srcRedis.Inc()
-	case limiter.SourceDenyCache:
-		s.srcDenyCache.Inc()
-	case limiter.SourceFallback:
-		s.srcFallback.Inc()
-	case limiter.SourceFailedClosed:
-		s.srcFailedClosed.Inc()
-	default:
-		s.metrics.limiterSources.WithLabelValues(string(src)).Inc()
-	}
 }
 
 // forward hands r to the application through the reverse proxy.

@@ -1,13 +1,13 @@
 package sidecar
 
 import (
-	"errors"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -33,7 +33,8 @@ func gatherSidecar(t *testing.T, policies ...sidecarconfig.Policy) (*Sidecar, *s
 // at the end.
 func TestGather(t *testing.T) {
 	type counted struct {
-		policy, decision string
+		policy   string
+		decision enforce.Outcome
 	}
 	tests := []struct {
 		name     string
@@ -73,7 +74,7 @@ func TestGather(t *testing.T) {
 			},
 			path:        "/",
 			want:        [][2]string{{"all", "global"}},
-			wantCounted: []counted{{"user", DecisionSkipped}},
+			wantCounted: []counted{{"user", enforce.Skipped}},
 		},
 		{
 			name: "no key, onMissing Deny: the first enforced policy rejects, a DryRun one only counts",
@@ -86,7 +87,7 @@ func TestGather(t *testing.T) {
 			path:        "/",
 			want:        [][2]string{{"d-all", "global"}},
 			wantMissing: "b-user",
-			wantCounted: []counted{{"a-dry", DecisionMissingKey}, {"b-user", DecisionMissingKey}},
+			wantCounted: []counted{{"a-dry", enforce.MissingKey}, {"b-user", enforce.MissingKey}},
 		},
 		{
 			name: "ambiguous key: refused by the first enforced policy whatever its onMissing, before a missing one; a DryRun one only counts",
@@ -102,7 +103,7 @@ func TestGather(t *testing.T) {
 			want:          [][2]string{{"e-all", "global"}},
 			wantMissing:   "c-user",
 			wantAmbiguous: true,
-			wantCounted:   []counted{{"b-dry", DecisionAmbiguousKey}, {"c-user", DecisionAmbiguousKey}},
+			wantCounted:   []counted{{"b-dry", enforce.AmbiguousKey}, {"c-user", enforce.AmbiguousKey}},
 		},
 	}
 	for _, tt := range tests {
@@ -133,14 +134,14 @@ func TestGather(t *testing.T) {
 				t.Errorf("refused by %q (ambiguous %v), want %q (ambiguous %v)", got, refused.ambiguous, tt.wantMissing, tt.wantAmbiguous)
 			}
 			for _, p := range st.policies {
-				for i, d := range decisions {
+				for d := range enforce.NumOutcomes {
 					want := 0.0
 					for _, c := range tt.wantCounted {
 						if c.policy == p.name && c.decision == d {
 							want = 1
 						}
 					}
-					if got := testutil.ToFloat64(p.counters[i]); got != want {
+					if got := testutil.ToFloat64(p.counters[d]); got != want {
 						t.Errorf("%s %s = %v, want %v", p.name, d, got, want)
 					}
 				}
@@ -173,81 +174,6 @@ func nameOf(p *policy) string {
 		return ""
 	}
 	return p.name
-}
-
-// TestVerdict: which policy answers for a rejected request. New cases go at
-// the end.
-func TestVerdict(t *testing.T) {
-	redisDown := errors.New("connection refused")
-	allow := limiter.Decision{Allowed: true, Source: limiter.SourceRedis}
-	deny := func(wait time.Duration) limiter.Decision {
-		return limiter.Decision{RetryAfter: wait, Source: limiter.SourceRedis}
-	}
-	closed := func(wait time.Duration) limiter.Decision {
-		return limiter.Decision{RetryAfter: wait, Source: limiter.SourceFailedClosed, Err: redisDown}
-	}
-	tests := []struct {
-		name           string
-		dryRun         []bool
-		ds             []limiter.Decision
-		closed, denied int
-		wantErr        error
-		rejected       bool
-	}{
-		{"all admitted", []bool{false, false}, []limiter.Decision{allow, allow}, -1, -1, nil, false},
-		{"a DryRun denial rejects nothing", []bool{true, false}, []limiter.Decision{deny(time.Second), allow}, -1, -1, nil, false},
-		// The first denial would do for one policy; with two, a client
-		// retrying after the shorter wait would be denied again.
-		{"the longest wait, not the first denial", []bool{false, false, false},
-			[]limiter.Decision{deny(time.Second), deny(3 * time.Second), deny(2 * time.Second)}, -1, 1, nil, true},
-		{"failed closed is its own, beside a denial", []bool{false, false, false},
-			[]limiter.Decision{deny(5 * time.Second), closed(time.Second), closed(2 * time.Second)}, 2, 0, redisDown, true},
-		{"a Redis error on an admitted fail-open decision is kept", []bool{false},
-			[]limiter.Decision{{Allowed: true, Source: limiter.SourceFallback, Err: redisDown}}, -1, -1, redisDown, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			reqs := make([]limiter.Request, len(tt.dryRun))
-			for i, d := range tt.dryRun {
-				reqs[i].DryRun = d
-			}
-			dec := decided{requests: reqs, decisions: tt.ds}
-			v := dec.verdict()
-			if v.failedClosed != tt.closed || v.denied != tt.denied || !errors.Is(v.redisErr, tt.wantErr) {
-				t.Errorf("verdict %+v, want failedClosed %d denied %d error %v", v, tt.closed, tt.denied, tt.wantErr)
-			}
-			if v.rejected() != tt.rejected {
-				t.Errorf("rejected = %v", v.rejected())
-			}
-		})
-	}
-}
-
-// TestPolicyDecision: the decision label each policy counts.
-func TestPolicyDecision(t *testing.T) {
-	allow := limiter.Decision{Allowed: true, Source: limiter.SourceRedis}
-	deny := limiter.Decision{Source: limiter.SourceRedis}
-	closed := limiter.Decision{Source: limiter.SourceFailedClosed}
-	tests := []struct {
-		dryRun   bool
-		d        limiter.Decision
-		rejected bool
-		want     string
-	}{
-		{false, allow, false, DecisionAllowed},
-		// Another policy rejected the request, so this admit was undone.
-		{false, allow, true, DecisionNotCounted},
-		{false, deny, true, DecisionRejected},
-		{false, closed, true, DecisionFailedClosed},
-		{true, allow, true, DecisionAllowed},
-		{true, deny, false, DecisionDryRunRejected},
-		{true, closed, false, DecisionDryRunRejected},
-	}
-	for _, tt := range tests {
-		if got := decisions[policyDecision(tt.dryRun, &tt.d, tt.rejected)]; got != tt.want {
-			t.Errorf("dryRun %v, %+v, rejected %v: %s, want %s", tt.dryRun, tt.d, tt.rejected, got, tt.want)
-		}
-	}
 }
 
 // TestAdmittedFields: the RateLimit fields of an admitted request name the

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -122,10 +123,10 @@ func TestRejectAndAdmitHeaders(t *testing.T) {
 	if resp, _ := h.do(t, "GET", "/", map[string]string{"X-User": "bob"}); resp.StatusCode != 200 {
 		t.Errorf("bob: status %d", resp.StatusCode)
 	}
-	if got := requestsCount(h.s, "per-client", DecisionRejected); got != 1 {
+	if got := requestsCount(h.s, "per-client", enforce.Rejected); got != 1 {
 		t.Errorf("rejected count = %v", got)
 	}
-	if got := requestsCount(h.s, "per-client", DecisionAllowed); got != 3 {
+	if got := requestsCount(h.s, "per-client", enforce.Allowed); got != 3 {
 		t.Errorf("allowed count = %v", got)
 	}
 }
@@ -178,7 +179,7 @@ func TestSeveralPolicies(t *testing.T) {
 	if resp.StatusCode != 429 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"b-per-user";`) {
 		t.Fatalf("status %d RateLimit %q, want 429 by b-per-user", resp.StatusCode, resp.Header.Get("RateLimit"))
 	}
-	if got := requestsCount(h.s, "a-global", DecisionNotCounted); got != 1 {
+	if got := requestsCount(h.s, "a-global", enforce.NotCounted); got != 1 {
 		t.Errorf("a-global not_counted = %v, want 1", got)
 	}
 	// Anonymous requests skip b-per-user (onMissing Allow); the dry-run
@@ -188,10 +189,10 @@ func TestSeveralPolicies(t *testing.T) {
 			t.Fatalf("anonymous request %d: status %d", i, resp.StatusCode)
 		}
 	}
-	if got := requestsCount(h.s, "c-dry", DecisionDryRunRejected); got < 1 {
+	if got := requestsCount(h.s, "c-dry", enforce.DryRunRejected); got < 1 {
 		t.Errorf("c-dry dry_run_rejected = %v, want >= 1", got)
 	}
-	if got := requestsCount(h.s, "b-per-user", DecisionSkipped); got != 2 {
+	if got := requestsCount(h.s, "b-per-user", enforce.Skipped); got != 2 {
 		t.Errorf("b-per-user skipped = %v, want 2", got)
 	}
 	// The global budget is spent now (1 + 2 admitted).
@@ -224,7 +225,7 @@ func TestMissingKeyDenyAsksNothing(t *testing.T) {
 	if resp, _ := h.do(t, "GET", "/items?api_key=k", nil); resp.StatusCode != 200 {
 		t.Errorf("with the key: status %d", resp.StatusCode)
 	}
-	if got := requestsCount(h.s, "keyed-dry", DecisionMissingKey); got != 2 {
+	if got := requestsCount(h.s, "keyed-dry", enforce.MissingKey); got != 2 {
 		t.Errorf("keyed-dry missing_key_rejected = %v, want 2 (dry run only counts)", got)
 	}
 }
@@ -248,10 +249,10 @@ func TestFailClosedAnswers503(t *testing.T) {
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" || body != "slidegate: rate limiter unavailable; retry in 2s\n" {
 		t.Errorf("status %d Retry-After %q body %q, want 503, 2, the retry time only", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
-	if got := requestsCount(h.s, "closed", DecisionFailedClosed); got != 1 {
+	if got := requestsCount(h.s, "closed", enforce.FailedClosed); got != 1 {
 		t.Errorf("failed_closed = %v", got)
 	}
-	if got := testutilCounter(h.s.metrics.redisErrors); got != 1 {
+	if got := testutilCounter(h.s.metrics.decisions.RedisErrors); got != 1 {
 		t.Errorf("redis errors = %v", got)
 	}
 }
@@ -317,7 +318,7 @@ func TestRedisErrorsAreLoggedSparingly(t *testing.T) {
 			t.Fatalf("fail-open policy: status %d", resp.StatusCode)
 		}
 	}
-	if got := testutilCounter(h.s.metrics.redisErrors); got != 30 {
+	if got := testutilCounter(h.s.metrics.decisions.RedisErrors); got != 30 {
 		t.Errorf("redis errors = %v, want 30", got)
 	}
 	if l := lines(); len(l) != 1 || !strings.Contains(l[0], "connection refused") || !strings.Contains(l[0], "errorsSinceLastLog=1") {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -246,8 +247,8 @@ func (m *memLimiter) Decide(_ context.Context, reqs []limiter.Request) []limiter
 }
 
 // counter reads one series of slidegate_sidecar_requests_total.
-func requestsCount(s *Sidecar, policy, decision string) float64 {
-	return testutil.ToFloat64(s.metrics.requests.WithLabelValues(policy, decision))
+func requestsCount(s *Sidecar, policy string, o enforce.Outcome) float64 {
+	return testutil.ToFloat64(s.metrics.decisions.Requests.WithLabelValues(policy, o.String()))
 }
 
 // eventually polls cond until it holds or the deadline passes.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -135,7 +136,7 @@ func TestExactLimitAcrossSidecars(t *testing.T) {
 	}
 	var notCounted float64
 	for _, s := range f.sidecars {
-		notCounted += requestsCount(s, "per-user", DecisionNotCounted)
+		notCounted += requestsCount(s, "per-user", enforce.NotCounted)
 	}
 	if notCounted != 10 {
 		t.Errorf("per-user not_counted = %v, want 10 (admits undone)", notCounted)
@@ -207,7 +208,7 @@ func TestDryRunForwardsAndCounts(t *testing.T) {
 		t.Fatalf("statuses %v, upstream %d; a DryRun policy must forward everything", got, f.up.hits.Load())
 	}
 	s := f.sidecars[0]
-	if a, d := requestsCount(s, "shadow", DecisionAllowed), requestsCount(s, "shadow", DecisionDryRunRejected); a != 2 || d != 5 {
+	if a, d := requestsCount(s, "shadow", enforce.Allowed), requestsCount(s, "shadow", enforce.DryRunRejected); a != 2 || d != 5 {
 		t.Errorf("allowed %v, dry_run_rejected %v; want 2 and 5", a, d)
 	}
 }
@@ -270,7 +271,7 @@ func testRedisFailure(t *testing.T, fail, recover func(*testsupport.Redis) error
 	s := f.sidecars[0]
 	eventually(t, 5*time.Second, "fallback_active = 1", func() bool {
 		_, _, _ = f.timedGet(t, "/closed/x")
-		return testutilCounter(s.metrics.redisErrors) > 0 && gaugeValue(t, s, "slidegate_sidecar_fallback_active") == 1
+		return testutilCounter(s.metrics.decisions.RedisErrors) > 0 && gaugeValue(t, s, "slidegate_sidecar_fallback_active") == 1
 	})
 
 	repairAt := time.Now()
@@ -309,7 +310,7 @@ func (f *fleet) sources() map[string]float64 {
 	out := map[string]float64{}
 	for _, s := range f.sidecars {
 		for _, src := range []limiter.Source{limiter.SourceRedis, limiter.SourceDenyCache, limiter.SourceFallback, limiter.SourceFailedClosed} {
-			out[string(src)] += testutilCounter(s.metrics.limiterSources.WithLabelValues(string(src)))
+			out[string(src)] += testutilCounter(s.metrics.decisions.Sources.WithLabelValues(string(src)))
 		}
 	}
 	return out

@@ -5,82 +5,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/slidegate/slidegate/internal/buildinfo"
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/jwtverify"
 )
-
-// Values of the decision label of slidegate_sidecar_requests_total: what one
-// policy did to one request.
-const (
-	// DecisionAllowed: the policy admitted the request (for a DryRun policy:
-	// it would have).
-	DecisionAllowed = "allowed"
-	// DecisionRejected: the policy rejected the request (429).
-	DecisionRejected = "rejected"
-	// DecisionDryRunRejected: a DryRun policy would have rejected the
-	// request; it was forwarded (unless another policy rejected it).
-	DecisionDryRunRejected = "dry_run_rejected"
-	// DecisionFailedClosed: Redis could not decide and the policy fails
-	// closed (503).
-	DecisionFailedClosed = "failed_closed"
-	// DecisionNotCounted: the policy admitted the request but another policy
-	// rejected it, so the admit was undone.
-	DecisionNotCounted = "not_counted"
-	// DecisionMissingKey: the request has no client key for the policy and
-	// the policy's onMissing is Deny (429; a DryRun policy only counts it).
-	DecisionMissingKey = "missing_key_rejected"
-	// DecisionSkipped: the request has no client key and the policy's
-	// onMissing is Allow: the policy does not apply.
-	DecisionSkipped = "skipped"
-	// DecisionAmbiguousKey: the request gives more than one value for the
-	// policy's client key (400, whatever onMissing says; a DryRun policy
-	// only counts it).
-	DecisionAmbiguousKey = "ambiguous_key_rejected"
-)
-
-// Indexes of the decisions in policy.counters.
-const (
-	idxAllowed = iota
-	idxRejected
-	idxDryRunRejected
-	idxFailedClosed
-	idxNotCounted
-	idxMissingKey
-	idxSkipped
-	idxAmbiguousKey
-	numDecisions
-)
-
-var decisions = [numDecisions]string{
-	idxAllowed:        DecisionAllowed,
-	idxRejected:       DecisionRejected,
-	idxDryRunRejected: DecisionDryRunRejected,
-	idxFailedClosed:   DecisionFailedClosed,
-	idxNotCounted:     DecisionNotCounted,
-	idxMissingKey:     DecisionMissingKey,
-	idxSkipped:        DecisionSkipped,
-	idxAmbiguousKey:   DecisionAmbiguousKey,
-}
 
 type metrics struct {
 	reg *prometheus.Registry
 
-	requests        *prometheus.CounterVec
-	jwtTokens       *prometheus.CounterVec
-	decisionSeconds prometheus.Histogram
-	limiterSources  *prometheus.CounterVec
-	redisErrors     prometheus.Counter
-	responses       *prometheus.CounterVec
-	upstreamErrors  prometheus.Counter
-	inflight        prometheus.Gauge
+	// decisions are the series shared with the rate limit service.
+	decisions      *enforce.Metrics
+	jwtTokens      *prometheus.CounterVec
+	responses      *prometheus.CounterVec
+	upstreamErrors prometheus.Counter
+	inflight       prometheus.Gauge
 
-	reloads          *prometheus.CounterVec
+	reloads          *enforce.ReloadMetrics
 	revision         *prometheus.GaugeVec
-	lastReloadOK     prometheus.Gauge
 	lastReloadTime   prometheus.Gauge
 	configLoaded     prometheus.Gauge
 	policiesActive   prometheus.Gauge
 	policiesInConfig prometheus.Gauge
-	policiesSkipped  prometheus.Gauge
 }
 
 // Response outcomes, the label of slidegate_sidecar_responses_total.
@@ -95,27 +39,11 @@ const (
 func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(policy string, n int))) *metrics {
 	const ns, sub = "slidegate", "sidecar"
 	m := &metrics{reg: prometheus.NewRegistry()}
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "requests_total",
-		Help: "Decisions of each policy on the requests it applied to, by policy and decision.",
-	}, []string{"policy", "decision"})
+	m.decisions = enforce.NewMetrics(sub, "requests")
 	m.jwtTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "jwt_tokens_total",
 		Help: "Bearer tokens checked by the policies that verify them (key.jwt), by policy and result: verified, or why not (malformed, algorithm, unknown_key, signature, expired, not_yet_valid, issuer, audience); an unverified token's request follows the policy's onMissing. unknown_key during a key rotation means tokens signed by a key the sidecar has not got yet.",
 	}, []string{"policy", "result"})
-	m.decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: ns, Subsystem: sub, Name: "decision_duration_seconds",
-		Help:    "Time the limiter took to decide all the policies of one request.",
-		Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	})
-	m.limiterSources = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "limiter_decisions_total",
-		Help: "Limiter decisions by the path that produced them: redis, deny-cache (Redis said exhausted, retry time not reached), fallback (fail-open, local) or failed-closed.",
-	}, []string{"source"})
-	m.redisErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "redis_errors_total",
-		Help: "Requests whose limiter decision hit a Redis error (timeout, connection) and went to the fallback or failed closed.",
-	})
 	m.responses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "responses_total",
 		Help: "Requests by outcome: forwarded to the application, rejected (429), failed_closed (503) or no_config (503 before any config loaded).",
@@ -128,22 +56,12 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		Namespace: ns, Subsystem: sub, Name: "inflight_requests",
 		Help: "Requests being handled, upgraded connections included.",
 	})
-	fallback := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "fallback_active",
-		Help: "1 while the limiter's circuit to Redis is open: fail-open policies decide locally, fail-closed ones reject.",
-	}, fallbackActive)
-	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_reloads_total",
-		Help: "Loads of a changed config or labels file, by result (success, failure); a failure keeps the last good config.",
-	}, []string{"result"})
+	fallback := enforce.NewFallbackGauge(sub, "reject", fallbackActive)
+	m.reloads = enforce.NewReloadMetrics(sub, "config or labels file", "sidecar")
 	m.revision = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "config_revision_info",
 		Help: "1 for the revision (digest of the config and labels files) in force.",
 	}, []string{"revision"})
-	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_last_reload_successful",
-		Help: "1 if the last attempt to load a changed config succeeded, 0 if it failed (the last good config stays in force).",
-	})
 	m.lastReloadTime = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "config_last_reload_success_timestamp_seconds",
 		Help: "Time of the last successful config load.",
@@ -160,20 +78,18 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		Namespace: ns, Subsystem: sub, Name: "policies_in_config",
 		Help: "Policies in the namespace's config.",
 	})
-	m.policiesSkipped = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "config_policies_skipped",
-		Help: "Policies of the namespace's config that this sidecar does not enforce because they need a newer sidecar (fields it does not know); the log names them.",
-	})
 	replicas := replicasCollector{
 		desc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "policy_replicas"),
 			"Sidecars that enforce the policy, as last counted through Redis (else --fallback-replicas): while Redis is away a fail-open policy admits ceil(limit / this) here.",
 			[]string{"policy"}, nil),
 		each: policyReplicas,
 	}
+	m.reg.MustRegister(m.decisions.Collectors()...)
+	m.reg.MustRegister(m.reloads.Collectors()...)
 	m.reg.MustRegister(
-		m.requests, m.jwtTokens, m.decisionSeconds, m.limiterSources, m.redisErrors, m.responses,
-		m.upstreamErrors, m.inflight, fallback, replicas, m.reloads, m.revision, m.lastReloadOK,
-		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig, m.policiesSkipped,
+		m.jwtTokens, m.responses,
+		m.upstreamErrors, m.inflight, fallback, replicas, m.revision,
+		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig,
 		buildinfo.Collector("sidecar"),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/jwtverify"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/ratelimitheader"
@@ -72,8 +73,8 @@ type policy struct {
 	policyItem string
 
 	// counters are this policy's slidegate_sidecar_requests_total series,
-	// one per decision, bound when the state is put in force.
-	counters [numDecisions]prometheus.Counter
+	// one per outcome, bound when the state is put in force.
+	counters enforce.Counters
 }
 
 // compile builds the state of a validated config for a pod with labels.
@@ -108,7 +109,7 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 				Replicas:  int(p.Replicas),
 				Durable:   p.Durability == sidecarconfig.DurabilityReplicated,
 			},
-			dryRun:    p.Mode == "DryRun",
+			dryRun:    p.Mode == sidecarconfig.ModeDryRun,
 			methods:   compileMethods(p.Match.Methods),
 			prefixes:  slices.Clone(p.Match.PathPrefixes),
 			foldCase:  p.Match.PathCase == sidecarconfig.PathCaseInsensitive,

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -425,7 +426,7 @@ func TestProxyDropsH2CUpgrade(t *testing.T) {
 			t.Errorf("request %d: the app saw %v, want no upgrade offer", i, got)
 		}
 	}
-	if got := requestsCount(s, "limited", DecisionAllowed); got != 5 {
+	if got := requestsCount(s, "limited", enforce.Allowed); got != 5 {
 		t.Errorf("decided requests = %v, want 5: each went through the limiter", got)
 	}
 }

@@ -51,7 +51,7 @@ func (s *Sidecar) reload() error {
 		if s.lastFailure != "" {
 			// The files went back to the config in force.
 			s.lastFailure = ""
-			s.metrics.lastReloadOK.Set(1)
+			s.metrics.reloads.Recovered()
 		}
 		return errUnchanged
 	}
@@ -134,8 +134,7 @@ func (s *Sidecar) reportFailure(err error, in files, cur *state) {
 		return
 	}
 	s.lastFailure = key
-	s.metrics.reloads.WithLabelValues("failure").Inc()
-	s.metrics.lastReloadOK.Set(0)
+	s.metrics.reloads.Failed()
 	if cur != nil {
 		s.log.Error("config not loaded; the last good config stays in force",
 			"configFile", s.opts.ConfigFile, "revision", cur.revision, "error", err)
@@ -152,15 +151,13 @@ func (s *Sidecar) publish(st, old *state) {
 	s.bindCounters(st, old)
 	s.state.Store(st)
 
-	s.metrics.reloads.WithLabelValues("success").Inc()
-	s.metrics.lastReloadOK.Set(1)
+	s.metrics.reloads.Loaded(len(st.skipped))
 	s.metrics.lastReloadTime.SetToCurrentTime()
 	s.metrics.configLoaded.Set(1)
 	s.metrics.revision.Reset()
 	s.metrics.revision.WithLabelValues(st.revision).Set(1)
 	s.metrics.policiesActive.Set(float64(len(st.policies)))
 	s.metrics.policiesInConfig.Set(float64(st.total))
-	s.metrics.policiesSkipped.Set(float64(len(st.skipped)))
 	names := make([]string, len(st.policies))
 	for i, p := range st.policies {
 		names[i] = p.name
@@ -168,12 +165,8 @@ func (s *Sidecar) publish(st, old *state) {
 	s.log.Info("config loaded", "revision", st.revision, "namespace", st.namespace,
 		"policiesActive", names, "policiesInConfig", st.total, "trustedProxies", len(st.trusted))
 	if len(st.skipped) > 0 {
-		skipped := make([]string, len(st.skipped))
-		for i, sk := range st.skipped {
-			skipped[i] = sk.String()
-		}
 		s.log.Warn("policies of a newer slidegate not enforced: this sidecar does not know their fields; restart the pod to update its sidecar",
-			"policiesSkipped", skipped, "configVersion", sidecarconfig.Version)
+			"policiesSkipped", sidecarconfig.SkippedNames(st.skipped), "configVersion", sidecarconfig.Version)
 	}
 }
 
@@ -183,9 +176,7 @@ func (s *Sidecar) bindCounters(st, old *state) {
 	keep := map[string]bool{}
 	for _, p := range st.policies {
 		keep[p.name] = true
-		for i, d := range decisions {
-			p.counters[i] = s.metrics.requests.WithLabelValues(p.name, d)
-		}
+		p.counters = s.metrics.decisions.PolicyCounters(p.name)
 		if p.jwt != nil {
 			p.tokens = make(map[jwtverify.Failure]prometheus.Counter, len(jwtverify.Failures)+1)
 			for _, f := range append([]jwtverify.Failure{""}, jwtverify.Failures...) {
@@ -196,7 +187,7 @@ func (s *Sidecar) bindCounters(st, old *state) {
 	if old != nil {
 		for _, p := range old.policies {
 			if !keep[p.name] {
-				s.metrics.requests.DeletePartialMatch(map[string]string{"policy": p.name})
+				s.metrics.decisions.Requests.DeletePartialMatch(map[string]string{"policy": p.name})
 			}
 			if !keep[p.name] || p.jwt != nil && st.policyNamed(p.name).jwt == nil {
 				s.metrics.jwtTokens.DeletePartialMatch(map[string]string{"policy": p.name})

@@ -114,7 +114,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		reload(configFile(t, 1_000_000-int64(i)-1))
 	}
 	// An invalid config is reported and changes nothing.
-	failures := func() float64 { return testutil.ToFloat64(s.metrics.reloads.WithLabelValues("failure")) }
+	failures := func() float64 { return testutil.ToFloat64(s.metrics.reloads.Reloads.WithLabelValues("failure")) }
 	rev := s.Revision()
 	cfg.write(t, map[string][]byte{sidecarconfig.FileName: []byte(`{"version":"v0"}`)})
 	eventually(t, 10*time.Second, "the invalid config reported", func() bool { return failures() == 1 })
@@ -169,15 +169,15 @@ func TestInvalidConfigKeepsLastGood(t *testing.T) {
 			t.Fatal("the last good config is no longer in force")
 		}
 	}
-	if got := testutil.ToFloat64(h.s.metrics.reloads.WithLabelValues("failure")); got != 3 {
+	if got := testutil.ToFloat64(h.s.metrics.reloads.Reloads.WithLabelValues("failure")); got != 3 {
 		t.Errorf("failures = %v, want 3", got)
 	}
-	if got := testutil.ToFloat64(h.s.metrics.lastReloadOK); got != 0 {
+	if got := testutil.ToFloat64(h.s.metrics.reloads.LastOK); got != 0 {
 		t.Errorf("last_reload_successful = %v", got)
 	}
 	// The same bad file again is not a new failure (no log flood on resync).
 	_ = h.s.Reload()
-	if got := testutil.ToFloat64(h.s.metrics.reloads.WithLabelValues("failure")); got != 3 {
+	if got := testutil.ToFloat64(h.s.metrics.reloads.Reloads.WithLabelValues("failure")); got != 3 {
 		t.Errorf("failures = %v after re-reading the same bad file", got)
 	}
 	// The old limit of 1 is still enforced.
@@ -191,7 +191,7 @@ func TestInvalidConfigKeepsLastGood(t *testing.T) {
 	if err := h.s.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(h.s.metrics.lastReloadOK); got != 1 || h.s.Revision() == rev {
+	if got := testutil.ToFloat64(h.s.metrics.reloads.LastOK); got != 1 || h.s.Revision() == rev {
 		t.Errorf("good config not loaded: last_reload_successful %v", got)
 	}
 }
@@ -358,7 +358,7 @@ func TestSnapshotWithoutConfigFile(t *testing.T) {
 			// Past the start-up grace without waiting for it.
 			h.s.created = time.Now().Add(-2 * h.s.opts.ConfigResyncInterval)
 			rev := h.s.Revision()
-			failures := testutil.ToFloat64(h.s.metrics.reloads.WithLabelValues("failure"))
+			failures := testutil.ToFloat64(h.s.metrics.reloads.Reloads.WithLabelValues("failure"))
 
 			if tt.files != nil {
 				h.cfg.write(t, tt.files)
@@ -373,10 +373,10 @@ func TestSnapshotWithoutConfigFile(t *testing.T) {
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("reload: %v, want error %v", err, tt.wantErr)
 			}
-			gotFailures := testutil.ToFloat64(h.s.metrics.reloads.WithLabelValues("failure")) - failures
-			if tt.wantErr && (gotFailures != 1 || testutil.ToFloat64(h.s.metrics.lastReloadOK) != 0) {
+			gotFailures := testutil.ToFloat64(h.s.metrics.reloads.Reloads.WithLabelValues("failure")) - failures
+			if tt.wantErr && (gotFailures != 1 || testutil.ToFloat64(h.s.metrics.reloads.LastOK) != 0) {
 				t.Errorf("failures counted %v, last_reload_successful %v; want 1 and 0",
-					gotFailures, testutil.ToFloat64(h.s.metrics.lastReloadOK))
+					gotFailures, testutil.ToFloat64(h.s.metrics.reloads.LastOK))
 			}
 			if tt.wantErr && tt.loaded && h.s.Revision() != rev {
 				t.Errorf("revision %q, want the last good %q", h.s.Revision(), rev)
@@ -478,7 +478,7 @@ func TestNewerMinorConfig(t *testing.T) {
 	if resp, _ := h.do(t, "GET", "/", nil); resp.StatusCode != 429 || !strings.Contains(resp.Header.Get("RateLimit-Policy"), `"known"`) {
 		t.Fatalf("second request: %s %q, want 429 from known", resp.Status, resp.Header.Get("RateLimit-Policy"))
 	}
-	if got := testutil.ToFloat64(h.s.metrics.policiesSkipped); got != 1 {
+	if got := testutil.ToFloat64(h.s.metrics.reloads.Skipped); got != 1 {
 		t.Errorf("config_policies_skipped = %v, want 1", got)
 	}
 	if got := testutil.ToFloat64(h.s.metrics.policiesActive); got != 1 {

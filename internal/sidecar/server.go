@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -17,7 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/serving"
 )
 
 // Limiter is what the sidecar needs of the shared limiter; *limiter.Limiter
@@ -75,9 +76,8 @@ type Sidecar struct {
 	// (hashkey.go).
 	hasher atomic.Pointer[clienthash.Hasher]
 
-	respForwarded, respRejected, respFailedClosed        prometheus.Counter
-	respBadRequest                                       prometheus.Counter
-	srcRedis, srcDenyCache, srcFallback, srcFailedClosed prometheus.Counter
+	respForwarded, respRejected, respFailedClosed prometheus.Counter
+	respBadRequest                                prometheus.Counter
 }
 
 // New builds a sidecar that decides with lim and forwards to
@@ -107,11 +107,6 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 	s.respRejected = s.metrics.responses.WithLabelValues(outcomeRejected)
 	s.respFailedClosed = s.metrics.responses.WithLabelValues(outcomeFailedClosed)
 	s.respBadRequest = s.metrics.responses.WithLabelValues(outcomeBadRequest)
-	s.srcRedis = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceRedis))
-	s.srcDenyCache = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceDenyCache))
-	s.srcFallback = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceFallback))
-	s.srcFailedClosed = s.metrics.limiterSources.WithLabelValues(string(limiter.SourceFailedClosed))
-	s.metrics.lastReloadOK.Set(1)
 	_ = s.Reload()
 	return s, nil
 }
@@ -163,8 +158,8 @@ func (s *Sidecar) AdminHandler() http.Handler {
 // is limited most. kubectl slidegate reaches it through pods/portforward.
 func (s *Sidecar) DebugHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /debug/why", s.serveWhy)
-	mux.HandleFunc("GET /debug/top", s.serveTop)
+	mux.HandleFunc("GET "+debugapi.WhyPath, s.serveWhy)
+	mux.HandleFunc("GET "+debugapi.TopPath, s.serveTop)
 	return mux
 }
 
@@ -238,48 +233,33 @@ func (s *Sidecar) Serve(ctx context.Context, ln, adminLn, debugLn net.Listener) 
 		defer func() { stopWatch(); <-peersDone }()
 	}
 
-	errc := make(chan error, 3)
-	go func() { errc <- fmt.Errorf("proxied port: %w", srv.Serve(ln)) }()
-	go func() { errc <- fmt.Errorf("admin port: %w", admin.Serve(adminLn)) }()
-	go func() { errc <- fmt.Errorf("debug port: %w", debug.Serve(debugLn)) }()
 	s.log.Info("sidecar serving", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(),
 		"debug", debugLn.Addr().String(), "upstream", s.opts.Upstream, "ready", s.Ready())
-
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-errc:
-		s.log.Error("server stopped", "error", serveErr)
+	main := serving.Main{
+		Name:  "proxied port",
+		Serve: func() error { return srv.Serve(ln) },
+		Drain: func(ctx context.Context) error {
+			if err := srv.Shutdown(ctx); err != nil {
+				return err
+			}
+			// Shutdown does not wait for hijacked (upgraded) connections;
+			// their handlers still count in inflight.
+			done := make(chan struct{})
+			go func() { s.inflight.Wait(); close(done) }()
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+		Close: func() { _ = srv.Close() },
 	}
-
-	s.shuttingDown.Store(true)
-	s.log.Info("shutting down: draining", "delay", s.opts.ShutdownDelay, "timeout", s.opts.ShutdownTimeout)
-	if serveErr == nil && s.opts.ShutdownDelay > 0 {
-		time.Sleep(s.opts.ShutdownDelay)
-	}
-	drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
-	defer cancel()
-	err := srv.Shutdown(drainCtx)
-	if err == nil {
-		// Shutdown does not wait for hijacked (upgraded) connections; their
-		// handlers still count in inflight.
-		done := make(chan struct{})
-		go func() { s.inflight.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-drainCtx.Done():
-			err = drainCtx.Err()
-		}
-	}
-	if err != nil {
-		s.log.Warn("drain did not finish in time; closing the remaining connections", "error", err)
-		_ = srv.Close()
-	} else {
-		s.log.Info("drained")
-	}
-	adminCtx, cancelAdmin := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancelAdmin()
-	_ = admin.Shutdown(adminCtx)
-	_ = debug.Shutdown(adminCtx)
-	return serveErr
+	return serving.Run(ctx, main, []serving.Aux{
+		{Name: "admin port", Server: admin, Listener: adminLn},
+		{Name: "debug port", Server: debug, Listener: debugLn},
+	}, serving.Options{
+		Delay: s.opts.ShutdownDelay, Timeout: s.opts.ShutdownTimeout,
+		Stopping: func() { s.shuttingDown.Store(true) }, Log: s.log,
+	})
 }

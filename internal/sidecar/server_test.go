@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -30,7 +31,7 @@ func TestAdminPortAnswersNoDebug(t *testing.T) {
 	get := func(hd http.Handler, target string) (int, string) {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodGet, target, nil)
-		req.Header.Set(WhyValueHeader, "k-123")
+		req.Header.Set(debugapi.WhyValueHeader, "k-123")
 		hd.ServeHTTP(rec, req)
 		return rec.Code, rec.Body.String()
 	}
@@ -135,14 +136,14 @@ func TestHashKeyAppearsLater(t *testing.T) {
 	keyFile := filepath.Join(t.TempDir(), "key", clienthash.SecretDataKey)
 	o.ClientHashKeyFile = keyFile
 	front, _, debug := startRunDebug(t, o, testLogger(t))
-	top := func() TopResponse {
+	top := func() debugapi.TopResponse {
 		t.Helper()
 		resp, err := http.Get("http://" + debug + "/debug/top?policy=per-ip")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _ = resp.Body.Close() }()
-		var tr TopResponse
+		var tr debugapi.TopResponse
 		if err := json.NewDecoder(resp.Body).Decode(&tr); err != nil {
 			t.Fatal(err)
 		}

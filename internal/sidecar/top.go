@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/topk"
 )
 
@@ -22,19 +23,6 @@ const (
 	topCapacity = 64
 	topPeriod   = 5 * time.Minute
 )
-
-// TopResponse is the answer of GET /debug/top.
-type TopResponse struct {
-	Namespace string `json:"namespace"`
-	Policy    string `json:"policy"`
-	// Since is when the counting of this answer began.
-	Since time.Time `json:"since"`
-	// HashKeyID names the key the client keys are hashed with
-	// (clienthash.Hasher.ID): answers of sidecars with different keys do
-	// not merge.
-	HashKeyID string `json:"hashKeyID"`
-	topk.Summary
-}
 
 // limitedTop counts 429s per policy and client key, all hashed with the
 // key keyID names: a new key starts the counts afresh (rekey), so that one
@@ -129,5 +117,5 @@ func (s *Sidecar) serveTop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sum, since, keyID := s.top.summary(name)
-	writeJSON(w, TopResponse{Namespace: st.namespace, Policy: name, Since: since, HashKeyID: keyID, Summary: sum})
+	writeJSON(w, debugapi.TopResponse{Namespace: st.namespace, Policy: name, Since: since, HashKeyID: keyID, Summary: sum})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 	"github.com/slidegate/slidegate/internal/topk"
@@ -36,14 +37,14 @@ func TestTopCountsRejectionsByKey(t *testing.T) {
 			h.do(t, http.MethodGet, "/", map[string]string{"X-User": user})
 		}
 	}
-	get := func(policy string) (int, TopResponse, string) {
+	get := func(policy string) (int, debugapi.TopResponse, string) {
 		resp, err := http.Get(debug + "/debug/top?policy=" + policy)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _ = resp.Body.Close() }()
 		body, _ := io.ReadAll(resp.Body)
-		var tr TopResponse
+		var tr debugapi.TopResponse
 		if resp.StatusCode == http.StatusOK {
 			if err := json.Unmarshal(body, &tr); err != nil {
 				t.Fatalf("%v: %s", err, body)

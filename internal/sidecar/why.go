@@ -10,9 +10,9 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -48,72 +48,9 @@ import (
 // shows (package clienthash), so that a client found there can be asked
 // about.
 
-// WhyValueHeader carries the client value of a /debug/why request.
-const WhyValueHeader = "Slidegate-Client-Value"
-
 // whyMaxConcurrent bounds the /debug/why requests served at once: each
 // costs Redis reads.
 const whyMaxConcurrent = 4
-
-// WhyResponse is the answer of GET /debug/why.
-type WhyResponse struct {
-	Namespace string `json:"namespace"`
-	// Revision is the sidecar's config revision (see /metrics).
-	Revision string `json:"revision"`
-	// HashKeyID names the key of the ClientKeys (see TopResponse).
-	HashKeyID string `json:"hashKeyID"`
-	// Source is the kind of client identity asked about.
-	Source string `json:"source"`
-	Method string `json:"method"`
-	Path   string `json:"path"`
-	// Policies are the policy asked about first (Target), then every
-	// other policy of this pod that applies to the same request.
-	Policies []WhyPolicy `json:"policies"`
-}
-
-// WhyPolicy is one policy's view of the client.
-type WhyPolicy struct {
-	Name   string `json:"name"`
-	Target bool   `json:"target,omitempty"`
-	// MatchesRequest is false when the target policy does not apply to
-	// the request's method and path.
-	MatchesRequest bool    `json:"matchesRequest"`
-	Mode           string  `json:"mode"`
-	Algorithm      string  `json:"algorithm"`
-	Limit          int64   `json:"limit"`
-	WindowSeconds  float64 `json:"windowSeconds"`
-	KeySource      string  `json:"keySource"`
-	KeyName        string  `json:"keyName,omitempty"`
-	// ClientKey is the keyed hash of the client key the sidecar derives,
-	// as /debug/top names the client; RedisKey is the key holding its
-	// window (header, query and claim values in it are hashed, unkeyed).
-	ClientKey string `json:"clientKey,omitempty"`
-	RedisKey  string `json:"redisKey,omitempty"`
-	// Unknown says why no key could be derived from the identity given
-	// (the policy keys on something else).
-	Unknown string     `json:"unknown,omitempty"`
-	Window  *WhyWindow `json:"window,omitempty"`
-	// Error is why the window could not be read (Redis unreachable).
-	Error string `json:"error,omitempty"`
-}
-
-// WhyWindow is limiter.Window on the wire; durations in seconds.
-type WhyWindow struct {
-	// InWindow is the admits in the sliding window (SlidingLog) or the
-	// counter's weighted estimate (SlidingWindowCounter, with its
-	// fixed-window counts in Current and Previous).
-	InWindow  float64 `json:"inWindow"`
-	Current   *int64  `json:"current,omitempty"`
-	Previous  *int64  `json:"previous,omitempty"`
-	Allowed   bool    `json:"allowed"`
-	Remaining int64   `json:"remaining"`
-	// OldestAgeSeconds: the oldest admit in the window (SlidingLog only).
-	OldestAgeSeconds  *float64  `json:"oldestAgeSeconds,omitempty"`
-	RetryAfterSeconds float64   `json:"retryAfterSeconds"`
-	RetryAt           time.Time `json:"retryAt"`
-	ResetAfterSeconds float64   `json:"resetAfterSeconds"`
-	ServerTime        time.Time `json:"serverTime"`
-}
 
 // peeker is a Limiter that can read a window without changing it;
 // *limiter.Limiter is one.
@@ -145,7 +82,7 @@ func parseWhy(r *http.Request) (whyQuery, error) {
 	n := 0
 	if s := q.Get("source"); s != "" {
 		n++
-		w.source, w.value = s, r.Header.Get(WhyValueHeader)
+		w.source, w.value = s, r.Header.Get(debugapi.WhyValueHeader)
 	}
 	for short, src := range whyShorthands {
 		if q.Has(short) {
@@ -154,7 +91,7 @@ func parseWhy(r *http.Request) (whyQuery, error) {
 		}
 	}
 	if n != 1 {
-		return w, fmt.Errorf("give exactly one client identity: source=Header|QueryParameter|JWTClaim|RemoteAddress|Global (value in the %s header), or header=, query=, claim=, ip=, global", WhyValueHeader)
+		return w, fmt.Errorf("give exactly one client identity: source=Header|QueryParameter|JWTClaim|RemoteAddress|Global (value in the %s header), or header=, query=, claim=, ip=, global", debugapi.WhyValueHeader)
 	}
 	switch w.source {
 	case sidecarconfig.SourceGlobal:
@@ -243,7 +180,7 @@ func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
 
 // why answers q from the state st, reading windows through pk. The int is
 // the HTTP status of the answer or of the error.
-func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*WhyResponse, int, error) {
+func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*debugapi.WhyResponse, int, error) {
 	var target *policy
 	if q.policy != "" {
 		if target = st.policyNamed(q.policy); target == nil {
@@ -261,7 +198,7 @@ func (s *Sidecar) why(ctx context.Context, st *state, pk peeker, q whyQuery) (*W
 	// the request built for it carries an unsigned one.
 	ri := reqInfo{r: req, trusted: st.trusted, trustClaims: true}
 	hasher := s.hasher.Load() // one key for the whole answer
-	resp := &WhyResponse{Namespace: st.namespace, Revision: st.revision, HashKeyID: hasher.ID(), Source: q.source, Method: q.method, Path: q.path}
+	resp := &debugapi.WhyResponse{Namespace: st.namespace, Revision: st.revision, HashKeyID: hasher.ID(), Source: q.source, Method: q.method, Path: q.path}
 	if target != nil {
 		resp.Policies = append(resp.Policies, s.whyPolicy(ctx, pk, hasher, &q, &ri, target, true))
 	}
@@ -303,16 +240,16 @@ func (q *whyQuery) complete(target *policy) error {
 // whyPolicy is policy p's view of the client of q, whose request is ri:
 // the client key p derives and its window, read through pk, or why there
 // is none.
-func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, hasher *clienthash.Hasher, q *whyQuery, ri *reqInfo, p *policy, target bool) WhyPolicy {
-	mode := "Enforce"
+func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, hasher *clienthash.Hasher, q *whyQuery, ri *reqInfo, p *policy, target bool) debugapi.WhyPolicy {
+	mode := sidecarconfig.ModeEnforce
 	if p.dryRun {
-		mode = "DryRun"
+		mode = sidecarconfig.ModeDryRun
 	}
 	alg := p.rule.Algorithm
 	if alg == "" {
 		alg = limiter.SlidingLog
 	}
-	out := WhyPolicy{
+	out := debugapi.WhyPolicy{
 		Name: p.name, Target: target, MatchesRequest: p.matches(ri), Mode: mode,
 		Algorithm: string(alg), Limit: p.rule.Limit, WindowSeconds: p.rule.Window.Seconds(),
 		KeySource: p.source, KeyName: p.keyName,
@@ -339,8 +276,8 @@ func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, hasher *clienthash.H
 
 // whyWindow is w as /debug/why shows it; the counts that w's algorithm
 // does not keep are left out.
-func whyWindow(w *limiter.Window) *WhyWindow {
-	ww := &WhyWindow{
+func whyWindow(w *limiter.Window) *debugapi.WhyWindow {
+	ww := &debugapi.WhyWindow{
 		InWindow:          w.Estimate,
 		Allowed:           w.Allowed,
 		Remaining:         w.Remaining,

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -55,7 +56,7 @@ func askWhy(t *testing.T, admin string, query url.Values, value string) (int, []
 		t.Fatal(err)
 	}
 	if value != "" {
-		req.Header.Set(WhyValueHeader, value)
+		req.Header.Set(debugapi.WhyValueHeader, value)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -112,7 +113,7 @@ func TestWhyIsTheSidecarsTruth(t *testing.T) {
 				} else {
 					q.Set("source", tc.source)
 				}
-				why := func() WhyPolicy {
+				why := func() debugapi.WhyPolicy {
 					t.Helper()
 					code, body := askWhy(t, debug, q, hv)
 					if code != http.StatusOK {
@@ -121,7 +122,7 @@ func TestWhyIsTheSidecarsTruth(t *testing.T) {
 					if tc.value != "" && tc.source != sidecarconfig.SourceRemoteAddress && bytes.Contains(body, []byte("s3cr3t")) {
 						t.Fatalf("the answer holds the raw value: %s", body)
 					}
-					var resp WhyResponse
+					var resp debugapi.WhyResponse
 					if err := json.Unmarshal(body, &resp); err != nil {
 						t.Fatal(err)
 					}
@@ -190,7 +191,7 @@ func TestWhyReadsWithoutCounting(t *testing.T) {
 	q := url.Values{"policy": {"per-user"}, "header": {"alice"}}
 	remaining := func() int64 {
 		code, body := askWhy(t, debug, q, "")
-		var resp WhyResponse
+		var resp debugapi.WhyResponse
 		if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
 			t.Fatalf("%d %s", code, body)
 		}
@@ -247,7 +248,7 @@ func TestWhyWithRedisDown(t *testing.T) {
 	}
 	h := newHarness(t, &recordingLimiter{Limiter: lim}, testConfig(nil, testPolicy("per-user", 2, withKey("Header", "X-User", "Deny"))))
 	code, body := askWhy(t, newTestServer(t, h.s.DebugHandler()).URL, url.Values{"policy": {"per-user"}, "header": {"alice"}}, "")
-	var resp WhyResponse
+	var resp debugapi.WhyResponse
 	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
 		t.Fatalf("%d %s", code, body)
 	}

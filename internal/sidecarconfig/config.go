@@ -335,27 +335,13 @@ func (p *Policy) validate() error {
 	if strings.ContainsAny(p.ID, "{}") {
 		add("id must not contain braces")
 	}
-	if p.WindowMillis < 1 || p.WindowMillis > MaxWindowMillis {
-		add("windowMillis %d is outside 1..%d", p.WindowMillis, MaxWindowMillis)
-	}
 	if p.Replicas < 0 {
 		add("replicas %d is negative", p.Replicas)
 	}
-	if p.Limit < 1 || p.Limit > MaxLimit {
-		add("limit %d is outside 1..%d", p.Limit, MaxLimit)
-	}
-	if p.Algorithm != "SlidingLog" && p.Algorithm != "SlidingWindowCounter" {
-		add("algorithm %q is not SlidingLog or SlidingWindowCounter", p.Algorithm)
-	}
-	if p.FailMode != "Open" && p.FailMode != "Closed" {
-		add("failMode %q is not Open or Closed", p.FailMode)
-	}
-	if p.Mode != "Enforce" && p.Mode != "DryRun" {
-		add("mode %q is not Enforce or DryRun", p.Mode)
-	}
-	if !ValidDurability(p.Durability) {
-		add("durability %q is not Primary or Replicated", p.Durability)
-	}
+	errs = append(errs, ValidateRule(RuleFields{
+		WindowMillis: p.WindowMillis, Limit: p.Limit,
+		Algorithm: p.Algorithm, FailMode: p.FailMode, Mode: p.Mode, Durability: p.Durability,
+	})...)
 	switch p.Key.Source {
 	case SourceHeader:
 		if !headerName.MatchString(p.Key.Name) {

@@ -129,6 +129,15 @@ func (s Skipped) String() string {
 	return fmt.Sprintf("%s (unknown fields %s)", s.Policy, strings.Join(s.Fields, ", "))
 }
 
+// SkippedNames are skipped's strings, for a log line.
+func SkippedNames(skipped []Skipped) []string {
+	names := make([]string, len(skipped))
+	for i, sk := range skipped {
+		names[i] = sk.String()
+	}
+	return names
+}
+
 // decode reads a document into c: strictly when its minor version is this
 // package's or older, policy by policy when it is newer (see the rule
 // above), and refuses any other major version.

@@ -64,6 +64,7 @@ import (
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rls"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 	"github.com/slidegate/slidegate/test/bench/internal/closedloop"
 )
@@ -352,7 +353,7 @@ func startServer(ctx context.Context, redisAddr string, o rls.TLSOptions) (*serv
 	cfg := &rlsconfig.Config{Version: rlsconfig.Version, Policies: []rlsconfig.Policy{{
 		Namespace: "bench", Name: "per-ip", ID: rlsconfig.PolicyID("bench", "per-ip"), Domain: "edge",
 		Descriptor: []rlsconfig.Entry{{Key: "remote_address"}}, WindowMillis: window.Milliseconds(), Limit: limit,
-		Algorithm: string(limiter.SlidingLog), FailMode: string(limiter.FailOpen), Mode: rlsconfig.ModeEnforce,
+		Algorithm: string(limiter.SlidingLog), FailMode: string(limiter.FailOpen), Mode: sidecarconfig.ModeEnforce,
 	}}}
 	data, err := rlsconfig.Marshal(cfg)
 	if err != nil {

@@ -1,0 +1,95 @@
+// Package debugapi is the sidecar's /debug interface as its clients see it
+// (kubectl slidegate why and top): the routes, the request header and the
+// answers. It is a leaf, so that the plugin links neither the sidecar nor
+// the limiter, Redis client and Prometheus behind it; the sidecar serves
+// these types (package sidecar, why.go and top.go say what they mean).
+package debugapi
+
+import (
+	"time"
+
+	"github.com/slidegate/slidegate/internal/topk"
+)
+
+// The routes, on the sidecar's loopback debug port (container port
+// v1alpha1.SidecarDebugPortName), reached through pods/portforward.
+const (
+	WhyPath = "/debug/why"
+	TopPath = "/debug/top"
+)
+
+// WhyValueHeader carries the client value of a /debug/why request.
+const WhyValueHeader = "Slidegate-Client-Value"
+
+// WhyResponse is the answer of GET /debug/why.
+type WhyResponse struct {
+	Namespace string `json:"namespace"`
+	// Revision is the sidecar's config revision (see /metrics).
+	Revision string `json:"revision"`
+	// HashKeyID names the key of the ClientKeys (see TopResponse).
+	HashKeyID string `json:"hashKeyID"`
+	// Source is the kind of client identity asked about.
+	Source string `json:"source"`
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// Policies are the policy asked about first (Target), then every
+	// other policy of this pod that applies to the same request.
+	Policies []WhyPolicy `json:"policies"`
+}
+
+// WhyPolicy is one policy's view of the client.
+type WhyPolicy struct {
+	Name   string `json:"name"`
+	Target bool   `json:"target,omitempty"`
+	// MatchesRequest is false when the target policy does not apply to
+	// the request's method and path.
+	MatchesRequest bool    `json:"matchesRequest"`
+	Mode           string  `json:"mode"`
+	Algorithm      string  `json:"algorithm"`
+	Limit          int64   `json:"limit"`
+	WindowSeconds  float64 `json:"windowSeconds"`
+	KeySource      string  `json:"keySource"`
+	KeyName        string  `json:"keyName,omitempty"`
+	// ClientKey is the keyed hash of the client key the sidecar derives,
+	// as /debug/top names the client; RedisKey is the key holding its
+	// window (header, query and claim values in it are hashed, unkeyed).
+	ClientKey string `json:"clientKey,omitempty"`
+	RedisKey  string `json:"redisKey,omitempty"`
+	// Unknown says why no key could be derived from the identity given
+	// (the policy keys on something else).
+	Unknown string     `json:"unknown,omitempty"`
+	Window  *WhyWindow `json:"window,omitempty"`
+	// Error is why the window could not be read (Redis unreachable).
+	Error string `json:"error,omitempty"`
+}
+
+// WhyWindow is limiter.Window on the wire; durations in seconds.
+type WhyWindow struct {
+	// InWindow is the admits in the sliding window (SlidingLog) or the
+	// counter's weighted estimate (SlidingWindowCounter, with its
+	// fixed-window counts in Current and Previous).
+	InWindow  float64 `json:"inWindow"`
+	Current   *int64  `json:"current,omitempty"`
+	Previous  *int64  `json:"previous,omitempty"`
+	Allowed   bool    `json:"allowed"`
+	Remaining int64   `json:"remaining"`
+	// OldestAgeSeconds: the oldest admit in the window (SlidingLog only).
+	OldestAgeSeconds  *float64  `json:"oldestAgeSeconds,omitempty"`
+	RetryAfterSeconds float64   `json:"retryAfterSeconds"`
+	RetryAt           time.Time `json:"retryAt"`
+	ResetAfterSeconds float64   `json:"resetAfterSeconds"`
+	ServerTime        time.Time `json:"serverTime"`
+}
+
+// TopResponse is the answer of GET /debug/top.
+type TopResponse struct {
+	Namespace string `json:"namespace"`
+	Policy    string `json:"policy"`
+	// Since is when the counting of this answer began.
+	Since time.Time `json:"since"`
+	// HashKeyID names the key the client keys are hashed with
+	// (clienthash.Hasher.ID): answers of sidecars with different keys do
+	// not merge.
+	HashKeyID string `json:"hashKeyID"`
+	topk.Summary
+}
