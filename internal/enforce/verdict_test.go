@@ -12,7 +12,7 @@ import (
 
 var (
 	errRedisDown = errors.New("connection refused")
-	allow     = limiter.Decision{Allowed: true, Source: limiter.SourceRedis}
+	allow        = limiter.Decision{Allowed: true, Source: limiter.SourceRedis}
 )
 
 func deny(wait time.Duration) limiter.Decision {
