@@ -39,9 +39,9 @@ import (
 // live denial is never evicted, and an entry that finds no room is not
 // remembered. So a cache full of live denials keeps them until they
 // expire; a new key's request then simply goes to Redis, which decides
-// exactly: a miss costs a round trip, never a looser limit. Since the hand
-// moves on at every call, an entry that has expired is met within
-// len/roomScan calls of makeRoom.
+// exactly: a miss costs a round trip, never a looser limit. A call that
+// finds no room moves the hand on by roomScan slots, so an entry that has
+// expired is met within len/roomScan such calls.
 type view struct {
 	mu    sync.Mutex
 	max   int
