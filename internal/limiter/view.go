@@ -28,18 +28,42 @@ import (
 // for at most the rest of that RetryAfter what Redis would admit; it never
 // admits what Redis would reject.
 //
-// Memory is bounded by max entries. When full, entries whose window holds
-// nothing any more are swept (at most once a second); a denial then still
-// takes the place of a remembered admit, since denials are what save round
-// trips, and an admit that finds no room is not remembered.
+// Memory is bounded by max entries, and so is the work: a put that finds
+// the cache full looks at no more than roomScan entries, under attack too,
+// when every entry is a live denial (issue 25: it used to scan the whole
+// map then, under the one lock every decision takes). The entries sit in a
+// dense slice, and makeRoom goes round it like a clock hand, a few slots
+// per call: the first entry it meets that holds nothing any more (its
+// window empty, no denial) is evicted; for a new denial, failing that, the
+// first remembered admit it met is (denials are what save round trips). A
+// live denial is never evicted, and an entry that finds no room is not
+// remembered. So a cache full of live denials keeps them until they
+// expire; a new key's request then simply goes to Redis, which decides
+// exactly: a miss costs a round trip, never a looser limit. A call that
+// finds no room moves the hand on by roomScan slots, so an entry that has
+// expired is met within len/roomScan such calls.
 type view struct {
-	mu        sync.Mutex
-	max       int
-	entries   map[string]viewEntry
-	nextSweep time.Time
+	mu    sync.Mutex
+	max   int
+	index map[string]int // key → its slot
+	slots []viewSlot     // the entries, in no order
+	hand  int            // the slot makeRoom looks at next
+	// visits counts the slots makeRoom looked at, for
+	// TestViewWorkIsBounded.
+	visits int
 	// ignoreRule is the naive cache, for the test that shows why an entry
 	// must carry its rule: it then matches whatever the rule has become.
 	ignoreRule bool
+}
+
+// roomScan is how many slots makeRoom looks at, at most, per call: enough
+// for a full cache of mixed entries to find room at once, few enough that
+// a put costs about as much as a map lookup (BenchmarkViewUnderAttack).
+const roomScan = 8
+
+type viewSlot struct {
+	key string
+	viewEntry
 }
 
 type viewEntry struct {
@@ -53,13 +77,17 @@ type viewEntry struct {
 }
 
 func newView(maxEntries int) *view {
-	return &view{max: maxEntries, entries: make(map[string]viewEntry)}
+	return &view{max: maxEntries, index: make(map[string]int)}
 }
 
 // get returns what Redis last said about key under rule.
 func (v *view) get(key string, r *Rule) (viewEntry, bool) {
 	v.mu.Lock()
-	e, ok := v.entries[key]
+	i, ok := v.index[key]
+	var e viewEntry
+	if ok {
+		e = v.slots[i].viewEntry
+	}
 	v.mu.Unlock()
 	if !ok || (!v.ignoreRule && (e.limit != r.Limit || e.window != r.Window || e.algorithm != r.Algorithm)) {
 		return viewEntry{}, false
@@ -93,52 +121,77 @@ func (v *view) put(key string, r *Rule, start time.Time, d *Decision) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	old, ok := v.entries[key]
-	if ok && old.limit == e.limit && old.window == e.window && old.algorithm == e.algorithm {
-		// Answers may come back out of order. A denial stays true until its
-		// time whatever came after it (admits only fill the window), and
-		// the newest decision knows the count best.
-		if old.denyUntil.After(e.denyUntil) {
-			e.denyUntil = old.denyUntil
-		}
-		if old.learned.After(start) {
-			e.learned, e.count, e.resetUntil = old.learned, old.count, old.resetUntil
-		}
-	}
-	if !ok && len(v.entries) >= v.max && !v.makeRoom(start, !e.denyUntil.IsZero()) {
-		return
-	}
-	v.entries[key] = e
-}
-
-// makeRoom frees an entry for a new key; the caller holds v.mu.
-func (v *view) makeRoom(now time.Time, denial bool) bool {
-	if !now.Before(v.nextSweep) {
-		v.nextSweep = now.Add(time.Second)
-		for k, e := range v.entries {
-			if !now.Before(e.resetUntil) && !now.Before(e.denyUntil) {
-				delete(v.entries, k)
+	if i, ok := v.index[key]; ok {
+		old := &v.slots[i].viewEntry
+		if old.limit == e.limit && old.window == e.window && old.algorithm == e.algorithm {
+			// Answers may come back out of order. A denial stays true until
+			// its time whatever came after it (admits only fill the
+			// window), and the newest decision knows the count best.
+			if old.denyUntil.After(e.denyUntil) {
+				e.denyUntil = old.denyUntil
+			}
+			if old.learned.After(start) {
+				e.learned, e.count, e.resetUntil = old.learned, old.count, old.resetUntil
 			}
 		}
-		if len(v.entries) < v.max {
+		*old = e
+		return
+	}
+	if len(v.slots) >= v.max && !v.makeRoom(start, !e.denyUntil.IsZero()) {
+		return
+	}
+	v.index[key] = len(v.slots)
+	v.slots = append(v.slots, viewSlot{key: key, viewEntry: e})
+}
+
+// makeRoom frees a slot for a new key, looking at roomScan slots at most;
+// the caller holds v.mu.
+func (v *view) makeRoom(now time.Time, denial bool) bool {
+	admit := -1 // the first remembered admit met, for a denial
+	for range min(roomScan, len(v.slots)) {
+		if v.hand >= len(v.slots) {
+			v.hand = 0
+		}
+		e := &v.slots[v.hand].viewEntry
+		v.visits++
+		if now.Before(e.denyUntil) { // a live denial: kept
+			v.hand++
+			continue
+		}
+		if !now.Before(e.resetUntil) { // holds nothing any more
+			v.remove(v.hand)
 			return true
 		}
+		if admit < 0 {
+			admit = v.hand
+		}
+		v.hand++
 	}
-	if !denial {
+	if !denial || admit < 0 {
 		return false
 	}
-	for k, e := range v.entries {
-		if !now.Before(e.denyUntil) {
-			delete(v.entries, k)
-			return true
-		}
+	v.remove(admit)
+	// The last slot moved into admit's, behind the hand: look at it next.
+	v.hand = admit
+	return true
+}
+
+// remove deletes slot i, moving the last slot into its place; the caller
+// holds v.mu.
+func (v *view) remove(i int) {
+	last := len(v.slots) - 1
+	delete(v.index, v.slots[i].key)
+	if i != last {
+		v.slots[i] = v.slots[last]
+		v.index[v.slots[i].key] = i
 	}
-	return false
+	v.slots[last] = viewSlot{} // the key's memory goes with it
+	v.slots = v.slots[:last]
 }
 
 // len is for tests.
 func (v *view) len() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return len(v.entries)
+	return len(v.slots)
 }

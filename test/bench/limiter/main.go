@@ -4,8 +4,10 @@
 // decision, go-redis defaults) and with the ceiling (redis-benchmark
 // running the same script, 16 requests per pipeline), the cost of durable
 // admits (a replica acknowledges each round trip: WAIT) beside the same
-// decisions without, and Redis memory per tracked client. It starts its
-// own redis-server (and a replica of it).
+// decisions without, Redis memory per tracked client, and the deny cache
+// under attack before and after issue 25 (the limiter package's
+// BenchmarkViewUnderAttack, run by go test). It starts its own
+// redis-server (and a replica of it).
 //
 //	go run ./test/bench/limiter -out bench/limiter.md
 //
@@ -49,6 +51,7 @@ func main() {
 	dur := flag.Duration("duration", 2500*time.Millisecond, "measuring time per point for the limiter and the textbook")
 	ceilN := flag.Int("ceiling-requests", 200000, "requests per redis-benchmark run")
 	callersFlag := flag.String("callers", "1,16,64,256", "concurrent callers to measure")
+	denyCacheOnly := flag.Bool("deny-cache-only", false, "measure only the deny cache under attack and replace its section in -out, keeping the rest")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "limiter bench: -out is required")
@@ -61,6 +64,16 @@ func main() {
 			fatalf("bad -callers %q", *callersFlag)
 		}
 		callers = append(callers, n)
+	}
+	if *denyCacheOnly {
+		dc, err := measureDenyCache()
+		if err != nil {
+			fatalf("%v", err)
+		}
+		if err := replaceDenyCache(*out, dc); err != nil {
+			fatalf("%v", err)
+		}
+		return
 	}
 	if err := run(*out, *dur, *ceilN, callers); err != nil {
 		fatalf("%v", err)
@@ -134,8 +147,12 @@ func run(out string, dur time.Duration, ceilN int, callers []int) error {
 	if err != nil {
 		return err
 	}
+	dc, err := measureDenyCache()
+	if err != nil {
+		return err
+	}
 	version, _ := srv.Do("INFO", "server")
-	return write(out, rows, durable, mem, report{
+	return write(out, rows, durable, mem, dc, report{
 		started: started, took: time.Since(started), loadBefore: loadBefore, loadAfter: loadAvg(),
 		redisVersion: field(version, "redis_version"), dur: dur, ceilN: ceilN,
 	})
@@ -392,7 +409,7 @@ type report struct {
 	ceilN                 int
 }
 
-func write(out string, rows []row, durable []durableRow, mem []memRow, rep report) error {
+func write(out string, rows []row, durable []durableRow, mem []memRow, dc denyCache, rep report) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) }
@@ -461,6 +478,7 @@ func write(out string, rows []row, durable []durableRow, mem []memRow, rep repor
 		p("\n")
 	}
 	p("\nSlidingLog keeps one sorted-set member per admit in the window (a listpack up to 128 members, then a skiplist); SlidingWindowCounter keeps one small hash whatever the limit.\n")
+	writeDenyCache(p, dc)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
