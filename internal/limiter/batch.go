@@ -392,7 +392,7 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error, acks *r
 	anyAnswer := false
 	for i, o := range batch {
 		c := cmds[i]
-		err := c.Err()
+		err := functionsMissing(c.Err())
 		if err == nil && c.Val() == nil {
 			err = execErr
 			if err == nil {

@@ -20,15 +20,29 @@ import (
 // The rules of one request mostly land in different slots, so on the
 // cluster they are separate scripts with a compensating call when one
 // denies. Every decision must come from Redis (no CROSSSLOT or other
-// error) and match standalone's, step by step.
+// error) and match standalone's, step by step. Each runs once with the
+// scripts (EVALSHA) and once with the library's functions (FCALL, whose
+// undo and cancel are functions too): both decide the same.
 func TestClusterMatchesStandalone(t *testing.T) {
 	t.Parallel()
+	for _, functions := range []bool{false, true} {
+		t.Run(map[bool]string{false: "eval", true: "functions"}[functions], func(t *testing.T) {
+			t.Parallel()
+			clusterMatchesStandalone(t, functions)
+		})
+	}
+}
+
+func clusterMatchesStandalone(t *testing.T, functions bool) {
 	c := sharedCluster(t)
 	s := testsupport.StartRedis(t)
 	// The cluster outlives one run (-count=2): fresh keys for each. No deny
 	// cache: every answer is the script's.
-	opts := Options{Timeout: 5 * time.Second, DenyCacheMax: -1, Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
-	cl := newLimiter(t, client(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()}), opts)
+	opts := Options{Timeout: 5 * time.Second, DenyCacheMax: -1, Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":", Functions: functions}
+	clusterClient := client(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()})
+	loadLibrary(t, clusterClient)
+	loadLibrary(t, standalone(t, s.Addr))
+	cl := newLimiter(t, clusterClient, opts)
 	st := newLimiter(t, standalone(t, s.Addr), opts)
 	if cl.grouping != groupSlot || st.grouping != groupAll {
 		t.Fatalf("grouping: cluster %v, standalone %v", cl.grouping, st.grouping)

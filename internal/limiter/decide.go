@@ -206,7 +206,7 @@ func (c *call) askRedis(ctx context.Context, keys []string) {
 // newOp gives g the decide script over its keys.
 func (c *call) newOp(g *group) {
 	g.op = &op{script: &decideLua, start: c.start, deadline: c.hard, done: make(chan struct{}, 1)}
-	g.op.args = decideArgs(g.op.argsBuf[:0], c.reqs, g.idx, g.keys, c.member, c.l.marginMs, c.commit)
+	g.op.args = decideArgs(g.op.argsBuf[:0], c.l.api, c.reqs, g.idx, g.keys, c.member, c.l.marginMs, c.commit)
 	for _, i := range g.idx {
 		g.op.durable = g.op.durable || (c.commit && c.reqs[i].Rule.Durable)
 	}
@@ -364,7 +364,7 @@ func (c *call) undo() {
 		}
 		// An undo gets a full timeout of its own: it must not be dropped
 		// because the decision that needs it is about to give up.
-		o := &op{script: &undoLua, args: undoArgs(c.member, keys), deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
+		o := &op{script: &undoLua, args: undoArgs(l.api, c.member, keys), deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
 		ops = append(ops, o)
 		l.stats.undos.Add(1)
 		l.enqueueNoWait(o)

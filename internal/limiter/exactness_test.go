@@ -44,14 +44,25 @@ func TestExactnessUnderContention(t *testing.T) {
 		wantExact bool
 		make      func(t *testing.T, addr string) contender
 	}{
-		{"limiter", true, limiterContender},
+		{"limiter", true, limiterContender(false)},
+		{"functions", true, limiterContender(true)},
+		// A fleet being upgraded: half its sidecars call EVALSHA, half FCALL.
+		{"mixed", true, nil},
 		{"textbook", false, textbookContender},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := testsupport.StartRedis(t)
-			outs := contend(t, func() contender { return tc.make(t, r.Addr) })
+			loadLibrary(t, standalone(t, r.Addr))
+			n := 0
+			outs := contend(t, func() contender {
+				if tc.make == nil {
+					n++
+					return limiterContender(n%2 == 0)(t, r.Addr)
+				}
+				return tc.make(t, r.Addr)
+			})
 			rep := analyze(outs, contWindow.Microseconds(), contLimit)
 			t.Logf("%d admits, %d denials; busiest window %d; fullest window at a denial %d-%d; aligned windows %v",
 				rep.admits, rep.denials, rep.maxInWindow, rep.minAtDenial, rep.maxAtDenial, rep.aligned)
@@ -121,8 +132,12 @@ func contend(t *testing.T, newContender func() contender) []outcome {
 // and its server timestamp is lost; exactness is about the script, so the
 // deny cache, which answers without a server timestamp, is off
 // (TestDenyCache covers it).
-func limiterContender(t *testing.T, addr string) contender {
-	l := newLimiter(t, standalone(t, addr), Options{Timeout: 10 * time.Second, DenyCacheMax: -1})
+func limiterContender(functions bool) func(t *testing.T, addr string) contender {
+	return func(t *testing.T, addr string) contender { return limiterContenderWith(t, addr, functions) }
+}
+
+func limiterContenderWith(t *testing.T, addr string, functions bool) contender {
+	l := newLimiter(t, standalone(t, addr), Options{Timeout: 10 * time.Second, DenyCacheMax: -1, Functions: functions})
 	l.observe = func(ctx context.Context, now int64, _ []Request, _ []int, _ []Decision) {
 		*ctx.Value(serverTimeKey{}).(*int64) = now
 	}

@@ -55,7 +55,7 @@ func (gr grouping) split(keys []string) []group {
 		g.idx, g.keys = g.idxBuf[:], g.keyBuf[:]
 		return gs
 	}
-	if gr == groupAll || len(keys) == 1 {
+	if (gr == groupAll || len(keys) == 1) && len(keys) <= maxScriptKeys {
 		g := group{idx: make([]int, 0, len(keys)), keys: make([]string, 0, len(keys))}
 		for i, k := range keys {
 			if k != "" {
@@ -74,14 +74,17 @@ func (gr grouping) split(keys []string) []group {
 			continue
 		}
 		s, tag := 0, ""
-		if gr == groupSlot {
+		switch gr {
+		case groupSlot:
 			s = slot(k)
-		} else {
+		case groupTag:
 			tag = hashTag(k)
 		}
 		found := false
 		for gi := range gs {
-			if gs[gi].slot == s && gs[gi].tag == tag {
+			// A script takes at most maxScriptKeys keys: more of one slot
+			// are decided as keys of different slots are.
+			if gs[gi].slot == s && gs[gi].tag == tag && len(gs[gi].idx) < maxScriptKeys {
 				gs[gi].idx = append(gs[gi].idx, i)
 				gs[gi].keys = append(gs[gi].keys, k)
 				found = true

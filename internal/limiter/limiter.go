@@ -45,6 +45,7 @@ var (
 type Limiter struct {
 	rdb      redis.UniversalClient
 	opts     Options
+	api      api // EVALSHA or FCALL (Options.Functions)
 	grouping grouping
 	marginMs string
 
@@ -79,8 +80,9 @@ type Limiter struct {
 }
 
 // New returns a Limiter deciding through rdb. It does not contact Redis:
-// scripts are loaded on first use (and again after a NOSCRIPT), so New
-// succeeds while Redis is down and the first decisions fall back.
+// scripts are loaded on first use (and again after a NOSCRIPT; with
+// Options.Functions the library must have been loaded), so New succeeds
+// while Redis is down and the first decisions fall back.
 //
 // Give rdb ContextTimeoutEnabled (redisconn.NewClient does): otherwise go-redis
 // bounds its socket reads by ReadTimeout, not by the decision's deadline,
@@ -102,6 +104,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	l := &Limiter{
 		rdb:             rdb,
 		opts:            opts,
+		api:             api{functions: opts.Functions},
 		grouping:        groupingOf(rdb),
 		marginMs:        strconv.FormatInt(max(1, opts.ExpiryMargin.Milliseconds()), 10),
 		memberPrefix:    base64.RawURLEncoding.EncodeToString(id[:]),

@@ -84,7 +84,7 @@ func TestSameMillisecondBurst(t *testing.T) {
 	pipe := rdb.Pipeline()
 	cmds := make([]*redis.Cmd, 1001)
 	for i := range cmds {
-		args := decideArgs(nil, reqs, []int{0}, []string{l.keyOf(&reqs[0])}, l.nextMember(), l.marginMs, true)
+		args := decideArgs(nil, api{}, reqs, []int{0}, []string{l.keyOf(&reqs[0])}, l.nextMember(), l.marginMs, true)
 		cmds[i] = redis.NewCmd(ctx, asEval(args, &decideLua)...)
 		_ = pipe.Process(ctx, cmds[i])
 	}

@@ -120,7 +120,7 @@ func TestCancelScript(t *testing.T) {
 			rule := Rule{ID: "ns/cancel/" + tc.name, Limit: 5, Window: time.Hour}
 			reqs := []Request{{Rule: rule, Client: "c", Hits: tc.hits}}
 			keys := []string{l.keyOf(&reqs[0])}
-			decide := asEval(decideArgs(nil, reqs, []int{0}, keys, l.nextMember(), l.marginMs, true), &decideLua)
+			decide := asEval(decideArgs(nil, api{}, reqs, []int{0}, keys, l.nextMember(), l.marginMs, true), &decideLua)
 			cancel := asEval(cancelArgs(decide), &cancelLua)
 			first, second := cancel, decide
 			if tc.scriptFirst {

@@ -110,6 +110,25 @@ func client(tb testing.TB, cfg redisconn.Config) redis.UniversalClient {
 	return c
 }
 
+// loadLibrary loads the slidegate library (EnsureLibrary) on rdb's server,
+// or on every master of a cluster client, as the manager does.
+func loadLibrary(tb testing.TB, rdb redis.UniversalClient) {
+	tb.Helper()
+	ctx := context.Background()
+	var err error
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			_, err := EnsureLibrary(ctx, m)
+			return err
+		})
+	} else {
+		_, err = EnsureLibrary(ctx, rdb)
+	}
+	if err != nil {
+		tb.Fatalf("loading the slidegate library: %v", err)
+	}
+}
+
 func standalone(tb testing.TB, addr string) redis.UniversalClient {
 	return client(tb, redisconn.Config{Addrs: []string{addr}})
 }

@@ -13,6 +13,16 @@ type Options struct {
 	// braces: they would become the Redis Cluster hash tag of every key.
 	Prefix string
 
+	// Functions makes the limiter call the slidegate library's functions
+	// (FCALL, FCALL_RO; library.go) instead of sending its scripts
+	// (EVALSHA, EVAL after NOSCRIPT). The library must be loaded
+	// (EnsureLibrary, which the manager does); the identity needs +fcall
+	// and +fcall_ro, and no EVAL (FunctionACLRules). Both run the same Lua
+	// on the same keys, so limiters of either kind share counts exactly.
+	// false is the form of a Redis identity shared by every namespace
+	// (ACLRules), and of the first release.
+	Functions bool
+
 	// Timeout bounds each Decide call that goes to Redis (default 1s).
 	// When it passes, the decision is made by the rule's fail mode. It is
 	// how long a Redis that stopped answering without an error (a hang, a

@@ -66,7 +66,16 @@ func (w Window) RetryAt() time.Time { return w.Now.Add(w.RetryAfter) }
 // Reply: now (µs since scoreEpoch), allowed, remaining, retry-after µs,
 // reset-after µs, count, previous count (counter), elapsed µs in the
 // current fixed window (counter), oldest age µs (-1: none), PTTL ms.
-const peekScript = `#!lua flags=no-writes
+const peekScript = peekShebang + peekBody
+
+// peekShebang gives the EVAL form its no-writes flag; the library
+// registers peekBody with the same flag.
+const peekShebang = "#!lua flags=no-writes\n"
+
+const peekBody = `
+if #KEYS ~= 1 or #ARGV ~= 3 or not tonumber(ARGV[1]) or not tonumber(ARGV[2]) or tonumber(ARGV[2]) < 1 then
+  return redis.error_reply('ERR slidegate: malformed peek call')
+end
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
 local key, l, w, ctr = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
@@ -119,7 +128,10 @@ if rem < 0 then rem = 0 end
 return {now, ok and 1 or 0, rem, retry, reset, c, p, elapsed, oldest, pttl}
 `
 
-var peekLua = redis.NewScript(peekScript)
+var (
+	peekLua  = newScript(peekBody, "slidegate_peek_v1")
+	peekEval = redis.NewScript(peekScript)
+)
 
 // peekReply is the decoded reply of peekScript.
 type peekReply struct {
@@ -162,7 +174,16 @@ func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, e
 	if rule.Algorithm == SlidingWindowCounter {
 		ctr = "1"
 	}
-	v, err := peekLua.Run(ctx, l.rdb, []string{key}, rule.Limit, win, ctr).Result()
+	var v any
+	var err error
+	if l.api.functions {
+		// FCALL_RO: a function registered no-writes, which a replica
+		// would serve too.
+		v, err = l.rdb.Do(ctx, "fcall_ro", peekLua.fnArg, 1, key, rule.Limit, win, ctr).Result()
+		err = functionsMissing(err)
+	} else {
+		v, err = peekEval.Run(ctx, l.rdb, []string{key}, rule.Limit, win, ctr).Result()
+	}
 	if err != nil {
 		return Window{}, fmt.Errorf("limiter: peek: %w", err)
 	}

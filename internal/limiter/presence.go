@@ -14,15 +14,23 @@ import (
 //	KEYS[1]  the presence key of a rule
 //	ARGV[1]  the member (this process)
 //	ARGV[2]  ttl in ms
-var announceScript = redis.NewScript(`
+const announceScript = `
+local ttl = tonumber(ARGV[2])
+if #KEYS ~= 1 or #ARGV ~= 2 or not ttl or ttl < 1 then
+  return redis.error_reply('ERR slidegate: malformed announce call')
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 return redis.call('ZCARD', KEYS[1])
-`)
+`
+
+var (
+	announceLua  = newScript(announceScript, "slidegate_announce_v1")
+	announceEval = redis.NewScript(announceScript)
+)
 
 // presenceKey is the Redis key under which the sidecars enforcing a rule
 // announce themselves.
@@ -39,7 +47,7 @@ func (l *Limiter) Announce(ctx context.Context, ids []string, ttl time.Duration)
 	var errs []error
 	ms := max(ttl.Milliseconds(), 1)
 	for _, id := range ids {
-		n, err := announceScript.Run(ctx, l.rdb, []string{presenceKey(l.opts.Prefix, id)}, l.memberPrefix, ms).Int()
+		n, err := l.announce(ctx, presenceKey(l.opts.Prefix, id), ms)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -47,6 +55,15 @@ func (l *Limiter) Announce(ctx context.Context, ids []string, ttl time.Duration)
 		out[id] = n
 	}
 	return out, errors.Join(errs...)
+}
+
+// announce runs the announce script on key.
+func (l *Limiter) announce(ctx context.Context, key string, ttlMs int64) (int, error) {
+	if l.api.functions {
+		n, err := l.rdb.Do(ctx, argFCall, announceLua.fnArg, 1, key, l.memberPrefix, ttlMs).Int()
+		return n, functionsMissing(err)
+	}
+	return announceEval.Run(ctx, l.rdb, []string{key}, l.memberPrefix, ttlMs).Int()
 }
 
 // Announcer is what AnnounceLoop announces through (*Limiter is one).

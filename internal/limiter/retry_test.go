@@ -118,7 +118,7 @@ func TestUndoTwice(t *testing.T) {
 			reqs := []Request{{Rule: rule, Client: "c", Hits: 2}}
 			keys := []string{l.keyOf(&reqs[0])}
 			member := l.nextMember()
-			decide := asEval(decideArgs(nil, reqs, []int{0}, keys, member, l.marginMs, true), &decideLua)
+			decide := asEval(decideArgs(nil, api{}, reqs, []int{0}, keys, member, l.marginMs, true), &decideLua)
 			v, err := rdb.Do(ctx, decide...).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -128,7 +128,7 @@ func TestUndoTwice(t *testing.T) {
 				t.Fatal(err)
 			}
 			uk := undoKey{key: keys[0], counter: alg == SlidingWindowCounter, field: rep.keys[0].field, hits: 2}
-			undo := asEval(undoArgs(member, []undoKey{uk}), &undoLua)
+			undo := asEval(undoArgs(api{}, member, []undoKey{uk}), &undoLua)
 			for range 2 {
 				if err := rdb.Do(ctx, undo...).Err(); err != nil {
 					t.Fatal(err)

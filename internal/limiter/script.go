@@ -23,6 +23,14 @@ func serverTime(us int64) time.Time {
 // in one atomic step, with the time of the Redis server (TIME), never the
 // caller's: sidecars with skewed clocks still agree.
 //
+// The arguments are checked first (at most maxScriptKeys keys, hits in
+// [1, MaxHits], windows in [1 ms, 1 year]), as in undoScript and
+// cancelScript: as the library's functions they run under the namespaces'
+// own Redis identities, which can call them directly (FCALL) with any
+// arguments, and one call must not loop or allocate without bound (a
+// script blocks the whole server while it runs; Lua's memory is not
+// bounded by maxmemory).
+//
 //	KEYS[i]           the key of rule i
 //	ARGV[1]           member: unique per decision (process id + sequence),
 //	                  so two admits in one microsecond never merge
@@ -59,6 +67,17 @@ func serverTime(us int64) time.Time {
 // (104 → 136 B per client), for a rare lost reply on Redis Cluster, and
 // would only remember the key's last admit.
 const decideScript = `
+local n = #KEYS
+if n < 1 or n > 1024 or #ARGV ~= 3 + 4 * n or not tonumber(ARGV[2]) then
+  return redis.error_reply('ERR slidegate: malformed decide call')
+end
+for i = 1, n do
+  local b = 4 * i
+  local w, f, h = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  if not tonumber(ARGV[b]) or not w or w < 1000 or w > 31536000000000 or not f or f < 0 or f > 3 or not h or h < 1 or h > 1000 then
+    return redis.error_reply('ERR slidegate: decide argument out of range')
+  end
+end
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
 local member = ARGV[1]
@@ -175,7 +194,6 @@ local function replay()
 end
 
 local pass = ARGV[3] == '1'
-local n = #KEYS
 if pass then
   for i = 1, n do
     if mine(KEYS[i], tonumber(ARGV[4 * i + 2]) % 2 == 1) then return replay() end
@@ -217,7 +235,15 @@ return out
 //	ARGV[2i]    "" for a SlidingLog key, else the counter field incremented
 //	ARGV[2i+1]  the hits that were added
 const undoScript = `
-for i = 1, #KEYS do
+local n = #KEYS
+if n < 1 or n > 1024 or #ARGV ~= 1 + 2 * n then
+  return redis.error_reply('ERR slidegate: malformed undo call')
+end
+for i = 1, n do
+  local h = tonumber(ARGV[2 * i + 1])
+  if not h or h < 1 or h > 1000 then return redis.error_reply('ERR slidegate: undo argument out of range') end
+end
+for i = 1, n do
   local f, h = ARGV[2 * i], tonumber(ARGV[2 * i + 1])
   if f == '' then
     local ms = {ARGV[1]}
@@ -243,7 +269,17 @@ return 1
 //	ARGV[1]     its member, ARGV[2] the expiry margin in ms
 //	ARGV[2i+1]  the key's hits, ARGV[2i+2] its window in µs
 const cancelScript = `
-for i = 1, #KEYS do
+local n = #KEYS
+if n < 1 or n > 1024 or #ARGV ~= 2 + 2 * n or not tonumber(ARGV[2]) then
+  return redis.error_reply('ERR slidegate: malformed cancel call')
+end
+for i = 1, n do
+  local h, w = tonumber(ARGV[2 * i + 1]), tonumber(ARGV[2 * i + 2])
+  if not h or h < 1 or h > 1000 or not w or w < 1000 or w > 31536000000000 then
+    return redis.error_reply('ERR slidegate: cancel argument out of range')
+  end
+end
+for i = 1, n do
   local key, h = KEYS[i], tonumber(ARGV[2 * i + 1])
   local ms = {ARGV[1]}
   for j = 2, h do ms[j] = ARGV[1] .. '.' .. j end
@@ -257,21 +293,49 @@ end
 return 1
 `
 
+// script is one of the limiter's Lua scripts, called by EVALSHA of its
+// source or, from the slidegate library (library.go), by FCALL of its
+// function.
 type script struct {
 	src string
 	sha string
+	fn  string // the library's function (versioned name)
+	// The two arguments that name it, boxed once (see argEvalSha).
+	shaArg, fnArg any
 }
 
-func newScript(src string) script {
+func newScript(src, fn string) script {
 	h := sha1.Sum([]byte(src)) //nolint:gosec // see import
-	return script{src: src, sha: hex.EncodeToString(h[:])}
+	sha := hex.EncodeToString(h[:])
+	return script{src: src, sha: sha, fn: fn, shaArg: sha, fnArg: fn}
 }
 
 var (
-	decideLua = newScript(decideScript)
-	undoLua   = newScript(undoScript)
-	cancelLua = newScript(cancelScript)
+	decideLua = newScript(decideScript, "slidegate_decide_v1")
+	undoLua   = newScript(undoScript, "slidegate_undo_v1")
+	cancelLua = newScript(cancelScript, "slidegate_cancel_v1")
 )
+
+// maxScriptKeys bounds the keys of one script call; the scripts refuse
+// more (1024 in their source). Larger groups are split (grouping.split).
+const maxScriptKeys = 1024
+
+// api is how the limiter calls its scripts: EVALSHA of the script's
+// source (Options.Functions false), or FCALL of the slidegate library's
+// function. The command's layout after its first two arguments is the
+// same: numkeys, KEYS, ARGV.
+type api struct{ functions bool }
+
+// head is the command name and the script's name in it.
+func (a api) head(s *script) (cmd, name any) {
+	if a.functions {
+		return argFCall, s.fnArg
+	}
+	return argEvalSha, s.shaArg
+}
+
+// apiOf is the api that built the script command args.
+func apiOf(args []any) api { return api{functions: args[0] == argFCall} }
 
 // DecideScript returns the Lua source of the decide script, so that a
 // benchmark can run the very same script outside the limiter (e.g. with
@@ -283,8 +347,9 @@ func DecideScript() string { return decideScript }
 // functions below indexes into a command or a reply.
 //
 //	EVALSHA sha numkeys KEYS[1..n] ARGV[1..]
+//	FCALL function numkeys KEYS[1..n] ARGV[1..]
 const (
-	cmdHead         = 3 // "evalsha", sha, numkeys
+	cmdHead         = 3 // "evalsha", sha, numkeys (or "fcall", function, numkeys)
 	decideHead      = 3 // ARGV[1..3]: member, margin, commit
 	decidePerKey    = 4 // limit, window µs, flags, hits
 	replyHead       = 2 // now, committed
@@ -302,9 +367,7 @@ const (
 // recur in every command.
 var (
 	argEvalSha = any("evalsha")
-	argDecide  = any(decideLua.sha)
-	argUndo    = any(undoLua.sha)
-	argCancel  = any(cancelLua.sha)
+	argFCall   = any("fcall")
 	// argCommit is ARGV[3], indexed by whether the script may admit.
 	argCommit = [2]any{"0", "1"}
 	// argKeyFlags is a key's flags argument, indexed by its flags.
@@ -315,13 +378,14 @@ var (
 // decideArgs lays out the decide script's command for the requests
 // reqs[idx[k]] under keys[k], appending to buf (grown when too short).
 // commit false only decides: nothing is admitted.
-func decideArgs(buf []any, reqs []Request, idx []int, keys []string, member, marginMs string, commit bool) []any {
+func decideArgs(buf []any, a api, reqs []Request, idx []int, keys []string, member, marginMs string, commit bool) []any {
 	n := len(idx)
 	args := buf[:0]
 	if size := cmdHead + n + decideHead + decidePerKey*n; size > cap(buf) {
 		args = make([]any, 0, size)
 	}
-	args = append(args, argEvalSha, argDecide, n)
+	cmd, name := a.head(&decideLua)
+	args = append(args, cmd, name, n)
 	for _, k := range keys {
 		args = append(args, k)
 	}
@@ -365,9 +429,10 @@ type undoKey struct {
 
 // undoArgs lays out the undo script's command taking back the admits of keys,
 // all made under member.
-func undoArgs(member string, keys []undoKey) []any {
+func undoArgs(a api, member string, keys []undoKey) []any {
 	args := make([]any, 0, cmdHead+len(keys)+1+2*len(keys))
-	args = append(args, argEvalSha, argUndo, len(keys))
+	cmd, name := a.head(&undoLua)
+	args = append(args, cmd, name, len(keys))
 	for _, k := range keys {
 		args = append(args, k.key)
 	}
@@ -429,7 +494,7 @@ func lateUndoArgs(args []any, rep decideReply) []any {
 	if len(undo) == 0 {
 		return nil
 	}
-	return undoArgs(member, undo)
+	return undoArgs(apiOf(args), member, undo)
 }
 
 // cancelArgs is the cancel command for the SlidingLog keys of the decide
@@ -440,7 +505,8 @@ func cancelArgs(args []any) []any {
 		return nil
 	}
 	margin := args[cmdHead+len(keys)+1]
-	out := []any{argEvalSha, argCancel, 0}
+	cmd, name := apiOf(args).head(&cancelLua)
+	out := []any{cmd, name, 0}
 	var rest []any
 	for _, k := range keys {
 		if k.flags&flagCounter == 0 {

@@ -99,20 +99,20 @@ func TestDecideArgs(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decideArgs(nil, reqs, tc.idx, tc.keys, "m", "1000", tc.commit)
+			got := decideArgs(nil, api{}, reqs, tc.idx, tc.keys, "m", "1000", tc.commit)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("args:\n got %+v\nwant %+v", got, tc.want)
 			}
 		})
 	}
 	var o op
-	if args := decideArgs(o.argsBuf[:0], reqs, []int{0}, []string{"k0"}, "m", "1000", true); &args[0] != &o.argsBuf[0] {
+	if args := decideArgs(o.argsBuf[:0], api{}, reqs, []int{0}, []string{"k0"}, "m", "1000", true); &args[0] != &o.argsBuf[0] {
 		t.Error("a one-key command does not fit op.argsBuf")
 	}
 }
 
 func TestUndoArgs(t *testing.T) {
-	got := undoArgs("m", []undoKey{
+	got := undoArgs(api{}, "m", []undoKey{
 		{key: "log", hits: 1},
 		{key: "ctr", counter: true, field: 42, hits: 7},
 	})

@@ -2,7 +2,9 @@
 // latency at several numbers of concurrent callers for both algorithms,
 // side by side with the textbook approach (one EVAL round trip per
 // decision, go-redis defaults) and with the ceiling (redis-benchmark
-// running the same script, 16 requests per pipeline), the cost of durable
+// running the same script, 16 requests per pipeline), the limiter calling
+// the slidegate library's functions (FCALL) against its scripts (EVALSHA)
+// with redis-server's CPU time per decision, the cost of durable
 // admits (a replica acknowledges each round trip: WAIT) beside the same
 // decisions without, Redis memory per tracked client, and the deny cache
 // under attack before and after issue 25 (the limiter package's
@@ -91,12 +93,19 @@ type point struct {
 	p50, p99  time.Duration
 	perTrip   float64 // scripts per round trip (limiter only)
 	fallbacks int64   // decisions not from Redis (limiter only)
+	// cpuPerDecision is redis-server's CPU time (user+system, from
+	// /proc) over the point divided by the decisions Redis made (limiter
+	// only).
+	cpuPerDecision time.Duration
 }
 
 type row struct {
 	alg                    limiter.Algorithm
 	callers                int
 	lim, textbook, ceiling point
+	// fcall is the limiter calling the slidegate library's functions
+	// (limiter.Options.Functions), measured right after lim (EVALSHA).
+	fcall point
 }
 
 // durableRow compares, at one concurrency, the limiter on a master with a
@@ -125,7 +134,10 @@ func run(out string, dur time.Duration, ceilN int, callers []int) error {
 	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter} {
 		for _, c := range callers {
 			r := row{alg: alg, callers: c}
-			if r.lim, err = measureLimiter(ctx, srv, alg, c, dur, false); err != nil {
+			if r.lim, err = measureLimiter(ctx, srv, alg, c, dur, false, false); err != nil {
+				return err
+			}
+			if r.fcall, err = measureLimiter(ctx, srv, alg, c, dur, false, true); err != nil {
 				return err
 			}
 			if r.textbook, err = measureTextbook(ctx, srv, alg, c, dur); err != nil {
@@ -134,8 +146,8 @@ func run(out string, dur time.Duration, ceilN int, callers []int) error {
 			if r.ceiling, err = measureCeiling(srv, benchBin, alg, c, ceilN); err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "%-20s callers=%-3d limiter %8.0f/s  textbook %8.0f/s  ceiling %8.0f/s\n",
-				alg, c, r.lim.dps, r.textbook.dps, r.ceiling.dps)
+			fmt.Fprintf(os.Stderr, "%-20s callers=%-3d limiter %8.0f/s (%v redis CPU/decision)  fcall %8.0f/s (%v)  textbook %8.0f/s  ceiling %8.0f/s\n",
+				alg, c, r.lim.dps, r.lim.cpuPerDecision, r.fcall.dps, r.fcall.cpuPerDecision, r.textbook.dps, r.ceiling.dps)
 			rows = append(rows, r)
 		}
 	}
@@ -177,7 +189,7 @@ func summarize(lat []time.Duration, elapsed time.Duration) point {
 	return point{dps: p.DPS, p50: p.P50, p99: p.P99}
 }
 
-func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Algorithm, callers int, d time.Duration, durable bool) (point, error) {
+func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Algorithm, callers int, d time.Duration, durable, functions bool) (point, error) {
 	if err := flush(srv); err != nil {
 		return point{}, err
 	}
@@ -186,7 +198,12 @@ func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Alg
 		return point{}, err
 	}
 	defer func() { _ = rdb.Close() }()
-	l, err := limiter.New(rdb, limiter.Options{})
+	if functions {
+		if _, err := limiter.EnsureLibrary(ctx, rdb); err != nil {
+			return point{}, err
+		}
+	}
+	l, err := limiter.New(rdb, limiter.Options{Functions: functions})
 	if err != nil {
 		return point{}, err
 	}
@@ -195,12 +212,23 @@ func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Alg
 	// Warm up: scripts loaded, connections open.
 	l.Decide(ctx, []limiter.Request{{Rule: rule, Client: "warmup"}})
 	before := l.Stats()
+	cpuBefore, err := processCPU(srv.Pid())
+	if err != nil {
+		return point{}, err
+	}
 	lat, elapsed := drive(callers, d, func(rng *rand.Rand) bool {
 		dec := l.Decide(ctx, []limiter.Request{{Rule: rule, Client: strconv.Itoa(rng.IntN(clients))}})
 		return dec[0].Source == limiter.SourceRedis
 	})
+	cpuAfter, err := processCPU(srv.Pid())
+	if err != nil {
+		return point{}, err
+	}
 	st := l.Stats()
 	p := summarize(lat, elapsed)
+	if n := st.Redis - before.Redis; n > 0 {
+		p.cpuPerDecision = (cpuAfter - cpuBefore) / time.Duration(n)
+	}
 	p.perTrip = float64(st.Ops-before.Ops) / float64(max(1, st.RoundTrips-before.RoundTrips))
 	p.fallbacks = st.Fallback + st.FailedClosed - before.Fallback - before.FailedClosed
 	return p, nil
@@ -230,10 +258,10 @@ func measureDurable(ctx context.Context, srv *testsupport.Redis, callers []int, 
 	var rows []durableRow
 	for _, c := range callers {
 		r := durableRow{callers: c}
-		if r.primary, err = measureLimiter(ctx, srv, limiter.SlidingLog, c, d, false); err != nil {
+		if r.primary, err = measureLimiter(ctx, srv, limiter.SlidingLog, c, d, false, false); err != nil {
 			return nil, err
 		}
-		if r.durable, err = measureLimiter(ctx, srv, limiter.SlidingLog, c, d, true); err != nil {
+		if r.durable, err = measureLimiter(ctx, srv, limiter.SlidingLog, c, d, true, false); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(os.Stderr, "durable callers=%-3d primary %8.0f/s  replicated %8.0f/s\n", c, r.primary.dps, r.durable.dps)
@@ -388,6 +416,29 @@ func field(info, name string) string {
 	return ""
 }
 
+// processCPU is the user and system CPU time process pid has used, from
+// /proc/<pid>/stat (fields utime and stime, in clock ticks of 1/100 s, the
+// USER_HZ of every Linux architecture Go runs on).
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("redis-server CPU time: %w", err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count the fields after its closing one.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("redis-server CPU time: short /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("redis-server CPU time: /proc/%d/stat fields %q %q", pid, f[11], f[12])
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -444,6 +495,17 @@ func write(out string, rows []row, durable []durableRow, mem []memRow, dc denyCa
 	if fb > 0 {
 		p("%d limiter decisions timed out (50ms) and were made by the fallback; they are not counted above.\n\n", fb)
 	}
+	p("### FCALL against EVALSHA\n\n")
+	p("The limiter as above (**EVALSHA**: the scripts, as sidecars with a Redis identity shared by every namespace run them) and, measured right after it at each point against the same server, calling the slidegate library's functions (**FCALL**, `limiter.Options.Functions`: as sidecars with their namespace's own Redis identity, which may run no script of their own). ")
+	p("Both run the same Lua on the same keys. Redis CPU is redis-server's user+system time over the point (`/proc/<pid>/stat`, 10 ms ticks) divided by the decisions Redis made.\n\n")
+	p("| algorithm | callers | EVALSHA dec/s | Redis CPU µs/dec | FCALL dec/s | Redis CPU µs/dec | dec/s FCALL ÷ EVALSHA | CPU FCALL ÷ EVALSHA |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		p("| %s | %d | %.0f | %.2f | %.0f | %.2f | %.2f | %.2f |\n", r.alg, r.callers,
+			r.lim.dps, float64(r.lim.cpuPerDecision)/1e3, r.fcall.dps, float64(r.fcall.cpuPerDecision)/1e3,
+			r.fcall.dps/r.lim.dps, float64(r.fcall.cpuPerDecision)/float64(max(1, r.lim.cpuPerDecision)))
+	}
+	p("\n")
 	p("### Goal at 64 callers: ≥ 0.5 × ceiling and ≥ 3 × textbook\n\n")
 	for _, r := range rows {
 		if r.callers != 64 {

@@ -1,0 +1,322 @@
+package limiter
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/library.revision")
+
+// TestLibraryRevision: the library's source changes only with its
+// revision. testdata/library.revision holds the revision and the source's
+// SHA-256; a change to any function (or to the way they are registered)
+// without a new LibraryRevision fails here, since a manager must never
+// replace a library of the same revision with other code, nor a newer one
+// with an older (EnsureLibrary). Rewrite it with -update after raising
+// LibraryRevision.
+func TestLibraryRevision(t *testing.T) {
+	sum := sha256.Sum256([]byte(librarySource))
+	got := fmt.Sprintf("%d %s\n", LibraryRevision, hex.EncodeToString(sum[:]))
+	file := filepath.Join("testdata", "library.revision")
+	if *update {
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRev, wantSum, _ := strings.Cut(strings.TrimSpace(string(want)), " ")
+	switch {
+	case got == string(want):
+	case wantRev == strconv.Itoa(LibraryRevision):
+		t.Errorf("the library's source changed (sha256 %s, recorded %s) but LibraryRevision is still %d: raise it, then run with -update", hex.EncodeToString(sum[:]), wantSum, LibraryRevision)
+	default:
+		t.Errorf("LibraryRevision is %d, %s records %s: run with -update", LibraryRevision, file, wantRev)
+	}
+	if !strings.HasPrefix(librarySource, "#!lua name="+LibraryName+"\n") {
+		t.Errorf("the library does not start with its shebang: %.60q", librarySource)
+	}
+}
+
+// TestEnsureLibrary: the library is loaded where it is missing, left where
+// it is current or of a higher revision (a newer manager's), and replaced
+// where it is older.
+func TestEnsureLibrary(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	ctx := context.Background()
+	for i, want := range []LibraryState{LibraryLoaded, LibraryCurrent} {
+		if got, err := EnsureLibrary(ctx, rdb); err != nil || got != want {
+			t.Fatalf("call %d: %q, %v; want %q", i+1, got, err, want)
+		}
+	}
+	newer := strings.Replace(librarySource, fmt.Sprintf("revision %d\n", LibraryRevision), fmt.Sprintf("revision %d\n", LibraryRevision+1), 1) +
+		"\nredis.register_function('slidegate_next_v2', function(keys, args) return 2 end)\n"
+	if err := rdb.FunctionLoadReplace(ctx, newer).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := EnsureLibrary(ctx, rdb); err != nil || got != LibraryNewer {
+		t.Fatalf("over a newer revision: %q, %v", got, err)
+	}
+	if v, err := rdb.FCall(ctx, "slidegate_next_v2", nil).Int(); err != nil || v != 2 {
+		t.Fatalf("the newer library was replaced: %d, %v", v, err)
+	}
+	older := strings.Replace(librarySource, fmt.Sprintf("revision %d\n", LibraryRevision), "revision 0\n", 1)
+	older = strings.Replace(older, "slidegate_peek_v1", "slidegate_peek_v0", 1)
+	if err := rdb.FunctionLoadReplace(ctx, older).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := EnsureLibrary(ctx, rdb); err != nil || got != LibraryLoaded {
+		t.Fatalf("over an older revision: %q, %v", got, err)
+	}
+	if err := rdb.FCallRO(ctx, "slidegate_peek_v1", []string{"k"}, 1, 1000, 0).Err(); err != nil {
+		t.Fatalf("after replacing the older library: %v", err)
+	}
+}
+
+// TestFunctionsMissing: a limiter calling the functions on a Redis without
+// them (a restart without persistence) decides by each rule's fail mode,
+// with ErrNoFunctions, and by Redis again once the library is loaded.
+func TestFunctionsMissing(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	l := newLimiter(t, rdb, Options{Functions: true, ProbeInterval: 20 * time.Millisecond})
+	open := Rule{ID: "ns/missing-open", Limit: 5, Window: time.Minute}
+	closed := Rule{ID: "ns/missing-closed", Limit: 5, Window: time.Minute, FailMode: FailClosed}
+	for i := range 8 {
+		for _, rule := range []Rule{open, closed} {
+			d := one(l, rule, "c")
+			want := SourceFallback
+			if rule.FailMode == FailClosed {
+				want = SourceFailedClosed
+			}
+			if d.Source != want {
+				t.Fatalf("decision %d of %s without the library: %+v", i, rule.ID, d)
+			}
+			// The breaker may have opened: its error then names the cause.
+			if !errors.Is(d.Err, ErrNoFunctions) {
+				t.Fatalf("decision %d: error %v, want ErrNoFunctions", i, d.Err)
+			}
+		}
+	}
+	if _, err := l.Peek(context.Background(), open, "c"); !errors.Is(err, ErrNoFunctions) {
+		t.Errorf("Peek without the library: %v", err)
+	}
+	if _, err := l.Announce(context.Background(), []string{open.ID}, time.Second); !errors.Is(err, ErrNoFunctions) {
+		t.Errorf("Announce without the library: %v", err)
+	}
+	loadLibrary(t, rdb)
+	took, ok := eventually(5*time.Second, func() bool { return one(l, open, "c").Source == SourceRedis })
+	if !ok {
+		t.Fatal("decisions did not return to Redis after the library was loaded")
+	}
+	t.Logf("decisions back to Redis %v after the library was loaded", took)
+}
+
+// TestFunctionsMatchScripts: Peek and Announce through the functions
+// answer what the scripts answer, on the same keys.
+func TestFunctionsMatchScripts(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	loadLibrary(t, rdb)
+	fn := newLimiter(t, rdb, Options{Functions: true})
+	ev := newLimiter(t, rdb, Options{})
+	ctx := context.Background()
+	for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
+		rule := Rule{ID: "ns/match-" + string(alg), Limit: 3, Window: time.Minute, Algorithm: alg}
+		for i := range 4 {
+			l := []*Limiter{fn, ev}[i%2]
+			one(l, rule, "c")
+		}
+		a, err := fn.Peek(ctx, rule, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := ev.Peek(ctx, rule, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Now, b.Now, a.RetryAfter, b.RetryAfter, a.ResetAfter, b.ResetAfter, a.OldestAge, b.OldestAge, a.TTL, b.TTL = b.Now, b.Now, 0, 0, 0, 0, 0, 0, 0, 0
+		if a != b || a.Count != 3 || a.Allowed {
+			t.Errorf("%s: functions peek %+v, scripts peek %+v", alg, a, b)
+		}
+	}
+	counts, err := fn.Announce(ctx, []string{"ns/match"}, time.Minute)
+	if err != nil || counts["ns/match"] != 1 {
+		t.Fatalf("Announce through the function: %v, %v", counts, err)
+	}
+	if counts, err = ev.Announce(ctx, []string{"ns/match"}, time.Minute); err != nil || counts["ns/match"] != 2 {
+		t.Fatalf("Announce through the script after the function: %v, %v (want 2 members)", counts, err)
+	}
+}
+
+// TestFunctionArgumentsBounded: the functions (and the scripts) refuse
+// arguments that would make one call loop or allocate without bound — a
+// namespace's identity may FCALL them directly with anything — and refuse
+// them at once.
+func TestFunctionArgumentsBounded(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	loadLibrary(t, rdb)
+	ctx := context.Background()
+	many := make([]string, maxScriptKeys+1)
+	for i := range many {
+		many[i] = "slidegate:{ns/p:" + strconv.Itoa(i) + "}"
+	}
+	manyDecideArgs := []any{"m", "1000", "1"}
+	for range many {
+		manyDecideArgs = append(manyDecideArgs, 10, 1000000, "0", "1")
+	}
+	k := []string{"slidegate:{ns/p:c}"}
+	for _, tc := range []struct {
+		name string
+		fn   string
+		keys []string
+		args []any
+	}{
+		{"decide, 10^9 hits", decideLua.fn, k, []any{"m", "1000", "1", 10, 1000000, "0", "1000000000"}},
+		{"decide, no window", decideLua.fn, k, []any{"m", "1000", "1", 10, 0, "1", "1"}},
+		{"decide, a window of 10^6 years", decideLua.fn, k, []any{"m", "1000", "1", 10, "31536000000000000000", "0", "1"}},
+		{"decide, missing arguments", decideLua.fn, k, []any{"m", "1000", "1", 10}},
+		{"decide, too many keys", decideLua.fn, many, manyDecideArgs},
+		{"undo, 10^9 hits", undoLua.fn, k, []any{"m", "", "1000000000"}},
+		{"cancel, 10^9 hits", cancelLua.fn, k, []any{"m", "1000", "1000000000", 1000000}},
+		{"announce, no ttl", announceLua.fn, k, []any{"m", "0"}},
+		{"peek, no window", peekLua.fn, k, []any{10, 0, "0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			cmd := "fcall"
+			if tc.fn == peekLua.fn {
+				cmd = "fcall_ro"
+			}
+			err := rdb.Do(ctx, append([]any{cmd, tc.fn, len(tc.keys)}, append(stringsToAny(tc.keys), tc.args...)...)...).Err()
+			if err == nil || !strings.Contains(err.Error(), "slidegate:") {
+				t.Errorf("FCALL %s: %v, want the function's refusal", tc.fn, err)
+			}
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("the refusal took %v", took)
+			}
+		})
+	}
+	// The scripts check the same (one case; they share the functions' Lua).
+	if err := rdb.Eval(ctx, undoScript, k, "m", "", "1000000000").Err(); err == nil || !strings.Contains(err.Error(), "slidegate:") {
+		t.Errorf("EVAL of the undo script with 10^9 hits: %v", err)
+	}
+	// The one-key command of a real decision still passes.
+	if err := rdb.Do(ctx, "fcall", decideLua.fn, 1, k[0], "m", "1000", "1", 10, 1000000, "0", "1").Err(); err != nil {
+		t.Errorf("a valid decide call: %v", err)
+	}
+}
+
+func stringsToAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// TestLargeGroupsSplit: a request of more rules than one script takes
+// (maxScriptKeys) is decided in several scripts, all or nothing as rules
+// in different slots are.
+func TestLargeGroupsSplit(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	loadLibrary(t, rdb)
+	l := newLimiter(t, rdb, Options{Functions: true, Timeout: 5 * time.Second})
+	reqs := make([]Request, maxScriptKeys+10)
+	for i := range reqs {
+		reqs[i] = Request{Rule: Rule{ID: "ns/split-" + strconv.Itoa(i), Limit: 2, Window: time.Minute}, Client: "c"}
+	}
+	// The last rule allows one admit only: the second request is denied by
+	// it, and its admits in every other rule (in the other script) undone.
+	reqs[len(reqs)-1].Rule.Limit = 1
+	for i, wantAllowed := range []bool{true, false} {
+		ds := l.Decide(context.Background(), reqs)
+		for j, d := range ds {
+			if d.Source != SourceRedis {
+				t.Fatalf("request %d, rule %d: %+v", i, j, d)
+			}
+		}
+		if got := ds[len(ds)-1].Allowed; got != wantAllowed {
+			t.Fatalf("request %d: last rule allowed %v", i, got)
+		}
+	}
+	if n, err := rdb.ZCard(context.Background(), Key(defaultPrefix, "ns/split-0", "c")).Result(); err != nil || n != 1 {
+		t.Errorf("the first rule holds %d admits (%v), want 1: the denied request's admit was not undone", n, err)
+	}
+	if st := l.Stats(); st.Undos == 0 {
+		t.Error("no compensating call: the request was not split")
+	}
+}
+
+// TestFunctionsOverACLUser: a Redis identity of FunctionACLRules decides,
+// peeks and announces through the functions on its own keys — a rule ID
+// long enough to be hashed included — and runs no EVAL.
+func TestFunctionsOverACLUser(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	admin := standalone(t, r.Addr)
+	loadLibrary(t, admin)
+	long := "shop/" + strings.Repeat("p", 140)
+	if !HashedRuleID(long) {
+		t.Fatal("the long rule ID is not hashed")
+	}
+	rules := FunctionACLRules(KeyPatterns("", "shop", []string{"shop/short", long}, ""))
+	if _, err := r.Do(append([]string{"ACL", "SETUSER", "shop", "on", ">s3cret"}, rules...)...); err != nil {
+		t.Fatal(err)
+	}
+	rdb := client(t, redisconn.Config{Addrs: []string{r.Addr}, Username: "shop", Password: "s3cret"})
+	l := newLimiter(t, rdb, Options{Functions: true})
+	ctx := context.Background()
+	for _, rule := range []Rule{
+		{ID: "shop/short", Limit: 2, Window: time.Minute},
+		{ID: "shop/counter", Limit: 2, Window: time.Minute, Algorithm: SlidingWindowCounter, Durable: false},
+		{ID: long, Limit: 2, Window: time.Minute},
+	} {
+		for i := range 3 {
+			if d := one(l, rule, "c"); d.Source != SourceRedis || d.Allowed != (i < 2) {
+				t.Fatalf("%s decision %d: %+v", rule.ID, i, d)
+			}
+		}
+		if w, err := l.Peek(ctx, rule, "c"); err != nil || w.Count != 2 {
+			t.Fatalf("Peek %s: %+v, %v", rule.ID, w, err)
+		}
+	}
+	if c, err := l.Announce(ctx, []string{"shop/short"}, time.Minute); err != nil || c["shop/short"] != 1 {
+		t.Fatalf("Announce: %v, %v", c, err)
+	}
+	// The scripts are not its to run.
+	ev := newLimiter(t, rdb, Options{})
+	if d := one(ev, Rule{ID: "shop/eval", Limit: 2, Window: time.Minute}, "c"); d.Source == SourceRedis || d.Err == nil || !strings.Contains(d.Err.Error(), "NOPERM") {
+		t.Fatalf("EVALSHA as the namespace's identity: %+v", d)
+	}
+	if err := rdb.Eval(ctx, "return 1", nil).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("EVAL as the namespace's identity: %v", err)
+	}
+	// Another namespace's rule, through the very same function: refused.
+	if d := one(l, Rule{ID: "other/p", Limit: 2, Window: time.Minute}, "c"); d.Source == SourceRedis || d.Err == nil || !strings.Contains(d.Err.Error(), "NOPERM") {
+		t.Fatalf("another namespace's key: %+v", d)
+	}
+}
