@@ -2,8 +2,8 @@
 // (Istio, Contour, Envoy Gateway) ask it whether a request may pass, and it
 // decides with the same exact limiter and shared Redis as the sidecars. It
 // only wires flags (each also settable as SLIDEGATE_<UPPER_SNAKE>; Redis
-// credentials come from REDIS_USERNAME and REDIS_PASSWORD) to package
-// internal/rls.
+// credentials come from the files of --redis-credentials-dir, else
+// REDIS_USERNAME and REDIS_PASSWORD) to package internal/rls.
 //
 //	rls [flags]                 serve
 //	rls check -target host:port -domain d -descriptor k=v[,k=v] ...
@@ -57,6 +57,7 @@ func serve(args []string) int {
 	fs.DurationVar(&o.Server.ResyncInterval, "config-resync-interval", o.Server.ResyncInterval, "re-read the config this often even without a file event")
 	o.Redis.RegisterFlags(fs)
 	fs.StringVar(&o.Limiter.Prefix, "key-prefix", "", "prefix of the limiter's Redis keys (empty: the limiter's default, as the sidecars)")
+	fs.BoolVar(&o.Limiter.Functions, "redis-functions", false, "decide through the slidegate Redis Functions library (FCALL), which the manager loads, instead of sending the scripts (EVALSHA)")
 	fs.DurationVar(&o.Limiter.Timeout, "decision-timeout", o.Limiter.Timeout, "how long a decision waits for Redis before the policy's fail mode decides")
 	fs.DurationVar(&o.Limiter.MaxWait, "decision-batch-wait", 0, "let a free Redis connection wait this long to pipeline more decisions together")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, keep serving this long with readiness failing")
@@ -76,7 +77,9 @@ func serve(args []string) int {
 		fmt.Fprintf(os.Stderr, "rls: %v\n", err)
 		return 2
 	}
-	o.Redis.ApplyEnvCredentials(os.LookupEnv)
+	if o.Redis.CredentialsDir == "" {
+		o.Redis.ApplyEnvCredentials(os.LookupEnv)
+	}
 	if clientNames != "" {
 		o.TLS.ClientNames = strings.Split(clientNames, ",")
 	}

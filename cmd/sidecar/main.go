@@ -1,8 +1,9 @@
 // Command sidecar is slidegate's enforcement sidecar: a reverse proxy in
 // front of the application in its pod that admits or rejects every request
 // through the shared Redis limiter. It only wires flags (each also settable
-// as SLIDEGATE_<UPPER_SNAKE>; Redis credentials come from REDIS_USERNAME and
-// REDIS_PASSWORD) to package internal/sidecar.
+// as SLIDEGATE_<UPPER_SNAKE>; Redis credentials come from the files of
+// --redis-credentials-dir, else REDIS_USERNAME and REDIS_PASSWORD) to
+// package internal/sidecar.
 package main
 
 import (

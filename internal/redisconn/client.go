@@ -59,6 +59,15 @@ func (c Config) UniversalOptions() (*redis.UniversalOptions, error) {
 	default:
 		o.DB = c.DB
 	}
+	if c.CredentialsDir != "" {
+		d := &dirCredentials{dir: c.CredentialsDir}
+		o.CredentialsProviderContext = d.read
+		user, pass, err := readCredentials(c.CredentialsDir, CredentialsSentinelUsernameFile, CredentialsSentinelPasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		o.SentinelUsername, o.SentinelPassword = user, pass
+	}
 	switch {
 	case c.TLSDir != "":
 		// go-redis takes one fixed tls.Config; a dialer of our own builds

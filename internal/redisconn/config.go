@@ -69,6 +69,12 @@ type Config struct {
 	// sentinels when they differ from the data nodes; never logged.
 	SentinelUsername string
 	SentinelPassword string
+	// CredentialsDir, instead of Username and Password, is a directory (a
+	// mounted Secret) holding the files username and password, read for
+	// every new connection, so that a rotated password is used without a
+	// restart; and sentinel-username and sentinel-password, read at the
+	// start (go-redis takes the sentinels' credentials once).
+	CredentialsDir string
 
 	// TLS turns on TLS to Redis (and to the sentinels). TLSCAFile verifies
 	// the server (system roots when empty); TLSCertFile and TLSKeyFile
@@ -131,6 +137,9 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateTLS()...)
+	if c.CredentialsDir != "" && (c.Username != "" || c.Password != "") {
+		add("--redis-credentials-dir excludes %s and %s", EnvUsername, EnvPassword)
+	}
 	return errors.Join(errs...)
 }
 
@@ -166,6 +175,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("masterName", c.MasterName),
 		slog.Bool("tls", c.TLS),
 		slog.String("tlsDir", c.TLSDir),
+		slog.String("credentialsDir", c.CredentialsDir),
 		slog.Bool("username", c.Username != ""),
 		slog.Bool("password", c.Password != ""),
 		slog.Bool("sentinelPassword", c.SentinelPassword != ""),
@@ -189,6 +199,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCAFile, "redis-tls-ca-file", c.TLSCAFile, "PEM CA bundle to verify Redis with (default: system roots)")
 	fs.StringVar(&c.TLSDir, "redis-tls-dir", c.TLSDir, "directory with ca.crt, and tls.crt with tls.key for a client certificate (a mounted Secret; read for every new connection)")
 	fs.StringVar(&c.TLSServerName, "redis-tls-server-name", c.TLSServerName, "server name to verify in the Redis certificate")
+	fs.StringVar(&c.CredentialsDir, "redis-credentials-dir", c.CredentialsDir,
+		"directory with the files username and password (a mounted Secret; read for every new connection), and sentinel-username and sentinel-password; instead of "+EnvUsername+" and "+EnvPassword)
 }
 
 // ApplyEnvCredentials reads the credentials from the environment variables

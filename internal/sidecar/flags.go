@@ -21,6 +21,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	o.Redis.RegisterFlags(fs)
 	fs.IntVar(&o.FallbackReplicas, "fallback-replicas", o.FallbackReplicas, "replicas sharing a limit: a fail-open policy enforces limit/replicas locally while Redis is unavailable")
 	fs.StringVar(&o.KeyPrefix, "key-prefix", o.KeyPrefix, "prefix of the limiter's Redis keys (empty: the limiter's default)")
+	fs.BoolVar(&o.RedisFunctions, "redis-functions", o.RedisFunctions, "decide through the slidegate Redis Functions library (FCALL), which the manager loads, instead of sending the scripts (EVALSHA)")
 	fs.DurationVar(&o.DecisionTimeout, "decision-timeout", o.DecisionTimeout, "how long a decision waits for Redis before the policy's fail mode decides (a hung Redis costs a request this much until the breaker opens)")
 	fs.DurationVar(&o.DecisionBatchWait, "decision-batch-wait", o.DecisionBatchWait, "let a free Redis connection wait this long to pipeline more decisions together (0: send at once)")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, keep serving this long with /readyz failing before closing the listeners")
@@ -34,11 +35,14 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 // ApplyEnv sets every flag that was not given on the command line from its
 // environment variable (cli.ApplyEnv: a flag beats the environment, which
 // beats the default), and reads the Redis credentials
-// (redisconn.EnvUsername and the others) into o. Call it after fs.Parse.
+// (redisconn.EnvUsername and the others) into o, unless they come from
+// --redis-credentials-dir. Call it after fs.Parse.
 func (o *Options) ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 	if err := cli.ApplyEnv(fs, lookup); err != nil {
 		return err
 	}
-	o.Redis.ApplyEnvCredentials(lookup)
+	if o.Redis.CredentialsDir == "" {
+		o.Redis.ApplyEnvCredentials(lookup)
+	}
 	return nil
 }

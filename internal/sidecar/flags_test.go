@@ -43,7 +43,7 @@ func TestFlagsAndEnv(t *testing.T) {
 	// The injector relies on these names.
 	for _, name := range []string{"listen-address", "admin-address", "debug-address", "client-hash-key-file", "upstream", "config-file", "pod-labels-file",
 		"redis-mode", "redis-addrs", "redis-master-name", "redis-tls", "redis-tls-dir", "redis-tls-server-name", "fallback-replicas", "key-prefix",
-		"decision-timeout", "shutdown-timeout"} {
+		"decision-timeout", "shutdown-timeout", "redis-credentials-dir", "redis-functions"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("flag --%s missing", name)
 		}
@@ -59,6 +59,24 @@ func TestFlagsAndEnv(t *testing.T) {
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("starting", "redis", o.Redis)
 	if s := buf.String() + fmt.Sprint(o.Redis) + fmt.Sprintf("%+v", o.Redis); strings.Contains(s, "hunter") {
 		t.Errorf("password leaked: %s", s)
+	}
+
+	// With a credentials directory the environment's credentials are not
+	// read: the files are, for every new connection.
+	dirOpts := DefaultOptions()
+	fs = flag.NewFlagSet("sidecar", flag.ContinueOnError)
+	dirOpts.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--redis-credentials-dir=/etc/slidegate/redis-credentials", "--redis-functions"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dirOpts.ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if dirOpts.Redis.Username != "" || dirOpts.Redis.Password != "" || !dirOpts.RedisFunctions || dirOpts.limiterOptions().Functions != true {
+		t.Errorf("with --redis-credentials-dir: %+v", dirOpts)
+	}
+	if err := dirOpts.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
 	}
 
 	bad := DefaultOptions()

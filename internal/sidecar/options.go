@@ -72,6 +72,11 @@ type Options struct {
 	// KeyPrefix prefixes every Redis key of the limiter (empty: the
 	// limiter's default).
 	KeyPrefix string
+	// RedisFunctions decides through the slidegate library's functions
+	// (FCALL; limiter.Options.Functions), as the namespace's own Redis
+	// identity must; false sends the scripts (EVALSHA), as an identity
+	// shared by every namespace does.
+	RedisFunctions bool
 	// DecisionTimeout bounds how long a decision waits for Redis before its
 	// policy's fail mode decides (limiter.Options.Timeout): what a Redis
 	// that hangs costs a request until the breaker opens, not a latency

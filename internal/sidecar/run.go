@@ -14,10 +14,11 @@ import (
 func (o *Options) limiterOptions() limiter.Options {
 	replicas := o.FallbackReplicas
 	return limiter.Options{
-		Prefix:   o.KeyPrefix,
-		Timeout:  o.DecisionTimeout,
-		MaxWait:  o.DecisionBatchWait,
-		Replicas: func() int { return replicas },
+		Prefix:    o.KeyPrefix,
+		Functions: o.RedisFunctions,
+		Timeout:   o.DecisionTimeout,
+		MaxWait:   o.DecisionBatchWait,
+		Replicas:  func() int { return replicas },
 	}
 }
 
