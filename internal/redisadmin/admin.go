@@ -1,0 +1,547 @@
+// Package redisadmin administers the shared Redis for the manager, with
+// the platform team's administrative identity (which never leaves the
+// manager's namespace): it finds every node of the deployment, keeps the
+// slidegate Functions library on every master and the ACL users of the
+// namespaces' and the rate limit service's identities on every node, and
+// tells whether a node accepts commands without AUTH.
+//
+// ACL users are per node and are not replicated: a user exists on a node
+// only if it was set there, and is lost when the node restarts (unless an
+// aclfile that holds it is loaded). So every node is set up — masters and
+// replicas, since a replica may become a master — and set up again when
+// it comes back with another run_id or joins the deployment. Functions
+// are replicated and persisted: they are loaded on the masters only, and
+// again wherever a master lacks them (a restart without persistence, an
+// empty replica promoted).
+//
+// Like redisconn and limiter, the package knows nothing of Kubernetes:
+// the controller computes the users (their rules and passwords) and calls
+// Apply and Sync.
+package redisadmin
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisconn"
+)
+
+// The names of the users the manager owns. Sync deletes any user of these
+// names that it was not asked to keep, and touches no other.
+const (
+	// NamespaceUserPrefix starts the name of a namespace's user:
+	// NamespaceUserPrefix + <namespace>.
+	NamespaceUserPrefix = "slidegate-ns-"
+	// RLSUser is the rate limit service's user.
+	RLSUser = "slidegate-rls"
+)
+
+// NamespaceUser is the name of namespace's user.
+func NamespaceUser(namespace string) string { return NamespaceUserPrefix + namespace }
+
+// Managed reports whether name is the name of a user the manager owns.
+func Managed(name string) bool {
+	return strings.HasPrefix(name, NamespaceUserPrefix) || name == RLSUser
+}
+
+// User is an ACL user as the manager wants it on every node.
+type User struct {
+	Name string
+	// Passwords are the valid passwords, each stored by Redis as its
+	// SHA-256 (#<hex>: the cleartext is never sent to Redis): the current
+	// one and, during a rotation, the previous one.
+	Passwords []string
+	// Rules follow "on" and the passwords in ACL SETUSER
+	// (limiter.FunctionACLRules).
+	Rules []string
+}
+
+// setUser is the ACL SETUSER command that makes u exactly what it says:
+// reset first, so a rule or password removed from u goes too.
+func (u User) setUser() []any {
+	args := []any{"acl", "setuser", u.Name, "reset", "on"}
+	for _, p := range u.Passwords {
+		sum := sha256.Sum256([]byte(p))
+		args = append(args, "#"+hex.EncodeToString(sum[:]))
+	}
+	for _, r := range u.Rules {
+		args = append(args, r)
+	}
+	return args
+}
+
+// digest identifies what setUser sets, to skip a node that has it.
+func (u User) digest() string {
+	h := sha256.New()
+	for _, a := range u.setUser() {
+		fmt.Fprintf(h, "%v\x00", a)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Options configure an Admin.
+type Options struct {
+	// Redis is the deployment (mode, addresses, master name, TLS) and the
+	// administrative identity (CredentialsDir, or Username and Password):
+	// it needs ACL SETUSER, DELUSER and USERS, FUNCTION LOAD and LIST,
+	// INFO, PING, and CLUSTER NODES (Cluster) or the sentinels' SENTINEL
+	// (Sentinel).
+	Redis redisconn.Config
+	// Timeout bounds one node's work in a call (default 5s).
+	Timeout time.Duration
+}
+
+// Admin administers one Redis deployment. It is safe for concurrent use;
+// calls are serialised.
+type Admin struct {
+	o Options
+
+	mu    sync.Mutex
+	nodes map[string]*node // by address
+}
+
+// node is what the Admin knows of one Redis server.
+type node struct {
+	addr   string
+	client *redis.Client
+	// runID is the server's run_id when users were last set there: another
+	// one means the server restarted and lost them.
+	runID string
+	// users are the digests of the users set there since runID.
+	users map[string]string
+}
+
+// New is an Admin of the deployment o describes. It does not connect.
+func New(o Options) (*Admin, error) {
+	if o.Redis.Mode == "" {
+		o.Redis.Mode = redisconn.Standalone
+	}
+	if err := o.Redis.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	return &Admin{o: o, nodes: map[string]*node{}}, nil
+}
+
+// Close closes the connections to the nodes.
+func (a *Admin) Close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for addr, n := range a.nodes {
+		_ = n.client.Close()
+		delete(a.nodes, addr)
+	}
+}
+
+// NodeStatus is what a call found on one node.
+type NodeStatus struct {
+	Addr   string
+	Master bool
+	// Restarted: the node has another run_id than when users were last
+	// set there (or is new to the Admin): every user was set again.
+	Restarted bool
+	// Library is what EnsureLibrary found (masters; Sync only).
+	Library limiter.LibraryState
+	// Unauthenticated: the node answered a command sent without AUTH
+	// (Sync only).
+	Unauthenticated bool
+	// Err is why the node could not be set up; the other fields are then
+	// partial.
+	Err error
+}
+
+// Status is what a call found on every node.
+type Status struct {
+	Nodes []NodeStatus
+}
+
+// Err joins the nodes' errors.
+func (s Status) Err() error {
+	var errs []error
+	for _, n := range s.Nodes {
+		if n.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.Addr, n.Err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Unauthenticated lists the nodes that accepted a command without AUTH.
+func (s Status) Unauthenticated() []string {
+	var out []string
+	for _, n := range s.Nodes {
+		if n.Unauthenticated {
+			out = append(out, n.Addr)
+		}
+	}
+	return out
+}
+
+// Apply sets users on every node now, and deletes the managed users named
+// in remove; users not named are left as they are. The controller calls
+// it before it hands a namespace its credentials, so that they work from
+// the first connection. An error names the nodes that failed; the others
+// have the change.
+func (a *Admin) Apply(ctx context.Context, users []User, remove []string) (Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	nodes, err := a.discover(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	st := a.each(ctx, nodes, func(ctx context.Context, n *node, ns *NodeStatus) error {
+		if err := a.setUsers(ctx, n, users); err != nil {
+			return err
+		}
+		return a.delUsers(ctx, n, remove)
+	})
+	return st, st.Err()
+}
+
+// Sync brings every node to the whole desired state: the library on every
+// master; exactly users among the managed users on every node (the others
+// deleted, which closes their connections); and it checks whether the node
+// accepts a command without AUTH. The manager calls it periodically, with
+// every user it wants.
+func (a *Admin) Sync(ctx context.Context, users []User) (Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	nodes, err := a.discover(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	keep := map[string]bool{}
+	for _, u := range users {
+		keep[u.Name] = true
+	}
+	st := a.each(ctx, nodes, func(ctx context.Context, n *node, ns *NodeStatus) error {
+		ns.Unauthenticated = a.unauthenticated(ctx, n.addr)
+		if ns.Master {
+			state, err := limiter.EnsureLibrary(ctx, n.client)
+			if err != nil {
+				return err
+			}
+			ns.Library = state
+		}
+		if err := a.setUsers(ctx, n, users); err != nil {
+			return err
+		}
+		names, err := n.client.Do(ctx, "acl", "users").StringSlice()
+		if err != nil {
+			return fmt.Errorf("ACL USERS: %w", err)
+		}
+		var stale []string
+		for _, name := range names {
+			if Managed(name) && !keep[name] {
+				stale = append(stale, name)
+			}
+		}
+		return a.delUsers(ctx, n, stale)
+	})
+	return st, st.Err()
+}
+
+// each runs f on every node, in parallel, each bounded by the Timeout,
+// after reading the node's role and run_id (a changed run_id forgets the
+// users set there).
+func (a *Admin) each(ctx context.Context, nodes []*node, f func(context.Context, *node, *NodeStatus) error) Status {
+	st := Status{Nodes: make([]NodeStatus, len(nodes))}
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+			defer cancel()
+			ns := &st.Nodes[i]
+			ns.Addr = n.addr
+			master, runID, err := identify(ctx, n.client)
+			if err != nil {
+				ns.Err = err
+				return
+			}
+			ns.Master = master
+			if runID != n.runID {
+				n.runID, n.users = runID, map[string]string{}
+				ns.Restarted = true
+			}
+			ns.Err = f(ctx, n, ns)
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(st.Nodes, func(x, y NodeStatus) int { return strings.Compare(x.Addr, y.Addr) })
+	return st
+}
+
+// setUsers sets the users n does not have as they are (since its run_id).
+func (a *Admin) setUsers(ctx context.Context, n *node, users []User) error {
+	for _, u := range users {
+		d := u.digest()
+		if n.users[u.Name] == d {
+			continue
+		}
+		if err := n.client.Do(ctx, u.setUser()...).Err(); err != nil {
+			return fmt.Errorf("ACL SETUSER %s: %w", u.Name, err)
+		}
+		n.users[u.Name] = d
+	}
+	return nil
+}
+
+// delUsers deletes the managed users of names from n: ACL DELUSER, which
+// also closes the connections authenticated as them (a user switched off
+// keeps them).
+func (a *Admin) delUsers(ctx context.Context, n *node, names []string) error {
+	var del []any
+	for _, name := range names {
+		if Managed(name) {
+			del = append(del, name)
+		}
+	}
+	if len(del) == 0 {
+		return nil
+	}
+	if err := n.client.Do(ctx, append([]any{"acl", "deluser"}, del...)...).Err(); err != nil {
+		return fmt.Errorf("ACL DELUSER: %w", err)
+	}
+	for _, name := range del {
+		delete(n.users, name.(string))
+	}
+	return nil
+}
+
+// identify reads whether the server is a master, and its run_id.
+func identify(ctx context.Context, c *redis.Client) (master bool, runID string, err error) {
+	info, err := c.Info(ctx, "server", "replication").Result()
+	if err != nil {
+		return false, "", fmt.Errorf("INFO: %w", err)
+	}
+	runID, role := infoField(info, "run_id"), infoField(info, "role")
+	if runID == "" || role == "" {
+		return false, "", fmt.Errorf("INFO has no run_id or role")
+	}
+	return role == "master", runID, nil
+}
+
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// unauthenticated reports whether the server at addr answers a PING sent
+// without credentials: then anything that reaches it may do what its
+// default user may, whatever the identities slidegate hands out.
+func (a *Admin) unauthenticated(ctx context.Context, addr string) bool {
+	cfg := a.o.Redis
+	cfg.Mode, cfg.Addrs, cfg.MasterName = redisconn.Standalone, []string{addr}, ""
+	cfg.Username, cfg.Password, cfg.CredentialsDir, cfg.SentinelUsername, cfg.SentinelPassword = "", "", "", "", ""
+	cfg.PoolSize = 1
+	c, err := redisconn.NewClient(cfg)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = c.Close() }()
+	return c.Ping(ctx).Err() == nil
+}
+
+// discover finds the deployment's nodes, keeps a client to each (closing
+// those of nodes that are gone) and returns them by address.
+func (a *Admin) discover(ctx context.Context) ([]*node, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	defer cancel()
+	var addrs []string
+	var err error
+	switch a.o.Redis.Mode {
+	case redisconn.Cluster:
+		addrs, err = a.clusterNodes(ctx)
+	case redisconn.Sentinel:
+		addrs, err = a.sentinelNodes(ctx)
+	default:
+		addrs = a.o.Redis.Addrs
+	}
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for _, addr := range addrs {
+		want[addr] = true
+		if a.nodes[addr] != nil {
+			continue
+		}
+		c, err := a.client(addr)
+		if err != nil {
+			return nil, err
+		}
+		a.nodes[addr] = &node{addr: addr, client: c, users: map[string]string{}}
+	}
+	for addr, n := range a.nodes {
+		if !want[addr] {
+			_ = n.client.Close()
+			delete(a.nodes, addr)
+		}
+	}
+	out := slices.Collect(maps.Values(a.nodes))
+	slices.SortFunc(out, func(x, y *node) int { return strings.Compare(x.addr, y.addr) })
+	return out, nil
+}
+
+// client is an administrative client of the one server at addr.
+func (a *Admin) client(addr string) (*redis.Client, error) {
+	cfg := a.o.Redis
+	cfg.Mode, cfg.Addrs, cfg.MasterName, cfg.DB = redisconn.Standalone, []string{addr}, "", 0
+	cfg.PoolSize = 2
+	c, err := redisconn.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*redis.Client), nil
+}
+
+// clusterNodes asks the first node that answers, of the seeds and the
+// nodes known, for CLUSTER NODES: every master and replica with an
+// address.
+func (a *Admin) clusterNodes(ctx context.Context) ([]string, error) {
+	tried := map[string]bool{}
+	var errs []error
+	for _, addr := range append(slices.Clone(a.o.Redis.Addrs), slices.Sorted(maps.Keys(a.nodes))...) {
+		if tried[addr] {
+			continue
+		}
+		tried[addr] = true
+		c := a.nodes[addr]
+		var client *redis.Client
+		if c != nil {
+			client = c.client
+		} else {
+			nc, err := a.client(addr)
+			if err != nil {
+				return nil, err
+			}
+			defer func() { _ = nc.Close() }()
+			client = nc
+		}
+		out, err := client.ClusterNodes(ctx).Result()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("CLUSTER NODES on %s: %w", addr, err))
+			continue
+		}
+		return parseClusterNodes(out, addr), nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// parseClusterNodes reads the addresses of CLUSTER NODES, as asked of
+// from: nodes without an address (noaddr, a handshake) are left out; an
+// empty announced IP is from's host (a node that knows no IP of its own).
+func parseClusterNodes(out, from string) []string {
+	fromHost, _, _ := net.SplitHostPort(from)
+	var addrs []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || strings.Contains(f[2], "noaddr") || strings.Contains(f[2], "handshake") {
+			continue
+		}
+		hostPort, _, _ := strings.Cut(f[1], "@")
+		host, port, err := net.SplitHostPort(hostPort)
+		if err != nil || port == "0" {
+			continue
+		}
+		if host == "" {
+			host = fromHost
+		}
+		addrs = append(addrs, net.JoinHostPort(host, port))
+	}
+	slices.Sort(addrs)
+	return slices.Compact(addrs)
+}
+
+// sentinelNodes asks the first sentinel that answers for the master and
+// its replicas (those it does not consider down).
+func (a *Admin) sentinelNodes(ctx context.Context) ([]string, error) {
+	o, err := a.o.Redis.UniversalOptions()
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, addr := range a.o.Redis.Addrs {
+		s := redis.NewSentinelClient(&redis.Options{
+			Addr: addr, Username: o.SentinelUsername, Password: o.SentinelPassword, TLSConfig: o.TLSConfig, Dialer: o.Dialer,
+			DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, ContextTimeoutEnabled: true, MaxRetries: -1,
+		})
+		addrs, err := sentinelAsk(ctx, s, a.o.Redis.MasterName)
+		_ = s.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sentinel %s: %w", addr, err))
+			continue
+		}
+		return addrs, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+func sentinelAsk(ctx context.Context, s *redis.SentinelClient, name string) ([]string, error) {
+	master, err := s.GetMasterAddrByName(ctx, name).Result()
+	if err != nil {
+		return nil, fmt.Errorf("SENTINEL GET-MASTER-ADDR-BY-NAME: %w", err)
+	}
+	if len(master) != 2 {
+		return nil, fmt.Errorf("SENTINEL GET-MASTER-ADDR-BY-NAME: %q", master)
+	}
+	addrs := []string{net.JoinHostPort(master[0], master[1])}
+	replicas, err := s.Replicas(ctx, name).Result()
+	if err != nil {
+		return nil, fmt.Errorf("SENTINEL REPLICAS: %w", err)
+	}
+	for _, r := range replicas {
+		if strings.Contains(r["flags"], "s_down") || strings.Contains(r["flags"], "o_down") || strings.Contains(r["flags"], "disconnected") {
+			continue
+		}
+		if _, err := strconv.Atoi(r["port"]); err == nil && r["ip"] != "" {
+			addrs = append(addrs, net.JoinHostPort(r["ip"], r["port"]))
+		}
+	}
+	slices.Sort(addrs)
+	return slices.Compact(addrs), nil
+}
+
+// Run calls Sync with the users desired returns every interval, and once
+// at the start, until ctx ends, handing each result to report. A node that
+// restarted without persistence, or a replica promoted empty, has its
+// users and (a master) the library back within an interval.
+func (a *Admin) Run(ctx context.Context, interval time.Duration, desired func(context.Context) ([]User, error), report func(Status, error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		users, err := desired(ctx)
+		var st Status
+		if err == nil {
+			st, err = a.Sync(ctx, users)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		report(st, err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

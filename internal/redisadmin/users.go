@@ -1,0 +1,91 @@
+package redisadmin
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+)
+
+// RLSScope is the first part of the rate limit service's rule IDs
+// ("rls/<namespace>/<policy>") and its presence key: the scope of its user.
+const RLSScope = "rls"
+
+// NamespaceIdentity is namespace's user: it may call the slidegate
+// library on the namespace's keys only (limiter.KeyPatterns: its
+// counters, its presence keys, and a pattern for each of ruleIDs — its
+// policies' — whose keys are hashed), with passwords. A namespace named
+// like the rate limit service's scope gets none: its key pattern would be
+// the rate limit service's.
+func NamespaceIdentity(prefix, namespace string, ruleIDs, passwords []string) (User, error) {
+	if namespace == RLSScope {
+		return User{}, fmt.Errorf("namespace %q gets no Redis identity of its own: its keys' pattern, %s{%s/*, is the rate limit service's", namespace, prefixOr(prefix), RLSScope)
+	}
+	return User{
+		Name:      NamespaceUser(namespace),
+		Passwords: passwords,
+		Rules:     limiter.FunctionACLRules(limiter.KeyPatterns(prefix, namespace, ruleIDs, "")),
+	}, nil
+}
+
+// RLSIdentity is the rate limit service's user: the library on the
+// "rls/..." keys, its presence key, and the hashed keys of ruleIDs.
+func RLSIdentity(prefix string, ruleIDs, passwords []string) User {
+	return User{
+		Name:      RLSUser,
+		Passwords: passwords,
+		Rules:     limiter.FunctionACLRules(limiter.KeyPatterns(prefix, RLSScope, ruleIDs, RLSScope)),
+	}
+}
+
+func prefixOr(p string) string {
+	if p == "" {
+		return "slidegate:"
+	}
+	return p
+}
+
+// Passwords derives the passwords of user from the install key (the
+// manager's one secret, clienthash's install key, under another label), so
+// that the manager keeps no state per identity and can set every user up
+// again at any time: HMAC-SHA256(install, label ‖ user ‖ epoch), 256 bits
+// in base64url.
+//
+// With a rotation period, the epoch is the number of whole periods since
+// the Unix epoch at now: the current password is the epoch's, and the
+// previous epoch's stays valid beside it, so a sidecar holding the
+// previous one (the kubelet updates a mounted Secret within a minute or
+// two) keeps connecting for a whole period after the change. Without a
+// period (0), there is one password, of epoch 0.
+func Passwords(install []byte, user string, period time.Duration, now time.Time) (current string, valid []string) {
+	if period <= 0 {
+		p := password(install, user, 0)
+		return p, []string{p}
+	}
+	e := now.UnixNano() / int64(period)
+	current = password(install, user, e)
+	return current, []string{current, password(install, user, e-1)}
+}
+
+// NextRotation is when the epoch of Passwords next changes (zero without
+// a period).
+func NextRotation(period time.Duration, now time.Time) time.Time {
+	if period <= 0 {
+		return time.Time{}
+	}
+	e := now.UnixNano() / int64(period)
+	return time.Unix(0, (e+1)*int64(period))
+}
+
+func password(install []byte, user string, epoch int64) string {
+	m := hmac.New(sha256.New, install)
+	m.Write([]byte("slidegate redis password v1\x00"))
+	m.Write([]byte(user))
+	m.Write([]byte{0})
+	m.Write([]byte(strconv.FormatInt(epoch, 10)))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
