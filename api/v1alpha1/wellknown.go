@@ -57,10 +57,15 @@ const (
 	ManagedByValue = "slidegate"
 
 	// RedisCredentialsSecretName is the Secret the controller keeps in every
-	// namespace that has policies: a copy of the Redis credentials Secret
-	// configured on the manager (--redis-secret-name), for the sidecars of
-	// that namespace to mount. It is removed with the namespace's last
-	// policy. The name is reserved in every namespace that has policies.
+	// namespace that is labelled for injection (InjectionLabel) and has a
+	// sidecar policy, for the sidecars of that namespace to mount: the
+	// namespace's own Redis identity (RedisNamespaceUsernameKey,
+	// RedisNamespacePasswordKey), the TLS keys and sentinel credentials of
+	// the Secret configured on the manager (--redis-secret-name), the
+	// identity shared by every namespace (RedisUsernameKey,
+	// RedisPasswordKey) while sidecars that use it run there, and the
+	// client hash key. It is removed with the namespace's last sidecar
+	// policy or its label. The name is reserved in those namespaces.
 	RedisCredentialsSecretName = "slidegate-redis-credentials"
 	// SidecarPort is the port the injected sidecar proxies on by default
 	// (the manager's --sidecar-listen-port changes it). It takes over the
@@ -98,6 +103,12 @@ const (
 	// differ from the data nodes'.
 	RedisSentinelUsernameKey = "sentinel-username"
 	RedisSentinelPasswordKey = "sentinel-password"
+	// RedisNamespaceUsernameKey and RedisNamespacePasswordKey hold the
+	// namespace's own Redis identity in RedisCredentialsSecretName: an ACL
+	// user that may call the slidegate Functions library on the
+	// namespace's keys only, which the manager creates (--redis-identity).
+	RedisNamespaceUsernameKey = "namespace-username"
+	RedisNamespacePasswordKey = "namespace-password"
 	// RedisTLSCAKey, RedisTLSCertKey and RedisTLSKeyKey, optional, are the
 	// TLS material for --redis-tls, under the names cert-manager and
 	// kubernetes.io/tls Secrets use: the CA that signed the Redis server's
@@ -135,7 +146,20 @@ type InjectionStatus struct {
 	// runs in the namespace.
 	SidecarVersion string `json:"sidecarVersion,omitempty"`
 	ConfigMinor    int32  `json:"configMinor,omitempty"`
+	// RedisIdentity is the Redis identity the sidecar authenticates as:
+	// RedisIdentityNamespace (the namespace's own, through the Functions
+	// library) or RedisIdentityShared (the one identity of every
+	// namespace, through EVALSHA). Empty (a sidecar injected before it
+	// existed) reads as shared: the controller keeps the shared
+	// credentials in the namespace while such a sidecar runs.
+	RedisIdentity string `json:"redisIdentity,omitempty"`
 }
+
+// The values of InjectionStatus.RedisIdentity.
+const (
+	RedisIdentityNamespace = "namespace"
+	RedisIdentityShared    = "shared"
+)
 
 // TakenOverPort is one container port entry the injector changed.
 type TakenOverPort struct {
@@ -192,7 +216,9 @@ const (
 	// not accepted.
 	ReasonNotAccepted = "NotAccepted"
 	// ReasonRedisCredentialsUnavailable: the manager's Redis credentials
-	// Secret is missing, so sidecars could not connect (Ready=False).
+	// Secret is missing, or the namespace's own Redis identity could not
+	// be set up (Redis refused, or the namespace's name is reserved), so
+	// sidecars could not connect (Ready=False).
 	ReasonRedisCredentialsUnavailable = "RedisCredentialsUnavailable"
 	// ReasonEnforced: every selected pod carries the sidecar (Enforced=True).
 	ReasonEnforced = "Enforced"

@@ -53,6 +53,10 @@ const (
 	ConfigVolume   = "slidegate-config"
 	PodInfoVolume  = "slidegate-podinfo"
 	RedisTLSVolume = "slidegate-redis-tls"
+	// RedisCredentialsVolume holds the sidecar's Redis credentials, from
+	// the namespace's Secret: the keys of its identity under the file
+	// names redisconn.Credentials*File, read for every new connection.
+	RedisCredentialsVolume = "slidegate-redis-credentials"
 	// ClientHashKeyVolume holds the namespace's client hash key (package
 	// clienthash), from the mirrored Secret.
 	ClientHashKeyVolume = "slidegate-client-hash-key"
@@ -67,8 +71,10 @@ const (
 	ConfigDir        = "/etc/slidegate/config"
 	PodInfoDir       = "/etc/slidegate/podinfo"
 	RedisTLSDir      = "/etc/slidegate/redis-tls"
-	ClientHashKeyDir = "/etc/slidegate/client-hash"
-	AdminPortName    = "sg-admin"
+	// RedisCredentialsDir is where RedisCredentialsVolume is mounted.
+	RedisCredentialsDir = "/etc/slidegate/redis-credentials"
+	ClientHashKeyDir    = "/etc/slidegate/client-hash"
+	AdminPortName       = "sg-admin"
 	// DebugPortName is the sidecar's /debug port, on 127.0.0.1 only: it is
 	// declared so that kubectl slidegate (and kubectl port-forward) find
 	// it by name, and so that the port check covers it; nothing outside
@@ -126,6 +132,14 @@ type Options struct {
 	// credentials and TLS files come from the mirrored Secret
 	// (v1alpha1.RedisCredentialsSecretName), the rest is ignored.
 	Redis redisconn.Config
+	// RedisIdentity is the Redis identity the sidecar authenticates as:
+	// v1alpha1.RedisIdentityNamespace (the namespace's own user, from the
+	// Secret's namespace-username and namespace-password, deciding through
+	// the Functions library) or, empty, v1alpha1.RedisIdentityShared (the
+	// user shared by every namespace, username and password, sending the
+	// scripts). It is recorded in the injection status, so the controller
+	// keeps the shared credentials where a sidecar uses them.
+	RedisIdentity string
 	// FallbackReplicas is the share divisor of fail-open decisions
 	// (ceil(limit / replicas) per pod while Redis is unreachable).
 	FallbackReplicas int32
@@ -256,7 +270,7 @@ func Inject(pod *corev1.Pod, opts Options) error {
 	if err != nil {
 		return err
 	}
-	st.SidecarVersion, st.ConfigMinor = opts.SidecarVersion, sidecarconfig.Minor
+	st.SidecarVersion, st.ConfigMinor, st.RedisIdentity = opts.SidecarVersion, sidecarconfig.Minor, opts.RedisIdentity
 	raw, err := json.Marshal(st)
 	if err != nil {
 		return err
@@ -296,6 +310,20 @@ func Inject(pod *corev1.Pod, opts Options) error {
 			Items:       []corev1.KeyToPath{{Key: clienthash.SecretDataKey, Path: clienthash.SecretDataKey}},
 			DefaultMode: ptr.To[int32](0o444),
 			Optional:    ptr.To(true),
+		},
+	}})
+	setVolume(work, corev1.Volume{Name: RedisCredentialsVolume, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{
+			SecretName: v1alpha1.RedisCredentialsSecretName,
+			Items:      credentialItems(opts.RedisIdentity),
+			// Readable by the sidecar's non-root user (files of a Secret
+			// volume are root's); only the sidecar mounts the volume.
+			DefaultMode: ptr.To[int32](0o444),
+			// A Redis without AUTH needs none; the controller may write them
+			// after the pod starts (its first policy): the kubelet fills the
+			// volume on its next sync of the pod, and the sidecar reads the
+			// files for every new connection.
+			Optional: ptr.To(true),
 		},
 	}})
 	if opts.Redis.TLS {
@@ -343,7 +371,7 @@ func Remove(pod *corev1.Pod) error {
 			}
 		}
 	}
-	ours := []string{ConfigVolume, PodInfoVolume, NoAPITokenVolume, RedisTLSVolume, ClientHashKeyVolume}
+	ours := []string{ConfigVolume, PodInfoVolume, NoAPITokenVolume, RedisTLSVolume, ClientHashKeyVolume, RedisCredentialsVolume}
 	work.Spec.Volumes = slices.DeleteFunc(work.Spec.Volumes, func(v corev1.Volume) bool {
 		return slices.Contains(ours, v.Name) && !mounted[v.Name]
 	})
@@ -598,13 +626,11 @@ func sidecar(o Options, st Status) corev1.Container {
 			args = append(args, "--redis-tls-server-name="+o.Redis.TLSServerName)
 		}
 	}
-	secretEnv := func(env, key string) corev1.EnvVar {
-		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: v1alpha1.RedisCredentialsSecretName},
-			Key:                  key,
-			// A Redis without ACLs needs no Secret.
-			Optional: ptr.To(true),
-		}}}
+	// Credentials from files, read for every new connection (a rotation
+	// needs no restart), where environment variables were resolved once.
+	args = append(args, "--redis-credentials-dir="+RedisCredentialsDir)
+	if o.RedisIdentity == v1alpha1.RedisIdentityNamespace {
+		args = append(args, "--redis-functions")
 	}
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{
@@ -619,6 +645,7 @@ func sidecar(o Options, st Status) corev1.Container {
 		{Name: PodInfoVolume, MountPath: PodInfoDir, ReadOnly: true},
 		{Name: NoAPITokenVolume, MountPath: APITokenDir, ReadOnly: true},
 		{Name: ClientHashKeyVolume, MountPath: ClientHashKeyDir, ReadOnly: true},
+		{Name: RedisCredentialsVolume, MountPath: RedisCredentialsDir, ReadOnly: true},
 	}
 	if o.Redis.TLS {
 		mounts = append(mounts, corev1.VolumeMount{Name: RedisTLSVolume, MountPath: RedisTLSDir, ReadOnly: true})
@@ -635,10 +662,6 @@ func sidecar(o Options, st Status) corev1.Container {
 			{Name: st.TargetPort, ContainerPort: o.ListenPort, Protocol: corev1.ProtocolTCP},
 			{Name: AdminPortName, ContainerPort: o.AdminPort, Protocol: corev1.ProtocolTCP},
 			{Name: DebugPortName, ContainerPort: o.DebugPort, Protocol: corev1.ProtocolTCP},
-		},
-		Env: []corev1.EnvVar{
-			secretEnv(redisconn.EnvUsername, v1alpha1.RedisUsernameKey), secretEnv(redisconn.EnvPassword, v1alpha1.RedisPasswordKey),
-			secretEnv(redisconn.EnvSentinelUsername, v1alpha1.RedisSentinelUsernameKey), secretEnv(redisconn.EnvSentinelPassword, v1alpha1.RedisSentinelPasswordKey),
 		},
 		Resources: o.Resources,
 		// The app starts once the proxy listens; readiness also needs a
@@ -657,6 +680,21 @@ func sidecar(o Options, st Status) corev1.Container {
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+// credentialItems maps the namespace Secret's keys of the identity to the
+// credential files the sidecar reads (redisconn.Credentials*File).
+func credentialItems(identity string) []corev1.KeyToPath {
+	user, pass := v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey
+	if identity == v1alpha1.RedisIdentityNamespace {
+		user, pass = v1alpha1.RedisNamespaceUsernameKey, v1alpha1.RedisNamespacePasswordKey
+	}
+	return []corev1.KeyToPath{
+		{Key: user, Path: redisconn.CredentialsUsernameFile},
+		{Key: pass, Path: redisconn.CredentialsPasswordFile},
+		{Key: v1alpha1.RedisSentinelUsernameKey, Path: redisconn.CredentialsSentinelUsernameFile},
+		{Key: v1alpha1.RedisSentinelPasswordKey, Path: redisconn.CredentialsSentinelPasswordFile},
 	}
 }
 
@@ -681,6 +719,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.FallbackReplicas < 1 {
 		o.FallbackReplicas = 1
+	}
+	if o.RedisIdentity == "" {
+		o.RedisIdentity = v1alpha1.RedisIdentityShared
 	}
 	if o.Resources.Requests == nil && o.Resources.Limits == nil {
 		o.Resources = corev1.ResourceRequirements{

@@ -68,6 +68,9 @@ func TestInjectGolden(t *testing.T) {
 			if strings.HasSuffix(in, "-tls.yaml") {
 				opts.Redis.TLS, opts.Redis.TLSServerName = true, "redis.data.svc"
 			}
+			if strings.HasSuffix(in, "-namespace-identity.yaml") {
+				opts.RedisIdentity = v1alpha1.RedisIdentityNamespace
+			}
 			if err := Inject(pod, opts); err != nil {
 				t.Fatalf("Inject: %v", err)
 			}
@@ -178,10 +181,13 @@ func TestInjectTakesOverNamedPort(t *testing.T) {
 	if !containsArg(sc.Args, "--upstream=http://127.0.0.1:8080") {
 		t.Errorf("sidecar args %v lack the upstream", sc.Args)
 	}
-	for _, e := range sc.Env {
-		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != v1alpha1.RedisCredentialsSecretName {
-			t.Errorf("env %s is not read from the credentials Secret: %+v", e.Name, e)
-		}
+	// Credentials come from files of the namespace's Secret, read for every
+	// new connection, not from the environment (resolved once).
+	if len(sc.Env) != 0 {
+		t.Errorf("sidecar env %+v: credentials belong in the mounted Secret", sc.Env)
+	}
+	if !containsArg(sc.Args, "--redis-credentials-dir="+RedisCredentialsDir) {
+		t.Errorf("sidecar args %v lack the credentials directory", sc.Args)
 	}
 }
 

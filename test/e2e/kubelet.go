@@ -16,8 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/slidegate/slidegate/api/v1alpha1"
-	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -65,7 +63,7 @@ func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *core
 			a = name + "=" + debug
 		case "--upstream":
 			a = name + "=" + upstream
-		case "--config-file", "--pod-labels-file", "--client-hash-key-file":
+		case "--config-file", "--pod-labels-file", "--client-hash-key-file", "--redis-credentials-dir", "--redis-tls-dir":
 			a = name + "=" + filepath.Join(root, value)
 		}
 		s.Args = append(s.Args, a)
@@ -85,16 +83,13 @@ func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *core
 			if err := os.WriteFile(filepath.Join(dir, "labels"), []byte(downwardLabels(pod.Labels)), 0o644); err != nil {
 				return nil, err
 			}
-		case inject.ClientHashKeyVolume:
-			// The optional Secret volume as the kubelet fills it at start
-			// (no later refresh here).
-			var sec corev1.Secret
-			if err := c.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: v1alpha1.RedisCredentialsSecretName}, &sec); err == nil {
-				if k, ok := sec.Data[clienthash.SecretDataKey]; ok {
-					if err := os.WriteFile(filepath.Join(dir, clienthash.SecretDataKey), k, 0o600); err != nil {
-						return nil, err
-					}
-				}
+		default:
+			// An optional Secret volume (the client hash key, the Redis
+			// credentials, the TLS files) as the kubelet fills it at start
+			// (no later refresh here): the items it maps, those the Secret
+			// has.
+			if err := c.projectSecret(ctx, pod, m.Name, dir); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -126,6 +121,29 @@ func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *core
 		return nil, fmt.Errorf("sidecar not ready (log: %s): %w", filepath.Join(c.Dir, "sidecar-"+pod.Name+".log"), err)
 	}
 	return s, nil
+}
+
+// projectSecret writes, into dir, the items of the pod's Secret volume
+// named volume that its Secret holds; nothing for another kind of volume or
+// a Secret that does not exist (the volumes are optional).
+func (c *Cluster) projectSecret(ctx context.Context, pod *corev1.Pod, volume, dir string) error {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name != volume || v.Secret == nil {
+			continue
+		}
+		var sec corev1.Secret
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: v.Secret.SecretName}, &sec); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		for _, it := range v.Secret.Items {
+			if b, ok := sec.Data[it.Key]; ok {
+				if err := os.WriteFile(filepath.Join(dir, it.Path), b, 0o600); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // Pid is the sidecar's process id.
