@@ -17,6 +17,7 @@ limitations under the License.
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -88,29 +89,102 @@ func applyConfigMap(ctx context.Context, c client.Client, reader client.Reader, 
 	return nil
 }
 
-// mirrorCredentials keeps the namespace's copy of the Redis credentials in
-// line with the manager's Secret, with the namespace's client hash key
-// (clienthash.go). It returns a problem (for the Ready condition) when the
-// source cannot be mirrored, and an error when the API fails. Secret data
-// is never logged nor put into messages.
-func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns string, owners []metav1.OwnerReference) (*problem, error) {
+// mirrorCredentials keeps the namespace's slidegate-redis-credentials
+// Secret (credentialsFor): only in a namespace labelled for injection
+// (optedIn), which has a sidecar policy since it is reconciled; in any
+// other the Secret and the namespace's Redis user go. It returns a problem
+// (for the Ready condition) when the sidecars cannot get credentials, and
+// an error when the API fails. Secret data is never logged nor put into
+// messages.
+func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy, pods []corev1.Pod,
+	optedIn bool, owners []metav1.OwnerReference) (*problem, error) {
 	key := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
-	hashKey := r.clientHashKey(ctx, ns)
-	if r.RedisCredentials.Name == "" {
-		if hashKey != "" {
-			return nil, r.applyCredentials(ctx, key, withClientHashKey(nil, hashKey), owners)
-		}
-		// No credentials configured (any more): remove a stale copy.
-		return nil, r.deleteManaged(ctx, key, &corev1.Secret{}, "secret")
-	}
 	if key == r.RedisCredentials {
 		return nil, nil // the manager's Secret itself: nothing to copy
 	}
-	data, prob, err := r.credentialsData(ctx)
-	if prob != nil || err != nil {
+	if !optedIn {
+		// No sidecar is injected here: no credentials to hand out.
+		r.removeIdentity(ctx, ns)
+		return nil, deleteManaged(ctx, r.Client, r.Client, key, &corev1.Secret{}, "secret", "the namespace is not labelled for injection")
+	}
+	data, prob, err := r.credentialsFor(ctx, ns, policies, pods)
+	if err != nil || data == nil {
 		return prob, err
 	}
-	return nil, r.applyCredentials(ctx, key, withClientHashKey(data, hashKey), owners)
+	if len(data) == 0 {
+		// Nothing to hand out (no credentials configured any more): remove
+		// a stale copy.
+		return prob, r.deleteManaged(ctx, key, &corev1.Secret{}, "secret")
+	}
+	return prob, r.applyCredentials(ctx, key, data, owners)
+}
+
+// credentialsFor is the data of namespace ns's Secret: the client hash
+// key; from the manager's Secret, the TLS keys and the sentinels'
+// credentials, and the shared identity while it is the mode, or while a
+// sidecar of the namespace uses it and the namespace holds it already
+// (holdsShared); and the namespace's own identity once it is
+// set up on every node. A nil map with a problem leaves the Secret as it
+// is (the manager's Secret is missing: the sidecars keep what they have).
+func (r *RateLimitPolicyReconciler) credentialsFor(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy, pods []corev1.Pod) (map[string][]byte, *problem, error) {
+	data := withClientHashKey(map[string][]byte{}, r.clientHashKey(ctx, ns))
+	if r.RedisCredentials.Name != "" {
+		src, prob, err := r.credentialsData(ctx)
+		if prob != nil || err != nil {
+			return nil, prob, err
+		}
+		shared := r.mode() == IdentityShared
+		if !shared && len(sharedSidecars(pods)) > 0 {
+			if shared, err = r.holdsShared(ctx, ns, src); err != nil {
+				return nil, nil, err
+			}
+		}
+		for k, v := range src {
+			if !shared && (k == v1alpha1.RedisUsernameKey || k == v1alpha1.RedisPasswordKey) {
+				continue
+			}
+			data[k] = v
+		}
+	}
+	var prob *problem
+	if r.administered() {
+		user, password, p, err := r.namespaceIdentity(ctx, ns, policies)
+		if err != nil {
+			return nil, nil, err
+		}
+		if p == nil {
+			data[v1alpha1.RedisNamespaceUsernameKey], data[v1alpha1.RedisNamespacePasswordKey] = []byte(user), []byte(password)
+		} else if r.mode() == IdentityNamespace {
+			// New sidecars authenticate as the namespace: without it they
+			// cannot. (In the shared mode it is only being prepared.)
+			prob = p
+		}
+	}
+	return data, prob, nil
+}
+
+// holdsShared reports whether namespace ns's Secret already holds the
+// shared identity of src, as the manager's earlier release or the shared
+// mode wrote it. Only there is it kept for the sidecars that use it: a
+// pod's injection status is the pod author's to write (an annotation can be
+// changed after the webhook), so a status that claims a sidecar of an
+// earlier release must not bring the identity that reaches every
+// namespace's keys to a namespace that does not already hold it.
+func (r *RateLimitPolicyReconciler) holdsShared(ctx context.Context, ns string, src map[string][]byte) (bool, error) {
+	var cur corev1.Secret
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &cur)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the Secret %s/%s: %w", ns, v1alpha1.RedisCredentialsSecretName, err)
+	}
+	for _, k := range []string{v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey} {
+		if !bytes.Equal(cur.Data[k], src[k]) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // credentialsData reads the credential keys of the manager's Secret, or the
@@ -173,7 +247,8 @@ func (r *RateLimitPolicyReconciler) applyCredentials(ctx context.Context, key ty
 
 // mirroredKeys are the data keys of slidegate-redis-credentials that the
 // controller writes.
-var mirroredKeys = append(slices.Clone(v1alpha1.RedisCredentialKeys), clienthash.SecretDataKey)
+var mirroredKeys = append(slices.Clone(v1alpha1.RedisCredentialKeys), clienthash.SecretDataKey,
+	v1alpha1.RedisNamespaceUsernameKey, v1alpha1.RedisNamespacePasswordKey)
 
 // credentialsEqual compares the credential keys and the client hash key
 // only: keys someone else added are not ours to judge (server-side apply

@@ -55,6 +55,27 @@ var (
 		Help: "Accepted policies for the rate limit service on a domain that no namespace claims in ConfigMap slidegate-rls-domains, so that policies of any namespace may limit that domain.",
 	})
 
+	unauthenticatedGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "slidegate_redis_unauthenticated",
+		Help: "Redis nodes that answered a command sent without AUTH at the manager's last check: anything that reaches them bypasses every identity (alert SlidegateRedisOpen).",
+	})
+	libraryLoadsCounter = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "slidegate_redis_library_loads_total",
+		Help: "Times the manager loaded the slidegate Functions library on a Redis master that lacked it (the first time, after a restart without persistence, an empty replica promoted).",
+	})
+	identitySyncCounter = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "slidegate_redis_identity_syncs_total",
+		Help: "Periodic passes that brought every Redis node to the desired library and identities.",
+	})
+	identitySyncErrorsCounter = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "slidegate_redis_identity_sync_errors_total",
+		Help: "Periodic passes that could not bring every Redis node to the desired library and identities (see the manager's log).",
+	})
+	identityModeGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "slidegate_redis_identity_mode",
+		Help: "1 for the Redis identity mode new sidecars get (--redis-identity): namespace, or shared, which isolates nothing inside Redis.",
+	}, []string{"mode"})
+
 	writesCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "slidegate_controller_writes_total",
 		Help: "API writes by the RateLimitPolicy controller, by resource and operation; flat when nothing changes.",
@@ -63,7 +84,7 @@ var (
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(policiesGauge, rejectedPoliciesGauge, unprotectedPodsGauge, notEnforcedGauge, writesCounter,
-		unclaimedDomainPoliciesGauge,
+		unclaimedDomainPoliciesGauge, unauthenticatedGauge, libraryLoadsCounter, identitySyncCounter, identitySyncErrorsCounter, identityModeGauge,
 		buildinfo.Collector("manager"))
 }
 

@@ -43,6 +43,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/jwksfetch"
+	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -82,6 +83,10 @@ type RateLimitPolicyReconciler struct {
 	// URL (key.jwt.jwks.url); its zero value takes jwksfetch's defaults.
 	// Changed and InUse are set by SetupWithManager.
 	JWKSFetch jwksfetch.Options
+
+	// Identities sets up the namespaces' own Redis identities (identity.go);
+	// nil: the shared identity of RedisCredentials only.
+	Identities *RedisIdentities
 
 	// InstallSecret holds the install's client hash key (clienthash.go;
 	// clienthash.InstallSecretName in the manager's namespace); empty Name:
@@ -157,21 +162,25 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 
 	owners := ownerReferences(policies)
-	if err := r.applyConfigMap(ctx, ns, desired.data, desired.revision, owners); err != nil {
+	facts, err := r.namespaceFacts(ctx, ns, pods)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	credentials, err := r.mirrorCredentials(ctx, ns, owners)
+	// The credentials first: the namespace's Redis user exists before its
+	// sidecars are handed a configuration that a policy's long name may
+	// need a key pattern of that user's for.
+	credentials, err := r.mirrorCredentials(ctx, ns, policies, running, facts.optedIn, owners)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	facts.credentials = credentials
+	if err := r.applyConfigMap(ctx, ns, desired.data, desired.revision, owners); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.applyNetworkPolicies(ctx, ns, policies); err != nil {
 		return ctrl.Result{}, err
 	}
 
-	facts, err := r.namespaceFacts(ctx, ns, pods, credentials)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
 	facts.legacySidecars = legacy
 	facts.keys, facts.keyNotes = keyProblems, keyNotes
 	want, unprotected := policyStatuses(policies, desired, facts, time.Now(), r.credentialsGrace())
@@ -187,15 +196,26 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 }
 
 // requeue is when to come back after writing the statuses: soon after a
-// conflict, and when the credentials grace has passed while they are missing,
-// to report Stalled.
+// conflict, when the credentials grace has passed while they are missing
+// (to report Stalled, and to try the namespace's identity again), and at
+// the next password rotation.
 func (r *RateLimitPolicyReconciler) requeue(conflicted, credentialsMissing bool) ctrl.Result {
 	var result ctrl.Result
-	if conflicted {
-		result.RequeueAfter = conflictRetryDelay
+	sooner := func(d time.Duration) {
+		if d > 0 && (result.RequeueAfter == 0 || result.RequeueAfter > d) {
+			result.RequeueAfter = d
+		}
 	}
-	if g := r.credentialsGrace(); credentialsMissing && (result.RequeueAfter == 0 || result.RequeueAfter > g) {
-		result.RequeueAfter = g
+	if conflicted {
+		sooner(conflictRetryDelay)
+	}
+	if credentialsMissing {
+		sooner(r.credentialsGrace())
+	}
+	if r.administered() {
+		if next := redisadmin.NextRotation(r.Identities.Rotation, time.Now()); !next.IsZero() {
+			sooner(time.Until(next) + time.Second)
+		}
 	}
 	return result
 }
@@ -309,9 +329,9 @@ type namespaceFacts struct {
 }
 
 // namespaceFacts gathers the Services and the Namespace for the statuses,
-// beside the pods and the credentials problem already known.
-func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, pods []corev1.Pod, credentials *problem) (namespaceFacts, error) {
-	facts := namespaceFacts{pods: pods, credentials: credentials, optedIn: true}
+// beside the pods already known.
+func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, pods []corev1.Pod) (namespaceFacts, error) {
+	facts := namespaceFacts{pods: pods, optedIn: true}
 	var services corev1.ServiceList
 	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
 		return facts, fmt.Errorf("listing the services of namespace %s: %w", ns, err)
@@ -376,6 +396,7 @@ func (r *RateLimitPolicyReconciler) cleanup(ctx context.Context, ns string) erro
 	if err := r.deleteManaged(ctx, types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}, cm, "configmap"); err != nil {
 		return err
 	}
+	r.removeIdentity(ctx, ns)
 	secret := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
 	if secret == r.RedisCredentials {
 		return nil

@@ -48,8 +48,15 @@ import (
 
 var nsCounter atomic.Int32
 
-// newNamespace creates a namespace for one test.
+// newNamespace creates a namespace for one test, labelled for injection
+// (where the controller hands out Redis credentials).
 func newNamespace(t *testing.T) string {
+	t.Helper()
+	return newNamespaceWith(t, map[string]string{v1alpha1.InjectionLabel: v1alpha1.InjectionEnabled})
+}
+
+// newNamespaceWith creates a namespace for one test with labels lbls.
+func newNamespaceWith(t *testing.T, lbls map[string]string) string {
 	t.Helper()
 	// A DNS label: subtest names may hold any character.
 	name := strings.Map(func(r rune) rune {
@@ -62,7 +69,7 @@ func newNamespace(t *testing.T) string {
 	if len(name) > 63 {
 		name = strings.TrimRight(name[:63], "-")
 	}
-	if err := k.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+	if err := k.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls}}); err != nil {
 		t.Fatal(err)
 	}
 	return name
@@ -428,7 +435,10 @@ func TestCredentialsMirror(t *testing.T) {
 				return err
 			}
 			want := map[string][]byte{"username": []byte("sidecar"), "password": []byte(wantPassword), "sentinel-password": []byte("sentinel-s3cret"), "ca.crt": []byte(testCA),
-				clienthash.SecretDataKey: []byte(clienthash.NamespaceKey(installKey(t), ns))}
+				clienthash.SecretDataKey: []byte(clienthash.NamespaceKey(installKey(t), ns)),
+				// The suite runs the shared mode with an administrative
+				// identity: the namespace's own is prepared beside it.
+				v1alpha1.RedisNamespaceUsernameKey: []byte("slidegate-ns-" + ns), v1alpha1.RedisNamespacePasswordKey: []byte(namespacePassword(t, ns))}
 			if diff := cmp.Diff(want, s.Data); diff != "" {
 				return fmt.Errorf("mirrored data (-want +got):\n%s", diff)
 			}
@@ -656,7 +666,7 @@ func TestDriftRepair(t *testing.T) {
 // the pods.
 func TestPodCounts(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := newNamespaceWith(t, nil) // not labelled for injection: the message says so
 	p := newPolicy(ns, "p", func(s *v1alpha1.RateLimitPolicySpec) {
 		s.TargetSelector = &v1alpha1.LabelSelector{
 			MatchLabels:      map[string]v1alpha1.LabelValue{"app": "checkout"},

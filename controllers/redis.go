@@ -20,10 +20,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
@@ -36,8 +38,22 @@ type RedisConnection struct {
 	// credentials or TLS files of its own (they are in CredentialsSecret).
 	Config redisconn.Config
 	// CredentialsSecret is the Secret, in the manager's namespace, with the
-	// keys username and password. Empty Name: Redis without AUTH.
+	// keys username and password (the shared identity) and the TLS keys.
+	// Empty Name: none.
 	CredentialsSecret types.NamespacedName
+
+	// Identity is the Redis identity new sidecars get (--redis-identity).
+	Identity IdentityMode
+	// AdminCredentialsDir is where the administrative identity's Secret is
+	// mounted (username, password; with TLS, ca.crt and tls.crt/tls.key):
+	// the manager sets up the library and the identities with it. Empty:
+	// the manager administers Redis without credentials (a Redis whose
+	// default user needs none).
+	AdminCredentialsDir string
+	// IdentityInterval is how often every node is brought to the whole
+	// desired state; PasswordRotation the rotation period of the
+	// identities' passwords (0: never).
+	IdentityInterval, PasswordRotation time.Duration
 }
 
 // BindFlags registers the --redis-* flags on fs. Call Complete after parsing.
@@ -48,10 +64,28 @@ func (c *RedisConnection) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Config.TLS, "redis-tls", false, "Connect to Redis with TLS, verified against ca.crt in the Redis Secret, else the system roots.")
 	fs.StringVar(&c.Config.TLSServerName, "redis-tls-server-name", "",
 		"With --redis-tls: the name to verify in every Redis certificate, instead of the host dialled (Cluster and Sentinel dial the addresses the nodes announce, often IPs).")
+	c.Identity = IdentityNamespace
+	fs.Func("redis-identity", "Redis identity of new sidecars: namespace (each namespace labelled for injection authenticates as a Redis ACL user of its own, "+
+		"which the manager sets up and which may call the slidegate Functions library on the namespace's keys only) or shared (every sidecar authenticates as the user of --redis-secret-name "+
+		"and runs the scripts: isolates nothing inside Redis). Default namespace.", func(v string) error {
+		switch IdentityMode(v) {
+		case IdentityNamespace, IdentityShared:
+			c.Identity = IdentityMode(v)
+			return nil
+		}
+		return fmt.Errorf("%q is not namespace or shared", v)
+	})
+	fs.StringVar(&c.AdminCredentialsDir, "redis-admin-credentials-dir", "",
+		"Directory of the mounted Secret of the administrative Redis identity (files username and password; with --redis-tls, ca.crt and tls.crt/tls.key), "+
+			"with which the manager loads the Functions library and sets up the identities on every node; it never leaves the manager's namespace. Empty: no credentials.")
+	fs.DurationVar(&c.IdentityInterval, "redis-identity-interval", DefaultIdentityInterval,
+		"How often the manager brings every Redis node to the desired library and identities: a node that restarted without persistence or was replaced has them back within it.")
+	fs.DurationVar(&c.PasswordRotation, "redis-password-rotation", 0,
+		"Rotate the identities' passwords this often (the previous one stays valid for one more period, while the kubelet updates the mounted Secrets); 0: never.")
 	fs.StringVar(&c.CredentialsSecret.Name, "redis-secret-name", "",
-		"Secret in the manager's namespace with the Redis credentials (keys username and password) and, with --redis-tls, "+
-			"ca.crt and a client certificate tls.crt/tls.key; mirrored into every namespace that has policies as "+
-			"slidegate-redis-credentials. Empty: Redis without AUTH.")
+		"Secret in the manager's namespace with the shared Redis identity (keys username and password: the identity of --redis-identity=shared, and of sidecars of earlier releases) and, with --redis-tls, "+
+			"ca.crt and a client certificate tls.crt/tls.key; mirrored into every namespace labelled for injection that has sidecar policies as "+
+			"slidegate-redis-credentials. Empty: none.")
 }
 
 // Complete sets the namespace of the credentials Secret (the manager's own)
@@ -70,6 +104,12 @@ func (c *RedisConnection) Complete(managerNamespace string) error {
 // (redisconn.Config.Validate), and the Secret's name.
 func (c *RedisConnection) Validate() error {
 	errs := []error{c.Config.Validate()}
+	if c.IdentityInterval < 0 || c.PasswordRotation < 0 {
+		errs = append(errs, errors.New("--redis-identity-interval and --redis-password-rotation must not be negative"))
+	}
+	if c.PasswordRotation > 0 && c.PasswordRotation < 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--redis-password-rotation=%v: at least 10m, so that the kubelet updates every mounted Secret within a period", c.PasswordRotation))
+	}
 	if n := c.CredentialsSecret.Name; n != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(n) {
 			errs = append(errs, fmt.Errorf("--redis-secret-name %q: %s", n, msg))
@@ -77,3 +117,32 @@ func (c *RedisConnection) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Identities builds the administration of the identities: an Admin of the
+// deployment with the administrative identity's credentials (and TLS
+// files) from AdminCredentialsDir, the RLS Secret in the manager's
+// namespace, and pod, the manager's own Pod for events.
+func (c *RedisConnection) Identities(managerNamespace string, pod types.NamespacedName) (*RedisIdentities, error) {
+	cfg := c.Config
+	cfg.CredentialsDir = c.AdminCredentialsDir
+	if cfg.TLS && c.AdminCredentialsDir != "" {
+		cfg.TLSDir = c.AdminCredentialsDir
+	}
+	admin, err := redisadmin.New(redisadmin.Options{Redis: cfg})
+	if err != nil {
+		return nil, fmt.Errorf("the Redis administration: %w", err)
+	}
+	return &RedisIdentities{
+		Mode:      c.Identity,
+		Admin:     admin,
+		Interval:  c.IdentityInterval,
+		Rotation:  c.PasswordRotation,
+		RLSSecret: types.NamespacedName{Namespace: managerNamespace, Name: RLSCredentialsSecretName},
+		Pod:       pod,
+	}, nil
+}
+
+// RLSCredentialsSecretName is the Secret, in the manager's namespace, that
+// holds the rate limit service's Redis identity (config/components/rls
+// mounts it).
+const RLSCredentialsSecretName = "slidegate-rls-redis-credentials"

@@ -215,6 +215,13 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
 	})
 	r.uncached = mgr.GetAPIReader()
+	identityModeGauge.Reset()
+	identityModeGauge.WithLabelValues(string(r.mode())).Set(1)
+	if r.administered() {
+		if err := mgr.Add(identityRunnable{r}); err != nil {
+			return err
+		}
+	}
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.RedisCredentials.Name != "" {
 		c, err := credentialsCache(ctx, mgr, r.RedisCredentials)
@@ -250,6 +257,10 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		Watches(&corev1.ConfigMap{}, byNamespace, builder.WithPredicates(predicate.NewPredicateFuncs(isOurConfigMap))).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToNamespaces)).
 		Watches(&networkingv1.NetworkPolicy{}, byNamespace).
+		// Namespaces: the injection label decides who gets credentials.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{namespaceRequest(o.GetName())}
+		}), builder.WithPredicates(injectionLabelChanged)).
 		// Services: a numeric targetPort in front of protected pods is a
 		// bypass to report; only namespaces with policies care.
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToNamespace)).
@@ -277,6 +288,16 @@ func namespaceRequest(ns string) reconcile.Request {
 var deletionStarted = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+	},
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// injectionLabelChanged passes updates of a Namespace's injection label.
+var injectionLabelChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return inject.NamespaceOptedIn(e.ObjectOld.GetLabels()) != inject.NamespaceOptedIn(e.ObjectNew.GetLabels())
 	},
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },

@@ -50,6 +50,8 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/jwksfetch"
+	"github.com/slidegate/slidegate/internal/redisadmin"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -71,7 +73,17 @@ var (
 	reconciler *RateLimitPolicyReconciler
 	// redisSecret is the manager's credentials Secret.
 	redisSecret = types.NamespacedName{Namespace: "slidegate-system", Name: "redis-auth"}
+	// redisServer is the Redis the reconciler administers (identities.go);
+	// its default user needs no password, as a test Redis's does.
+	redisServer *testsupport.Redis
+	// identities is the reconciler's administration of it: the shared mode
+	// with an administrative identity, which prepares the namespaces' own.
+	identities *RedisIdentities
 )
+
+// managerPod names the manager's own Pod, which events about Redis are
+// about.
+var managerPod = types.NamespacedName{Namespace: "slidegate-system", Name: "manager-0"}
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -95,6 +107,22 @@ func runMain(m *testing.M) int {
 	}()
 	k = c
 	cfg := env.Config
+
+	testsupport.RedisInMain()
+	redisServer, err = testsupport.NewRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer redisServer.Close()
+	admin, err := redisadmin.New(redisadmin.Options{Redis: redisconn.Config{Addrs: []string{redisServer.Addr}}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer admin.Close()
+	identities = &RedisIdentities{Mode: IdentityShared, Admin: admin, Interval: 300 * time.Millisecond,
+		RLSSecret: types.NamespacedName{Namespace: redisSecret.Namespace, Name: RLSCredentialsSecretName}, Pod: managerPod}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -163,6 +191,7 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		TrustedProxies:   nil,
 		RedisCredentials: redisSecret,
 		InstallSecret:    types.NamespacedName{Namespace: redisSecret.Namespace, Name: clienthash.InstallSecretName},
+		Identities:       identities,
 		// Short, so that the credentials test sees Stalled come and go.
 		CredentialsGrace: 2 * time.Second,
 		// The key set URLs of the tests are httptest TLS servers on

@@ -113,8 +113,14 @@ func run() error {
 		return err
 	}
 
-	ctrl.Log.WithName("setup").Info("starting the manager",
-		"trustedProxies", len(proxies), "redisMode", o.redis.Config.Mode, "redisCredentialsSecret", o.redis.CredentialsSecret.String())
+	log := ctrl.Log.WithName("setup")
+	log.Info("starting the manager",
+		"trustedProxies", len(proxies), "redisMode", o.redis.Config.Mode, "redisCredentialsSecret", o.redis.CredentialsSecret.String(),
+		"redisIdentity", o.redis.Identity, "redisAdminCredentials", o.redis.AdminCredentialsDir != "")
+	if o.redis.Identity == controllers.IdentityShared {
+		log.Info("WARNING: --redis-identity=shared: every namespace's sidecars authenticate as one Redis user that reaches every namespace's keys and may run any script; " +
+			"this isolates nothing inside Redis (docs/security.md, boundary 1)")
+	}
 	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
@@ -222,6 +228,11 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []
 		JWKSFetch:         jwksfetch.Options{Refresh: o.jwksRefresh},
 		InstallSecret:     types.NamespacedName{Namespace: namespace, Name: clienthash.InstallSecretName},
 	}
+	identities, err := o.redis.Identities(namespace, types.NamespacedName{Namespace: namespace, Name: os.Getenv("POD_NAME")})
+	if err != nil {
+		return err
+	}
+	r.Identities = identities
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)
 	}
@@ -244,6 +255,7 @@ func addWebhook(mgr ctrl.Manager, o options, namespace string) error {
 	wh := o.webhook
 	wh.Namespace = namespace
 	wh.Inject.Redis = o.redis.Config
+	wh.Inject.RedisIdentity = string(o.redis.Identity)
 	wh.Inject.SidecarVersion = version.Get()
 	webhookReady, err := webhook.Setup(mgr, wh)
 	if err != nil {

@@ -1,0 +1,364 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/redisadmin"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
+)
+
+// Redis identities (docs/security.md, boundary 1). In the namespace mode
+// each namespace labelled for injection that has a sidecar policy gets a
+// Redis ACL user of its own, slidegate-ns-<namespace>, which may call the
+// slidegate Functions library on that namespace's keys only; the rate
+// limit service gets slidegate-rls for the rls/ keys. The manager sets them
+// up on every node with the platform team's administrative identity,
+// which stays in its namespace (a mounted Secret), derives their passwords
+// from the install key (redisadmin.Passwords), and hands each namespace
+// its own in slidegate-redis-credentials. In the shared mode every
+// namespace gets the one identity of --redis-secret-name, as before (it
+// isolates nothing inside Redis); with an administrative identity the
+// manager still prepares the namespaces' own, so that switching modes
+// leaves no namespace without credentials.
+
+// IdentityMode is how the sidecars authenticate with Redis
+// (--redis-identity).
+type IdentityMode string
+
+// The identity modes.
+const (
+	// IdentityNamespace: each namespace's sidecars authenticate as the
+	// namespace's own user and decide through the Functions library.
+	IdentityNamespace IdentityMode = "namespace"
+	// IdentityShared: every sidecar authenticates as the one user of the
+	// manager's credentials Secret and sends the scripts (EVALSHA).
+	IdentityShared IdentityMode = "shared"
+)
+
+// RedisIdentities configures the manager's administration of the shared
+// Redis's identities.
+type RedisIdentities struct {
+	// Mode is the identity the webhook gives new sidecars, which decides
+	// whether the namespaces keep the shared identity (set before the
+	// reconciler starts).
+	Mode IdentityMode
+	// Admin administers Redis (the library, the users, the open check);
+	// nil: nothing is administered and the namespaces get no identity of
+	// their own.
+	Admin *redisadmin.Admin
+	// Interval is how often every node is brought to the whole desired
+	// state (default 10s): a node that restarted without persistence or
+	// was replaced has its users and the library back within it.
+	Interval time.Duration
+	// Rotation is the password rotation period (0: never;
+	// redisadmin.Passwords).
+	Rotation time.Duration
+	// RLSSecret is the Secret, in the manager's namespace, that the
+	// controller writes the rate limit service's credentials into
+	// (username, password); empty Name: none.
+	RLSSecret types.NamespacedName
+	// Pod is the manager's own Pod, which events about Redis itself are
+	// about; empty Name: no events.
+	Pod types.NamespacedName
+
+	// mu guards the state of the periodic Sync, read by the reconciles.
+	mu sync.Mutex
+	// open is the nodes that last answered without AUTH.
+	open []string
+	// rlsWritten is the password last written into RLSSecret.
+	rlsWritten string
+}
+
+// DefaultIdentityInterval is RedisIdentities.Interval's default.
+const DefaultIdentityInterval = 10 * time.Second
+
+func (ri *RedisIdentities) interval() time.Duration {
+	if ri.Interval > 0 {
+		return ri.Interval
+	}
+	return DefaultIdentityInterval
+}
+
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=patch,resourceNames=slidegate-rls-redis-credentials
+
+// administered reports whether the reconciler sets up identities.
+func (r *RateLimitPolicyReconciler) administered() bool {
+	return r.Identities != nil && r.Identities.Admin != nil
+}
+
+// mode is the identity mode of new sidecars (shared without Identities).
+func (r *RateLimitPolicyReconciler) mode() IdentityMode {
+	if r.Identities == nil {
+		return IdentityShared
+	}
+	r.Identities.mu.Lock()
+	defer r.Identities.mu.Unlock()
+	if r.Identities.Mode == "" {
+		return IdentityShared
+	}
+	return r.Identities.Mode
+}
+
+// setMode changes Mode while the reconciler runs (tests).
+func (ri *RedisIdentities) setMode(m IdentityMode) {
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	ri.Mode = m
+}
+
+// namespaceIdentity sets up namespace ns's user on every node, for its
+// sidecar policies, and returns its name and current password; or the
+// problem that keeps the namespace from having one.
+func (r *RateLimitPolicyReconciler) namespaceIdentity(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy) (user, password string, prob *problem, err error) {
+	install, err := r.installKey(ctx)
+	if err != nil {
+		return "", "", nil, err // the API: retried
+	}
+	if install == nil {
+		return "", "", credentialsProblem("the manager has no install key to derive the namespace's Redis password from (see its log)"), nil
+	}
+	u, current, err := r.namespaceUser(install, ns, policies, time.Now())
+	if err != nil {
+		return "", "", credentialsProblem(err.Error()), nil
+	}
+	if _, err := r.Identities.Admin.Apply(ctx, []redisadmin.User{u}, nil); err != nil {
+		// Redis says why (down, NOPERM for the administrative identity...).
+		return "", "", credentialsProblem(fmt.Sprintf("the namespace's Redis user %s could not be set up: %v", u.Name, err)), nil
+	}
+	return u.Name, current, nil, nil
+}
+
+// namespaceUser is the user of namespace ns with the sidecar policies
+// policies, and its current password.
+func (r *RateLimitPolicyReconciler) namespaceUser(install []byte, ns string, policies []v1alpha1.RateLimitPolicy, now time.Time) (redisadmin.User, string, error) {
+	ids := make([]string, 0, len(policies))
+	for i := range policies {
+		ids = append(ids, ns+"/"+policies[i].Name)
+	}
+	name := redisadmin.NamespaceUser(ns)
+	current, valid := redisadmin.Passwords(install, name, r.Identities.Rotation, now)
+	u, err := redisadmin.NamespaceIdentity("", ns, ids, valid)
+	return u, current, err
+}
+
+// removeIdentity deletes namespace ns's user from every node, best effort:
+// the periodic Sync deletes it too.
+func (r *RateLimitPolicyReconciler) removeIdentity(ctx context.Context, ns string) {
+	if !r.administered() {
+		return
+	}
+	if _, err := r.Identities.Admin.Apply(ctx, nil, []string{redisadmin.NamespaceUser(ns)}); err != nil {
+		logf.FromContext(ctx).Info("the namespace's Redis user could not be deleted now; the next periodic pass deletes it", "user", redisadmin.NamespaceUser(ns), "error", err.Error())
+	}
+}
+
+// sharedSidecars names the pods whose sidecar authenticates with the
+// identity shared by every namespace: injected ones whose status does not
+// say RedisIdentityNamespace (those of earlier releases say nothing). While
+// one runs (terminating included), the namespace keeps the shared
+// credentials: its sidecar reads them from the environment (resolved again
+// when it restarts in place) or from its mounted Secret.
+func sharedSidecars(pods []corev1.Pod) []string {
+	var names []string
+	for i := range pods {
+		raw, injected := pods[i].Annotations[v1alpha1.InjectedAnnotation]
+		if !injected {
+			continue
+		}
+		var st v1alpha1.InjectionStatus
+		if json.Unmarshal([]byte(raw), &st) != nil || st.RedisIdentity != v1alpha1.RedisIdentityNamespace {
+			names = append(names, pods[i].Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// desiredUsers is every user the manager wants on Redis now: one per
+// namespace labelled for injection with a sidecar policy (but the
+// reserved one), and the rate limit service's.
+func (r *RateLimitPolicyReconciler) desiredUsers(ctx context.Context) ([]redisadmin.User, error) {
+	install, err := r.installKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if install == nil {
+		return nil, errors.New("no install key to derive the Redis passwords from")
+	}
+	var list v1alpha1.RateLimitPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing the policies: %w", err)
+	}
+	sidecar := map[string][]v1alpha1.RateLimitPolicy{}
+	var rlsIDs []string
+	for _, p := range list.Items {
+		switch {
+		case !p.DeletionTimestamp.IsZero():
+		case p.Spec.RateLimitService != nil:
+			rlsIDs = append(rlsIDs, rlsconfig.IDPrefix+p.Namespace+"/"+p.Name)
+		default:
+			sidecar[p.Namespace] = append(sidecar[p.Namespace], p)
+		}
+	}
+	now := time.Now()
+	var users []redisadmin.User
+	for ns, policies := range sidecar {
+		if ns == redisadmin.RLSScope || !r.optedIn(ctx, ns) {
+			continue
+		}
+		u, _, err := r.namespaceUser(install, ns, policies, now)
+		if err != nil {
+			return nil, err
+		}
+		users = append(users, u)
+	}
+	_, valid := redisadmin.Passwords(install, redisadmin.RLSUser, r.Identities.Rotation, now)
+	users = append(users, redisadmin.RLSIdentity("", rlsIDs, valid))
+	slices.SortFunc(users, func(a, b redisadmin.User) int { return strings.Compare(a.Name, b.Name) })
+	return users, nil
+}
+
+// optedIn reports whether namespace ns is labelled for injection, as the
+// cache has it (a namespace it does not know is not).
+func (r *RateLimitPolicyReconciler) optedIn(ctx context.Context, ns string) bool {
+	var namespace corev1.Namespace
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); err != nil {
+		return false
+	}
+	return inject.NamespaceOptedIn(namespace.Labels) && namespace.DeletionTimestamp.IsZero()
+}
+
+// identityRunnable runs the periodic Sync on the leader.
+type identityRunnable struct{ r *RateLimitPolicyReconciler }
+
+// NeedLeaderElection: one manager administers Redis.
+func (identityRunnable) NeedLeaderElection() bool { return true }
+
+// Start runs until the manager stops.
+func (i identityRunnable) Start(ctx context.Context) error {
+	r := i.r
+	r.Identities.Admin.Run(ctx, r.Identities.interval(), r.desiredUsers, func(st redisadmin.Status, err error) {
+		r.reportSync(ctx, st, err)
+	})
+	return nil
+}
+
+// reportSync records what a Sync found: the metrics, a log line and an
+// event when a node starts or stops accepting unauthenticated commands,
+// and the rate limit service's credentials once its user is set up.
+func (r *RateLimitPolicyReconciler) reportSync(ctx context.Context, st redisadmin.Status, err error) {
+	log := logf.FromContext(ctx).WithName("redis-identities")
+	ri := r.Identities
+	open := st.Unauthenticated()
+	unauthenticatedGauge.Set(float64(len(open)))
+	for _, n := range st.Nodes {
+		if n.Library == "loaded" {
+			libraryLoadsCounter.Inc()
+			log.Info("loaded the slidegate Functions library", "node", n.Addr, "restarted", n.Restarted)
+		}
+	}
+	if err != nil {
+		identitySyncErrorsCounter.Inc()
+		log.Error(err, "the Redis identities could not be brought up to date on every node; retrying", "interval", ri.interval())
+	} else {
+		identitySyncCounter.Inc()
+	}
+	ri.mu.Lock()
+	changed := !slices.Equal(ri.open, open)
+	ri.open = open
+	ri.mu.Unlock()
+	if changed {
+		r.reportOpen(ctx, open)
+	}
+	if err == nil {
+		r.writeRLSSecret(ctx)
+	}
+}
+
+// reportOpen says, on a change, which nodes accept commands without AUTH.
+func (r *RateLimitPolicyReconciler) reportOpen(ctx context.Context, open []string) {
+	log := logf.FromContext(ctx).WithName("redis-identities")
+	pod := r.Identities.Pod
+	var regarding *corev1.Pod
+	if pod.Name != "" {
+		regarding = &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
+	}
+	if len(open) == 0 {
+		log.Info("every Redis node requires AUTH")
+		if regarding != nil && r.Recorder != nil {
+			r.Recorder.Eventf(regarding, nil, corev1.EventTypeNormal, "RedisAuthenticated", "CheckRedis", "every Redis node requires AUTH")
+		}
+		return
+	}
+	msg := fmt.Sprintf("Redis nodes %s accept commands without AUTH: any pod that reaches them can read, reset and fill every namespace's limits and block the server, whatever identities slidegate hands out; "+
+		"require AUTH (disable the default user or set requirepass) and admit only slidegate's pods with a NetworkPolicy (docs/operations.md, SlidegateRedisOpen)", strings.Join(open, ", "))
+	log.Error(nil, msg)
+	if regarding != nil && r.Recorder != nil {
+		r.Recorder.Eventf(regarding, nil, corev1.EventTypeWarning, "RedisUnauthenticated", "CheckRedis", msg)
+	}
+}
+
+// writeRLSSecret writes the rate limit service's credentials into its
+// Secret when its current password changed (first pass, rotation).
+func (r *RateLimitPolicyReconciler) writeRLSSecret(ctx context.Context) {
+	ri := r.Identities
+	if ri.RLSSecret.Name == "" {
+		return
+	}
+	install, err := r.installKey(ctx)
+	if err != nil || install == nil {
+		return
+	}
+	current, _ := redisadmin.Passwords(install, redisadmin.RLSUser, ri.Rotation, time.Now())
+	ri.mu.Lock()
+	done := ri.rlsWritten == current
+	ri.mu.Unlock()
+	if done {
+		return
+	}
+	ac := corev1ac.Secret(ri.RLSSecret.Name, ri.RLSSecret.Namespace).
+		WithLabels(childLabels("rls-redis-credentials")).
+		WithType(corev1.SecretTypeOpaque).
+		WithData(map[string][]byte{v1alpha1.RedisUsernameKey: []byte(redisadmin.RLSUser), v1alpha1.RedisPasswordKey: []byte(current)})
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		logf.FromContext(ctx).Error(err, "writing the rate limit service's Redis credentials", "secret", klog.KRef(ri.RLSSecret.Namespace, ri.RLSSecret.Name))
+		return
+	}
+	writesCounter.WithLabelValues("secret", "apply").Inc()
+	ri.mu.Lock()
+	ri.rlsWritten = current
+	ri.mu.Unlock()
+}
