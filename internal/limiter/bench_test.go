@@ -39,6 +39,38 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
+// BenchmarkDecideFunctions is BenchmarkDecide through the slidegate
+// Functions library (FCALL, as sidecars with their namespace's own Redis
+// identity decide) beside the scripts (EVALSHA, the shared identity), each
+// pair on the same server one after the other:
+//
+//	go test -run '^$' -bench DecideFunctions -benchmem ./internal/limiter/
+//
+// make bench (test/bench/limiter) adds Redis's CPU per decision.
+func BenchmarkDecideFunctions(b *testing.B) {
+	r := testsupport.StartRedis(b)
+	rdb := standalone(b, r.Addr)
+	if _, err := EnsureLibrary(context.Background(), rdb); err != nil {
+		b.Fatal(err)
+	}
+	for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
+		for _, callers := range []int{1, 64} {
+			for _, functions := range []bool{false, true} {
+				call := map[bool]string{false: "evalsha", true: "fcall"}[functions]
+				b.Run(fmt.Sprintf("%s/callers=%d/%s", alg, callers, call), func(b *testing.B) {
+					l := newLimiter(b, rdb, Options{Timeout: time.Second, Functions: functions})
+					rule := Rule{ID: "bench/" + string(alg) + "-" + call, Limit: 1 << 40, Window: time.Second, Algorithm: alg}
+					benchParallel(b, callers, func(i int) {
+						if d := one(l, rule, strconv.Itoa(i%10000)); d.Source != SourceRedis {
+							b.Fatalf("decision: %+v", d)
+						}
+					})
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkTextbook is the same script with one EVAL round trip per
 // decision and go-redis defaults: the baseline the coalescing beats.
 func BenchmarkTextbook(b *testing.B) {
