@@ -89,3 +89,17 @@ func password(install []byte, user string, epoch int64) string {
 	m.Write([]byte(strconv.FormatInt(epoch, 10)))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
+
+// AdminACLRules are the rules of a least-privilege administrative
+// identity, for `ACL SETUSER <name> on >password <rules...>` in every
+// node's configuration: what Sync and Apply send (ACL SETUSER, DELUSER and
+// USERS; FUNCTION LOAD and LIST; INFO for a node's role and run_id; CLUSTER
+// NODES to find a Cluster's nodes) and what go-redis sends on connect. It
+// holds no key: it only sets up the identities that do. ACL SETUSER is
+// all-powerful all the same (it may give any user any right), which is why
+// this identity never leaves the manager's namespace.
+func AdminACLRules() []string {
+	return []string{"resetkeys", "resetchannels", "-@all",
+		"+acl|setuser", "+acl|deluser", "+acl|users", "+function|load", "+function|list",
+		"+info", "+ping", "+hello", "+auth", "+client|setname", "+cluster|nodes"}
+}
