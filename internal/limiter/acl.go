@@ -27,7 +27,8 @@ func ACLRules(prefix string) []string {
 		"+hmget", "+hget", "+hincrby", "+hlen", "+hkeys", "+hdel",
 		"+wait", // durable admits (Rule.Durable)
 		// A Cluster client reads the slot map; harmless elsewhere.
-		"+cluster|slots", "+cluster|shards", "+readonly",
+		// ASKING: the client follows an ASK (a slot moving in a reshard).
+		"+cluster|slots", "+cluster|shards", "+readonly", "+asking",
 	}
 }
 
@@ -44,7 +45,8 @@ var scriptCommands = []string{
 // slidegate library (FCALL, FCALL_RO) on the keys of keyPatterns only
 // (KeyPatterns), for `ACL SETUSER <name> reset on #<sha256> <rules...>`: the
 // functions, the commands they call, WAIT (durable admits) and what
-// go-redis sends on connect and, on a Cluster, to read the slot map.
+// go-redis sends on connect and, on a Cluster, to read the slot map and
+// follow an ASK.
 // Nothing else: no EVAL or EVALSHA (no code of its own), no SCRIPT,
 // FUNCTION, KEYS, SCAN, FLUSH*, CONFIG, DEBUG, ACL, MONITOR, CLIENT KILL,
 // no blocking command and no Pub/Sub channel.
@@ -57,7 +59,9 @@ func FunctionACLRules(keyPatterns []string) []string {
 	for _, c := range scriptCommands {
 		rules = append(rules, "+"+c)
 	}
-	return append(rules, "+wait", "+cluster|slots", "+cluster|shards")
+	// ASKING: a Cluster client follows an ASK (a slot moving in a
+	// reshard) with it; without it every decision on a moving slot fails.
+	return append(rules, "+wait", "+cluster|slots", "+cluster|shards", "+asking")
 }
 
 // KeyPatterns are the ACL key patterns of a scope's keys, for
