@@ -148,10 +148,7 @@ func (r *RateLimitPolicyReconciler) credentialsFor(ctx context.Context, ns strin
 	}
 	var prob *problem
 	if r.administered() {
-		user, password, p, err := r.namespaceIdentity(ctx, ns, policies)
-		if err != nil {
-			return nil, nil, err
-		}
+		user, password, p := r.namespaceIdentity(ctx, ns, policies)
 		if p == nil {
 			data[v1alpha1.RedisNamespaceUsernameKey], data[v1alpha1.RedisNamespacePasswordKey] = []byte(user), []byte(password)
 		} else if r.mode() == IdentityNamespace {

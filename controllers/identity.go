@@ -141,24 +141,28 @@ func (ri *RedisIdentities) setMode(m IdentityMode) {
 
 // namespaceIdentity sets up namespace ns's user on every node, for its
 // sidecar policies, and returns its name and current password; or the
-// problem that keeps the namespace from having one.
-func (r *RateLimitPolicyReconciler) namespaceIdentity(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy) (user, password string, prob *problem, err error) {
+// problem that keeps the namespace from having one. None of them stops the
+// reconcile: the configuration is applied all the same (sidecars that
+// already hold credentials keep deciding), and the problem is retried with
+// the credentials grace.
+func (r *RateLimitPolicyReconciler) namespaceIdentity(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy) (user, password string, prob *problem) {
 	install, err := r.installKey(ctx)
-	if err != nil {
-		return "", "", nil, err // the API: retried
-	}
 	if install == nil {
-		return "", "", credentialsProblem("the manager has no install key to derive the namespace's Redis password from (see its log)"), nil
+		msg := "the manager has no install key to derive the namespace's Redis password from (see its log)"
+		if err != nil {
+			msg = "the manager could not read or create its install key, from which the namespace's Redis password is derived: " + err.Error()
+		}
+		return "", "", credentialsProblem(msg)
 	}
 	u, current, err := r.namespaceUser(install, ns, policies, time.Now())
 	if err != nil {
-		return "", "", credentialsProblem(err.Error()), nil
+		return "", "", credentialsProblem(err.Error())
 	}
 	if _, err := r.Identities.Admin.Apply(ctx, []redisadmin.User{u}, nil); err != nil {
 		// Redis says why (down, NOPERM for the administrative identity...).
-		return "", "", credentialsProblem(fmt.Sprintf("the namespace's Redis user %s could not be set up: %v", u.Name, err)), nil
+		return "", "", credentialsProblem(fmt.Sprintf("the namespace's Redis user %s could not be set up: %v", u.Name, err))
 	}
-	return u.Name, current, nil, nil
+	return u.Name, current, nil
 }
 
 // namespaceUser is the user of namespace ns with the sidecar policies

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -122,6 +124,12 @@ func StartCluster(ctx context.Context, managerBin string, logf func(string, ...a
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
 	if c.Client, err = client.New(c.Env.Config, client.Options{Scheme: Scheme}); err != nil {
+		return nil, err
+	}
+	// The manager's namespace, as an install has it: the manager keeps its
+	// install key there, from which it derives the namespaces' Redis
+	// passwords (without it the policies are not Ready).
+	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "slidegate-system"}}); err != nil {
 		return nil, err
 	}
 	admin, err := c.Env.AddUser(envtest.User{Name: "slidegate-demo", Groups: []string{"system:masters"}}, nil)
