@@ -118,11 +118,18 @@ func (c *RedisConnection) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Identities builds the administration of the identities: an Admin of the
-// deployment with the administrative identity's credentials (and TLS
+// Identities builds the administration of the identities (none in the
+// shared mode without AdminCredentialsDir): an Admin of the deployment with the administrative identity's credentials (and TLS
 // files) from AdminCredentialsDir, the RLS Secret in the manager's
 // namespace, and pod, the manager's own Pod for events.
 func (c *RedisConnection) Identities(managerNamespace string, pod types.NamespacedName) (*RedisIdentities, error) {
+	if c.Identity == IdentityShared && c.AdminCredentialsDir == "" {
+		// The shared mode without an administrative identity: a managed
+		// Redis that refuses ACL SETUSER or FUNCTION LOAD, where every
+		// periodic pass would fail (SlidegateRedisIdentitiesFailing for
+		// good). Nothing is administered, and no open Redis is looked for.
+		return &RedisIdentities{Mode: c.Identity}, nil
+	}
 	cfg := c.Config
 	cfg.CredentialsDir = c.AdminCredentialsDir
 	if cfg.TLS && c.AdminCredentialsDir != "" {

@@ -30,6 +30,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
@@ -56,6 +57,9 @@ func TestRedisFlags(t *testing.T) {
 		{args: []string{"--redis-mode=replica", "--redis-addrs=a:1"}, wantErr: `"replica" is not standalone, cluster or sentinel`},
 		{args: []string{"--redis-addrs=a:1", "--redis-secret-name=Bad_Name"}, namespace: "ns", wantErr: "--redis-secret-name"},
 		{args: []string{"--redis-addrs=a:1", "--redis-secret-name=redis-auth"}, wantErr: "set POD_NAMESPACE"},
+		{args: []string{"--redis-addrs=a:1", "--redis-identity=shared", "--redis-password-rotation=24h"}},
+		{args: []string{"--redis-addrs=a:1", "--redis-password-rotation=1m"}, wantErr: "at least 10m"},
+		{args: []string{"--redis-addrs=a:1", "--redis-identity-interval=-1s"}, wantErr: "must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -79,6 +83,37 @@ func TestRedisFlags(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestRedisIdentitiesAdministered: the manager administers Redis in the
+// namespace mode, with or without an administrative identity (a Redis
+// whose default user needs none), and in the shared mode only with one:
+// a managed Redis that refuses ACL SETUSER runs the shared mode without
+// it, and every periodic pass would fail there.
+func TestRedisIdentitiesAdministered(t *testing.T) {
+	for _, tt := range []struct {
+		mode IdentityMode
+		dir  string
+		want bool
+	}{
+		{IdentityNamespace, "", true},
+		{IdentityNamespace, "/etc/slidegate/redis-admin", true},
+		{IdentityShared, "/etc/slidegate/redis-admin", true},
+		{IdentityShared, "", false},
+	} {
+		c := RedisConnection{Identity: tt.mode, AdminCredentialsDir: tt.dir}
+		c.Config.Addrs = []string{"127.0.0.1:1"}
+		ri, err := c.Identities("slidegate-system", types.NamespacedName{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ri.Admin != nil; got != tt.want || ri.Mode != tt.mode {
+			t.Errorf("mode %s, admin dir %q: administered %v (mode %s), want %v", tt.mode, tt.dir, got, ri.Mode, tt.want)
+		}
+		if ri.Admin != nil {
+			ri.Admin.Close()
+		}
 	}
 }
 
