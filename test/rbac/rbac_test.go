@@ -61,6 +61,8 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
 	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/redisadmin"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 	"github.com/slidegate/slidegate/internal/webhook"
@@ -89,6 +91,8 @@ var (
 	forbidden = &forbiddenLog{}
 	// adminCfg is envtest's config, as system:masters.
 	adminCfg *rest.Config
+	// redisServer is the Redis the manager administers.
+	redisServer *testsupport.Redis
 )
 
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
@@ -117,6 +121,15 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	adminCfg = cfg
+	// The Redis the manager administers (the namespaces' identities, the
+	// rate limit service's Secret): a real one, so that the writes that
+	// follow its passes go through the install's RBAC too.
+	testsupport.RedisInMain()
+	if redisServer, err = testsupport.NewRedis(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer redisServer.Close()
 	stopped, err := startManager(ctx, asServiceAccount(cfg, managerSA, forbidden))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the manager:", err)
@@ -272,11 +285,20 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 	if err != nil {
 		return nil, err
 	}
+	redisAdmin, err := redisadmin.New(redisadmin.Options{Redis: redisconn.Config{Addrs: []string{redisServer.Addr}}})
+	if err != nil {
+		return nil, err
+	}
 	r := &controllers.RateLimitPolicyReconciler{
 		Client:           mgr.GetClient(),
 		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
 		RedisCredentials: types.NamespacedName{Namespace: systemNS, Name: redisSecretName},
 		InstallSecret:    types.NamespacedName{Namespace: systemNS, Name: clienthash.InstallSecretName},
+		// The shared mode with an administrative identity: the shared
+		// credentials are mirrored and each namespace's own prepared.
+		Identities: &controllers.RedisIdentities{Mode: controllers.IdentityShared, Admin: redisAdmin, Interval: 300 * time.Millisecond,
+			RLSSecret: types.NamespacedName{Namespace: systemNS, Name: controllers.RLSCredentialsSecretName},
+			Pod:       types.NamespacedName{Namespace: systemNS, Name: "manager-0"}},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
@@ -299,6 +321,7 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 	go func() {
 		defer close(stopped)
 		defer os.RemoveAll(certDir)
+		defer redisAdmin.Close()
 		if err := mgr.Start(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 		}
@@ -342,7 +365,9 @@ func TestManagerRunsWithInstallRBAC(t *testing.T) {
 	// Decoys the manager must not need: a Secret and a ConfigMap of other
 	// names in the policy's namespace and in its own.
 	ns := "app"
-	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	// Labelled for injection: only such namespaces get credentials.
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{v1alpha1.InjectionLabel: v1alpha1.InjectionEnabled}}})
 	for _, n := range []string{ns, systemNS} {
 		mustCreate(t,
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "decoy", Namespace: n}, StringData: map[string]string{"k": "v"}},
@@ -388,6 +413,20 @@ func TestManagerRunsWithInstallRBAC(t *testing.T) {
 	if got, want := string(mirror.Data[clienthash.SecretDataKey]), clienthash.NamespaceKey(install.Data[clienthash.SecretDataKey], ns); got != want || len(install.Data[clienthash.SecretDataKey]) == 0 {
 		t.Errorf("mirrored client hash key %q, want %q", got, want)
 	}
+	// The namespace's own Redis identity beside them, and the rate limit
+	// service's Secret, which the manager creates by server-side apply with
+	// the Role's patch on that one name.
+	if got := string(mirror.Data[v1alpha1.RedisNamespaceUsernameKey]); got != redisadmin.NamespaceUser(ns) {
+		t.Errorf("namespace identity %q in the mirrored Secret", got)
+	}
+	eventually(t, "the rate limit service's Redis credentials", func() error {
+		var s corev1.Secret
+		err := admin.Get(ctx, types.NamespacedName{Namespace: systemNS, Name: controllers.RLSCredentialsSecretName}, &s)
+		if err == nil && string(s.Data["username"]) != redisadmin.RLSUser {
+			err = fmt.Errorf("username %q", s.Data["username"])
+		}
+		return err
+	})
 
 	// A policy that verifies tokens with keys of the namespace's
 	// slidegate-jwks ConfigMap: the one ConfigMap name the manager reads
