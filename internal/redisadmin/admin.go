@@ -221,6 +221,26 @@ func (a *Admin) Apply(ctx context.Context, users []User, remove []string) (Statu
 func (a *Admin) Sync(ctx context.Context, users []User) (Status, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.sync(ctx, users)
+}
+
+// syncDesired is Sync with the users desired returns, asked while no Apply
+// runs: an Apply that set up a new namespace's user just before was
+// decided from the same state (the controller's cache) that desired reads
+// now, so this pass does not delete the user as stale; asked before taking
+// the lock, the pass could delete it from an older state, and the
+// namespace's sidecars were refused until the next pass.
+func (a *Admin) syncDesired(ctx context.Context, desired func(context.Context) ([]User, error)) (Status, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	users, err := desired(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	return a.sync(ctx, users)
+}
+
+func (a *Admin) sync(ctx context.Context, users []User) (Status, error) {
 	nodes, err := a.discover(ctx)
 	if err != nil {
 		return Status{}, err
@@ -529,11 +549,7 @@ func (a *Admin) Run(ctx context.Context, interval time.Duration, desired func(co
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		users, err := desired(ctx)
-		var st Status
-		if err == nil {
-			st, err = a.Sync(ctx, users)
-		}
+		st, err := a.syncDesired(ctx, desired)
 		if ctx.Err() != nil {
 			return
 		}

@@ -270,3 +270,48 @@ func TestUnauthenticated(t *testing.T) {
 		}
 	}
 }
+
+// TestRunDoesNotUndoAnApply: a namespace's user set up by Apply (a
+// reconcile) while a pass of Run is deciding what it wants is not deleted
+// by that pass. Here the pass's state is older than the Apply (desired
+// returns no user, as the controller's cache did a moment before); Run
+// asks desired while holding the lock, so the Apply waits for the pass.
+// Before, desired was asked before the lock: the Apply went through while
+// it ran, and the pass then deleted the user as stale (its sidecars were
+// refused until the next pass, 10 s by default).
+func TestRunDoesNotUndoAnApply(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	a := newAdmin(t, redisconn.Config{Addrs: []string{r.Addr}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	u := users(t, "new")
+	applied := make(chan error, 1)
+	first := true
+	desired := func(context.Context) ([]User, error) {
+		if first {
+			first = false
+			go func() {
+				_, err := a.Apply(ctx, u, nil)
+				applied <- err
+			}()
+			// Long enough for the Apply to finish when nothing holds it
+			// back (it takes a few ms); with the lock held, it waits.
+			select {
+			case err := <-applied:
+				applied <- err
+			case <-time.After(time.Second):
+			}
+		}
+		return nil, nil // the state from before the Apply
+	}
+	passes := make(chan struct{}, 10)
+	go a.Run(ctx, time.Hour, desired, func(Status, error) { passes <- struct{}{} })
+	<-passes
+	if err := <-applied; err != nil {
+		t.Fatal(err)
+	}
+	if !hasUser(r, u[0].Name) {
+		t.Error("the pass deleted the user an Apply had just set up")
+	}
+}
