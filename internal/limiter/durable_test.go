@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,8 +18,24 @@ func TestDurableAdmits(t *testing.T) {
 	t.Parallel()
 	master := testsupport.StartRedis(t)
 	replica := testsupport.StartReplica(t, master, 0)
-	const wait = 200 * time.Millisecond
-	l := newLimiter(t, standalone(t, master.Addr), Options{ReplicaWait: wait, DenyCacheMax: -1})
+	// ReplicaWait must outlast the replica's acknowledgements on this
+	// machine, or "in sync" fails for a slow replica (it did, 200 ms on a
+	// loaded machine): 20 times the slowest of 20 writes' acknowledgements,
+	// and at least a second.
+	slowest := time.Duration(0)
+	for i := range 20 {
+		start := time.Now()
+		if _, err := master.Do("SET", "durable-probe", strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := master.Do("WAIT", "1", "0"); err != nil || n != "1" {
+			t.Fatalf("WAIT 1 0 = %q, %v", n, err)
+		}
+		slowest = max(slowest, time.Since(start))
+	}
+	wait := max(time.Second, 20*slowest)
+	t.Logf("slowest acknowledgement of 20 writes %v: ReplicaWait %v", slowest, wait)
+	l := newLimiter(t, standalone(t, master.Addr), Options{ReplicaWait: wait, Timeout: 3 * wait, MaxTimeout: 3 * wait, DenyCacheMax: -1})
 	rule := Rule{ID: "ns/durable", Limit: 2, Window: time.Minute, FailMode: FailClosed, Durable: true}
 	key := Key(defaultPrefix, rule.ID, "c")
 

@@ -66,7 +66,12 @@ func TestStalledProcess(t *testing.T) {
 			}
 			time.Sleep(500 * time.Millisecond)
 			pid := strconv.Itoa(os.Getpid())
-			for range 3 {
+			// Whether a stalled read reports its timeout or its answer
+			// depends on which the runtime sees first when the process runs
+			// again, so the naive case may need a few more stalls to show it
+			// (on a loaded machine three were once not enough).
+			stalls := 0
+			for ; stalls < 3 || tc.naive && fell.Load() == 0 && stalls < 10; stalls++ {
 				if out, err := exec.Command("sh", "-c", "kill -STOP "+pid+"; sleep 1.5; kill -CONT "+pid).CombinedOutput(); err != nil {
 					t.Fatalf("stalling the process: %v %s", err, out)
 				}
@@ -74,7 +79,7 @@ func TestStalledProcess(t *testing.T) {
 			}
 			close(stop)
 			wg.Wait()
-			t.Logf("%d of %d decisions fell back across three 1.5 s stalls (%v)", fell.Load(), total.Load(), why)
+			t.Logf("%d of %d decisions fell back across %d 1.5 s stalls (%v)", fell.Load(), total.Load(), stalls, why)
 			switch {
 			case tc.naive && fell.Load() == 0:
 				t.Error("with 1 s socket timeouts no decision fell back: this case cannot fail")
