@@ -308,3 +308,42 @@ func ownerReferenceApplyConfigs(owners []metav1.OwnerReference) []*metav1ac.Owne
 func namespaceTerminating(err error) bool {
 	return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
 }
+
+// deleteManaged deletes one of the namespace's children when its last policy
+// has gone.
+func (r *RateLimitPolicyReconciler) deleteManaged(ctx context.Context, key types.NamespacedName, obj client.Object, resource string) error {
+	return deleteManaged(ctx, r.Client, r.Client, key, obj, resource, "the namespace has no policy left")
+}
+
+// ownerReferences points at every policy of the namespace, none as
+// controller: they all contribute to the children.
+func ownerReferences(policies []v1alpha1.RateLimitPolicy) []metav1.OwnerReference {
+	refs := make([]metav1.OwnerReference, 0, len(policies))
+	for i := range policies {
+		refs = append(refs, metav1.OwnerReference{
+			APIVersion: v1alpha1.GroupVersion.String(),
+			Kind:       "RateLimitPolicy",
+			Name:       policies[i].Name,
+			UID:        policies[i].UID,
+		})
+	}
+	return refs
+}
+
+// deleteManaged deletes the object at key if it is slidegate's (labelled so)
+// and not already going; why is for the log.
+func deleteManaged(ctx context.Context, c client.Client, reader client.Reader, key types.NamespacedName, obj client.Object, resource, why string) error {
+	if err := reader.Get(ctx, key, obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if obj.GetLabels()[v1alpha1.ManagedByLabel] != v1alpha1.ManagedByValue || !obj.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	uid := obj.GetUID()
+	if err := c.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s %s: %w", resource, key, err)
+	}
+	writesCounter.WithLabelValues(resource, "delete").Inc()
+	logf.FromContext(ctx).Info("deleted: "+why, resource, klog.KRef(key.Namespace, key.Name))
+	return nil
+}

@@ -30,10 +30,11 @@ limitations under the License.
 //     with the rendered document under config.json, its content hash in the
 //     annotation ratelimit.slidegate.dev/revision;
 //   - the Secret slidegate-redis-credentials
-//     (v1alpha1.RedisCredentialsSecretName), a copy of the keys username and
-//     password of the Redis credentials Secret configured on the manager
-//     (--redis-secret-name, in the manager's namespace), when one is
-//     configured.
+//     (v1alpha1.RedisCredentialsSecretName), only in namespaces labelled for
+//     injection and while a sidecar policy there needs it: the namespace's
+//     own Redis identity (identity.go, docs/security.md section 1) or, in
+//     the shared mode, the keys of the credentials Secret configured on the
+//     manager (--redis-secret-name, in the manager's namespace).
 //
 // Both carry the label app.kubernetes.io/managed-by=slidegate and are written
 // with server-side apply under the field owner "slidegate-controller", with
@@ -59,4 +60,13 @@ limitations under the License.
 // Secrets of its own namespace); the injector passes the non-secret settings
 // to the sidecar as arguments. The Secret's data never appears in logs,
 // events, conditions or metrics.
+//
+// The files, by phase, shared by both reconcilers where they can be:
+// policies.go (the live policies of a namespace), pods.go (pure facts about
+// the pods: enforced, protected, bypassed), status.go (pure statuses and
+// writeStatuses), children.go (the ConfigMap, the Secrets, deleteManaged and
+// the owner references), identity.go and redis.go (the Redis identities and
+// connection), networkpolicy.go, jwks.go and clienthash.go (the other
+// children); ratelimitpolicy_controller.go and ratelimitservice_controller.go
+// are the two reconcilers' sequences.
 package controllers

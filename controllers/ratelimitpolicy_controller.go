@@ -18,9 +18,7 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -28,14 +26,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -45,7 +37,6 @@ import (
 	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/render"
-	"github.com/slidegate/slidegate/internal/selection"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -229,20 +220,6 @@ func recordNamespace(ns string, policies []v1alpha1.RateLimitPolicy, desired nam
 	recordEnforcement(ns, policies)
 }
 
-// livePolicies lists the policies (of the namespace, with
-// client.InNamespace) that are not being deleted and belong to one of the
-// two controllers: those for the rate limit service (forRLS) or those for
-// the sidecars.
-func livePolicies(ctx context.Context, c client.Reader, forRLS bool, opts ...client.ListOption) ([]v1alpha1.RateLimitPolicy, error) {
-	var list v1alpha1.RateLimitPolicyList
-	if err := c.List(ctx, &list, opts...); err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(list.Items, func(p v1alpha1.RateLimitPolicy) bool {
-		return !p.DeletionTimestamp.IsZero() || (p.Spec.RateLimitService != nil) != forRLS
-	}), nil
-}
-
 // namespaceRender is the desired configuration of a namespace.
 type namespaceRender struct {
 	// data is the ConfigMap's document and revision its hash.
@@ -402,228 +379,6 @@ func (r *RateLimitPolicyReconciler) cleanup(ctx context.Context, ns string) erro
 		return nil
 	}
 	return r.deleteManaged(ctx, secret, &corev1.Secret{}, "secret")
-}
-
-// deleteManaged deletes one of the namespace's children when its last policy
-// has gone.
-func (r *RateLimitPolicyReconciler) deleteManaged(ctx context.Context, key types.NamespacedName, obj client.Object, resource string) error {
-	return deleteManaged(ctx, r.Client, r.Client, key, obj, resource, "the namespace has no policy left")
-}
-
-// deleteManaged deletes the object at key if it is slidegate's (labelled so)
-// and not already going; why is for the log.
-func deleteManaged(ctx context.Context, c client.Client, reader client.Reader, key types.NamespacedName, obj client.Object, resource, why string) error {
-	if err := reader.Get(ctx, key, obj); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if obj.GetLabels()[v1alpha1.ManagedByLabel] != v1alpha1.ManagedByValue || !obj.GetDeletionTimestamp().IsZero() {
-		return nil
-	}
-	uid := obj.GetUID()
-	if err := c.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting %s %s: %w", resource, key, err)
-	}
-	writesCounter.WithLabelValues(resource, "delete").Inc()
-	logf.FromContext(ctx).Info("deleted: "+why, resource, klog.KRef(key.Namespace, key.Name))
-	return nil
-}
-
-// runningPods lists the namespace's pods as the cache holds them (trimPod),
-// terminating ones included. Finished pods (Succeeded, Failed) are not in
-// the cache at all (CacheOptions): they run no container a sidecar could
-// guard.
-func (r *RateLimitPolicyReconciler) runningPods(ctx context.Context, ns string) ([]corev1.Pod, error) {
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-		return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
-	}
-	return pods.Items, nil
-}
-
-// live are the pods that are not being deleted: those a policy's status
-// counts.
-func live(pods []corev1.Pod) []corev1.Pod {
-	return slices.DeleteFunc(slices.Clone(pods), func(p corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() })
-}
-
-// legacySidecars names the pods of pods whose sidecar reads only minor
-// version 0 of the configuration: injected by the first release, whose
-// injection status records no ConfigMinor (an unreadable one counts as such
-// too). While one runs, the namespace's document is rendered as minor 0,
-// which it reads. The status is the webhook's own: it strips one a pod
-// brought (inject.Remove), and v0.1.0's webhook wrote what it injected.
-func legacySidecars(pods []corev1.Pod) []string {
-	var names []string
-	for i := range pods {
-		raw, injected := pods[i].Annotations[v1alpha1.InjectedAnnotation]
-		if !injected {
-			continue
-		}
-		var st v1alpha1.InjectionStatus
-		if json.Unmarshal([]byte(raw), &st) != nil || st.ConfigMinor == 0 {
-			names = append(names, pods[i].Name)
-		}
-	}
-	slices.Sort(names)
-	return names
-}
-
-// countPods counts the pods the policy selects and those of them whose
-// sidecar protects the policy's targetPort (protects); selected pods without
-// it are added to unprotected.
-func countPods(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, unprotected map[types.UID]bool) (matched, enforced int32) {
-	sel := selection.Selector(p)
-	for i := range pods {
-		if !sel.Matches(labels.Set(pods[i].Labels)) {
-			continue
-		}
-		matched++
-		if protects(p, &pods[i]) {
-			enforced++
-		} else {
-			unprotected[pods[i].UID] = true
-		}
-	}
-	return matched, enforced
-}
-
-// targetPort is the port name the policy's sidecar takes over.
-func targetPort(p *v1alpha1.RateLimitPolicy) string {
-	if p.Spec.TargetPort == "" {
-		return inject.DefaultTargetPort
-	}
-	return p.Spec.TargetPort
-}
-
-// protects reports whether the pod's spec shows a working sidecar with no
-// way around it (inject.ReadGuard) that covers the policy's targetPort: it
-// holds that port name, or no other container does. The injection status
-// annotation is not read: any pod author can write it (issue 23). A sidecar
-// in front of another port (another policy's, or the pod's own choice with
-// inject.TargetPortAnnotation) enforces this policy too, on the traffic it
-// sees, unless a container keeps this policy's port, whose traffic a
-// Service then sends around it.
-func protects(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod) bool {
-	g, err := inject.ReadGuard(&pod.Spec)
-	return err == nil && g.Covers(&pod.Spec, targetPort(p))
-}
-
-// bypassingServices describes the Services that select a pod of the policy
-// whose spec shows a working sidecar, and whose TCP port reaches that pod's
-// app around the sidecar: by the app's port number (which the sidecar took
-// the name of), or by a port name that the EndpointSlice controller
-// resolves to a container other than the sidecar, when that name is the
-// policy's targetPort or that container port is the app's (a pod whose
-// target-port annotation left the app holding the policy's port). Other
-// ports (metrics, a side port) are none of our business.
-func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, services []corev1.Service) string {
-	sel := selection.Selector(p)
-	found := map[string]bool{}
-	for i := range services {
-		svc := &services[i]
-		if len(svc.Spec.Selector) == 0 {
-			continue
-		}
-		svcSel := labels.SelectorFromSet(svc.Spec.Selector)
-		for j := range pods {
-			pod := &pods[j]
-			set := labels.Set(pod.Labels)
-			if !svcSel.Matches(set) || !sel.Matches(set) {
-				continue
-			}
-			g, err := inject.ReadGuard(&pod.Spec)
-			if err != nil {
-				continue // no working sidecar: reported as unprotected
-			}
-			for _, port := range svc.Spec.Ports {
-				if d := bypassOf(svc.Name, port, pod, g, targetPort(p)); d != "" {
-					found[d] = true
-				}
-			}
-		}
-	}
-	return strings.Join(slices.Sorted(maps.Keys(found)), "; ")
-}
-
-// bypassOf describes how Service port port reaches the app of pod (whose
-// sidecar guard is g) around the sidecar, or is "".
-func bypassOf(svc string, port corev1.ServicePort, pod *corev1.Pod, g inject.Guard, policyPort string) string {
-	if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP {
-		return ""
-	}
-	target := port.TargetPort
-	if target.Type == intstr.String && target.StrVal != "" {
-		holder, num := inject.PortHolder(&pod.Spec, target.StrVal)
-		if holder != "" && holder != inject.ContainerName && (num == g.AppPort || target.StrVal == policyPort) {
-			return fmt.Sprintf("Service %s port %d targets port name %q, which container %s holds, not the sidecar", svc, port.Port, target.StrVal, holder)
-		}
-		return ""
-	}
-	num := target.IntVal
-	if num == 0 { // unset: the port number itself
-		num = port.Port
-	}
-	if num == g.AppPort {
-		return fmt.Sprintf("Service %s port %d targets the app's port number %d", svc, port.Port, num)
-	}
-	return ""
-}
-
-// ownerReferences points at every policy of the namespace, none as
-// controller: they all contribute to the children.
-func ownerReferences(policies []v1alpha1.RateLimitPolicy) []metav1.OwnerReference {
-	refs := make([]metav1.OwnerReference, 0, len(policies))
-	for i := range policies {
-		refs = append(refs, metav1.OwnerReference{
-			APIVersion: v1alpha1.GroupVersion.String(),
-			Kind:       "RateLimitPolicy",
-			Name:       policies[i].Name,
-			UID:        policies[i].UID,
-		})
-	}
-	return refs
-}
-
-// writeStatuses writes want[i] as policies[i]'s status where it differs
-// (writeStatus). A policy deleted meanwhile is skipped: its delete event
-// brings the controller back. On a conflict our cache is behind the policy
-// (typically our own last status write): conflicted asks the caller to try
-// again once it has caught up; it is not an error worth a log line.
-func writeStatuses(ctx context.Context, c client.Client, rec events.EventRecorder, policies []v1alpha1.RateLimitPolicy, want []v1alpha1.RateLimitPolicyStatus, quiet bool) (conflicted bool, err error) {
-	for i := range policies {
-		p := &policies[i]
-		err := writeStatus(ctx, c, rec, p, want[i], quiet)
-		switch {
-		case err == nil, apierrors.IsNotFound(err):
-		case apierrors.IsConflict(err):
-			logf.FromContext(ctx).V(1).Info("status conflict, retrying", "policy", klog.KObj(p))
-			conflicted = true
-		default:
-			return conflicted, err
-		}
-	}
-	return conflicted, nil
-}
-
-// writeStatus writes want as p's status if it differs, then emits one
-// event for the conditions that changed (none when quiet).
-func writeStatus(ctx context.Context, c client.Client, rec events.EventRecorder, p *v1alpha1.RateLimitPolicy, want v1alpha1.RateLimitPolicyStatus, quiet bool) error {
-	if equality.Semantic.DeepEqual(p.Status, want) {
-		return nil
-	}
-	orig := p.DeepCopy()
-	p.Status = want
-	// Under our own field manager, like the applied children: managedFields
-	// then name slidegate, not the binary ("manager").
-	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
-	if err := c.Status().Patch(ctx, p, patch, client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("writing the status of %s: %w", klog.KObj(p), err)
-	}
-	writesCounter.WithLabelValues("ratelimitpolicies/status", "patch").Inc()
-	if !quiet {
-		emitTransitions(rec, orig, p)
-	}
-	return nil
 }
 
 // credentialsGrace is CredentialsGrace, or its default when unset.

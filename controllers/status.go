@@ -17,6 +17,7 @@ limitations under the License.
 package controllers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -26,10 +27,15 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
@@ -454,4 +460,46 @@ func truncateNote(s string) string {
 		cut--
 	}
 	return s[:cut] + ellipsis
+}
+
+// writeStatuses writes want[i] as policies[i]'s status where it differs
+// (writeStatus). A policy deleted meanwhile is skipped: its delete event
+// brings the controller back. On a conflict our cache is behind the policy
+// (typically our own last status write): conflicted asks the caller to try
+// again once it has caught up; it is not an error worth a log line.
+func writeStatuses(ctx context.Context, c client.Client, rec events.EventRecorder, policies []v1alpha1.RateLimitPolicy, want []v1alpha1.RateLimitPolicyStatus, quiet bool) (conflicted bool, err error) {
+	for i := range policies {
+		p := &policies[i]
+		err := writeStatus(ctx, c, rec, p, want[i], quiet)
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err):
+			logf.FromContext(ctx).V(1).Info("status conflict, retrying", "policy", klog.KObj(p))
+			conflicted = true
+		default:
+			return conflicted, err
+		}
+	}
+	return conflicted, nil
+}
+
+// writeStatus writes want as p's status if it differs, then emits one
+// event for the conditions that changed (none when quiet).
+func writeStatus(ctx context.Context, c client.Client, rec events.EventRecorder, p *v1alpha1.RateLimitPolicy, want v1alpha1.RateLimitPolicyStatus, quiet bool) error {
+	if equality.Semantic.DeepEqual(p.Status, want) {
+		return nil
+	}
+	orig := p.DeepCopy()
+	p.Status = want
+	// Under our own field manager, like the applied children: managedFields
+	// then name slidegate, not the binary ("manager").
+	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+	if err := c.Status().Patch(ctx, p, patch, client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("writing the status of %s: %w", klog.KObj(p), err)
+	}
+	writesCounter.WithLabelValues("ratelimitpolicies/status", "patch").Inc()
+	if !quiet {
+		emitTransitions(rec, orig, p)
+	}
+	return nil
 }

@@ -1,0 +1,177 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/selection"
+)
+
+// runningPods lists the namespace's pods as the cache holds them (trimPod),
+// terminating ones included. Finished pods (Succeeded, Failed) are not in
+// the cache at all (CacheOptions): they run no container a sidecar could
+// guard.
+func (r *RateLimitPolicyReconciler) runningPods(ctx context.Context, ns string) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
+	}
+	return pods.Items, nil
+}
+
+// live are the pods that are not being deleted: those a policy's status
+// counts.
+func live(pods []corev1.Pod) []corev1.Pod {
+	return slices.DeleteFunc(slices.Clone(pods), func(p corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() })
+}
+
+// legacySidecars names the pods of pods whose sidecar reads only minor
+// version 0 of the configuration: injected by the first release, whose
+// injection status records no ConfigMinor (an unreadable one counts as such
+// too). While one runs, the namespace's document is rendered as minor 0,
+// which it reads. The status is the webhook's own: it strips one a pod
+// brought (inject.Remove), and v0.1.0's webhook wrote what it injected.
+func legacySidecars(pods []corev1.Pod) []string {
+	var names []string
+	for i := range pods {
+		raw, injected := pods[i].Annotations[v1alpha1.InjectedAnnotation]
+		if !injected {
+			continue
+		}
+		var st v1alpha1.InjectionStatus
+		if json.Unmarshal([]byte(raw), &st) != nil || st.ConfigMinor == 0 {
+			names = append(names, pods[i].Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// countPods counts the pods the policy selects and those of them whose
+// sidecar protects the policy's targetPort (protects); selected pods without
+// it are added to unprotected.
+func countPods(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, unprotected map[types.UID]bool) (matched, enforced int32) {
+	sel := selection.Selector(p)
+	for i := range pods {
+		if !sel.Matches(labels.Set(pods[i].Labels)) {
+			continue
+		}
+		matched++
+		if protects(p, &pods[i]) {
+			enforced++
+		} else {
+			unprotected[pods[i].UID] = true
+		}
+	}
+	return matched, enforced
+}
+
+// targetPort is the port name the policy's sidecar takes over.
+func targetPort(p *v1alpha1.RateLimitPolicy) string {
+	if p.Spec.TargetPort == "" {
+		return inject.DefaultTargetPort
+	}
+	return p.Spec.TargetPort
+}
+
+// protects reports whether the pod's spec shows a working sidecar with no
+// way around it (inject.ReadGuard) that covers the policy's targetPort: it
+// holds that port name, or no other container does. The injection status
+// annotation is not read: any pod author can write it (issue 23). A sidecar
+// in front of another port (another policy's, or the pod's own choice with
+// inject.TargetPortAnnotation) enforces this policy too, on the traffic it
+// sees, unless a container keeps this policy's port, whose traffic a
+// Service then sends around it.
+func protects(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod) bool {
+	g, err := inject.ReadGuard(&pod.Spec)
+	return err == nil && g.Covers(&pod.Spec, targetPort(p))
+}
+
+// bypassingServices describes the Services that select a pod of the policy
+// whose spec shows a working sidecar, and whose TCP port reaches that pod's
+// app around the sidecar: by the app's port number (which the sidecar took
+// the name of), or by a port name that the EndpointSlice controller
+// resolves to a container other than the sidecar, when that name is the
+// policy's targetPort or that container port is the app's (a pod whose
+// target-port annotation left the app holding the policy's port). Other
+// ports (metrics, a side port) are none of our business.
+func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, services []corev1.Service) string {
+	sel := selection.Selector(p)
+	found := map[string]bool{}
+	for i := range services {
+		svc := &services[i]
+		if len(svc.Spec.Selector) == 0 {
+			continue
+		}
+		svcSel := labels.SelectorFromSet(svc.Spec.Selector)
+		for j := range pods {
+			pod := &pods[j]
+			set := labels.Set(pod.Labels)
+			if !svcSel.Matches(set) || !sel.Matches(set) {
+				continue
+			}
+			g, err := inject.ReadGuard(&pod.Spec)
+			if err != nil {
+				continue // no working sidecar: reported as unprotected
+			}
+			for _, port := range svc.Spec.Ports {
+				if d := bypassOf(svc.Name, port, pod, g, targetPort(p)); d != "" {
+					found[d] = true
+				}
+			}
+		}
+	}
+	return strings.Join(slices.Sorted(maps.Keys(found)), "; ")
+}
+
+// bypassOf describes how Service port port reaches the app of pod (whose
+// sidecar guard is g) around the sidecar, or is "".
+func bypassOf(svc string, port corev1.ServicePort, pod *corev1.Pod, g inject.Guard, policyPort string) string {
+	if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP {
+		return ""
+	}
+	target := port.TargetPort
+	if target.Type == intstr.String && target.StrVal != "" {
+		holder, num := inject.PortHolder(&pod.Spec, target.StrVal)
+		if holder != "" && holder != inject.ContainerName && (num == g.AppPort || target.StrVal == policyPort) {
+			return fmt.Sprintf("Service %s port %d targets port name %q, which container %s holds, not the sidecar", svc, port.Port, target.StrVal, holder)
+		}
+		return ""
+	}
+	num := target.IntVal
+	if num == 0 { // unset: the port number itself
+		num = port.Port
+	}
+	if num == g.AppPort {
+		return fmt.Sprintf("Service %s port %d targets the app's port number %d", svc, port.Port, num)
+	}
+	return ""
+}
