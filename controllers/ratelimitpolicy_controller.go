@@ -59,6 +59,10 @@ type RateLimitPolicyReconciler struct {
 	// TrustedProxies are rendered into every namespace's configuration
 	// (--trusted-proxies).
 	TrustedProxies []netip.Prefix
+	// MaxClientBytes bounds what one client of a policy can make the shared
+	// Redis hold (render.CheckFootprint; the manager's --max-client-bytes);
+	// a policy over it is not accepted. 0: no bound.
+	MaxClientBytes int64
 	// RedisCredentials is the Secret to mirror into namespaces with policies
 	// (--redis-secret-name in the manager's namespace); empty Name: none.
 	RedisCredentials types.NamespacedName
@@ -147,7 +151,7 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, LegacySidecars: len(legacy) > 0, KeySets: keySets})
+	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, LegacySidecars: len(legacy) > 0, KeySets: keySets, MaxClientBytes: r.MaxClientBytes})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -246,6 +250,10 @@ func renderNamespace(policies []v1alpha1.RateLimitPolicy, opts render.Options) (
 	var valid []v1alpha1.RateLimitPolicy
 	for i := range policies {
 		if _, err := render.Policy(&policies[i]); err != nil {
+			out.notAccepted[policies[i].Name] = notAcceptedProblem(err)
+			continue
+		}
+		if err := render.CheckFootprint(&policies[i], opts.MaxClientBytes); err != nil {
 			out.notAccepted[policies[i].Name] = notAcceptedProblem(err)
 			continue
 		}

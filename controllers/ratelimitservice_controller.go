@@ -105,6 +105,9 @@ type RateLimitServiceReconciler struct {
 	// (v1alpha1.RLSDomainsConfigMapName): a cache of that one object; nil:
 	// Client.
 	domains client.Reader
+	// MaxClientBytes: as RateLimitPolicyReconciler's.
+	MaxClientBytes int64
+
 	// maxBytes is the budget of the document (0: render.DefaultMaxBytes);
 	// tests make it small.
 	maxBytes int
@@ -146,7 +149,7 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 		return ctrl.Result{}, err
 	}
 
-	desired, err := renderRLS(policies, owners, r.maxBytes)
+	desired, err := renderRLS(policies, owners, r.maxBytes, r.MaxClientBytes)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -225,12 +228,16 @@ type rlsRender struct {
 // valid policies on domains their namespace may use (owners; nil: all)
 // that fit within maxBytes (0: the default); the others are left out and
 // reported.
-func renderRLS(policies []v1alpha1.RateLimitPolicy, owners *render.DomainOwners, maxBytes int) (rlsRender, error) {
+func renderRLS(policies []v1alpha1.RateLimitPolicy, owners *render.DomainOwners, maxBytes int, maxClientBytes int64) (rlsRender, error) {
 	out := rlsRender{notAccepted: map[types.NamespacedName]*problem{}, unclaimed: map[types.NamespacedName]bool{}}
 	var valid []v1alpha1.RateLimitPolicy
 	for i := range policies {
 		p := &policies[i]
 		if _, err := render.RLSPolicy(p); err != nil {
+			out.notAccepted[client.ObjectKeyFromObject(p)] = notAcceptedProblem(err)
+			continue
+		}
+		if err := render.CheckFootprint(p, maxClientBytes); err != nil {
 			out.notAccepted[client.ObjectKeyFromObject(p)] = notAcceptedProblem(err)
 			continue
 		}

@@ -73,6 +73,9 @@ func notAcceptedProblem(err error) *problem {
 	if notAllowed, ok := errors.AsType[*render.DomainNotAllowedError](err); ok {
 		return &problem{v1alpha1.ReasonDomainNotAllowed, "not published: " + notAllowed.Error()}
 	}
+	if footprint, ok := errors.AsType[*render.FootprintTooLargeError](err); ok {
+		return &problem{v1alpha1.ReasonFootprintTooLarge, "not published: " + footprint.Error()}
+	}
 	if tooLarge, ok := errors.AsType[*render.ConfigTooLargeError](err); ok {
 		hint := "; make room by deleting or shrinking policies of this namespace (fewer or shorter pathPrefixes, smaller selectors)"
 		if tooLarge.RateLimitService {

@@ -210,6 +210,12 @@ const (
 	// left out (Accepted=False); the message names the sizes. Policies
 	// created earlier take precedence.
 	ReasonConfigTooLarge = "ConfigTooLarge"
+	// ReasonFootprintTooLarge: the spec is valid, but one client of the
+	// policy could make the shared Redis hold more than the platform team
+	// allows per client (the manager's --max-client-bytes: limit × 104 B
+	// for SlidingLog), so it is left out (Accepted=False); the message says
+	// what to change.
+	ReasonFootprintTooLarge = "FootprintTooLarge"
 	// ReasonPublished: the configuration is in the namespace (Ready=True).
 	ReasonPublished = "Published"
 	// ReasonNotAccepted: Ready and Enforced are False because the policy is

@@ -71,6 +71,8 @@ type options struct {
 	rlsService             string
 	// jwksRefresh is how often key set URLs are fetched again.
 	jwksRefresh time.Duration
+	// maxClientBytes bounds each policy's footprint per client in Redis.
+	maxClientBytes int64
 	// sidecarListenPort and sidecarAdminPort become webhook.Inject's
 	// ListenPort and AdminPort once checked (completeSidecarPorts).
 	sidecarListenPort, sidecarAdminPort int
@@ -156,6 +158,8 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.sidecarAdminPort, "sidecar-admin-port", inject.DefaultAdminPort,
 		"Port of the injected sidecar's /metrics, /healthz and /readyz (container port "+inject.AdminPortName+"). Same constraints as --sidecar-listen-port; "+
 			"the sidecar's loopback /debug port ("+inject.DebugPortName+") is "+strconv.Itoa(inject.DefaultDebugPort)+".")
+	fs.Int64Var(&o.maxClientBytes, "max-client-bytes", 0,
+		"Most Redis memory one client of a policy may make the shared Redis hold (a full window: limit × 104 B for SlidingLog, 128 B for SlidingWindowCounter); a policy over it is not accepted (FootprintTooLarge). 0: no bound. Set by the platform team: a tenant chooses the limit, its clients fill the windows.")
 	fs.DurationVar(&o.jwksRefresh, "jwks-refresh-interval", jwksfetch.DefaultRefresh,
 		"How often the manager fetches again the JSON Web Key Sets that policies name by URL (key.jwt.jwks.url); a failed fetch is retried sooner and keeps the last good keys. "+
 			"Issuers publish a new key ahead of signing with it: at least this plus the kubelet's ConfigMap sync ahead.")
@@ -220,6 +224,7 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []
 		Client:           mgr.GetClient(),
 		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
 		TrustedProxies:   proxies,
+		MaxClientBytes:   o.maxClientBytes,
 		RedisCredentials: o.redis.CredentialsSecret,
 		// The NetworkPolicies of spec.networkPolicy admit the ports the
 		// injector gives the sidecar.
@@ -241,6 +246,8 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []
 		Recorder:    mgr.GetEventRecorder("slidegate-controller"),
 		Namespace:   namespace,
 		ServiceName: o.rlsService,
+		// The same bound: one Redis holds both.
+		MaxClientBytes: o.maxClientBytes,
 	}
 	if err := rls.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up the rate limit service controller: %w", err)

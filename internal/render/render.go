@@ -69,6 +69,9 @@ type Options struct {
 	// token verifies, and onMissing decides each request, which keeps the
 	// limit (by client address, by default) rather than dropping it.
 	KeySets map[string][]byte
+	// MaxClientBytes bounds what one client of a policy can make the shared
+	// Redis hold (CheckFootprint); 0: no bound.
+	MaxClientBytes int64
 }
 
 // KeySetRef names where a policy's key set comes from, the key of
