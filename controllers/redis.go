@@ -58,11 +58,11 @@ type RedisConnection struct {
 
 // BindFlags registers the --redis-* flags on fs. Call Complete after parsing.
 func (c *RedisConnection) BindFlags(fs *flag.FlagSet) {
-	fs.StringVar((*string)(&c.Config.Mode), "redis-mode", string(redisconn.Standalone), "Redis topology: standalone, cluster or sentinel.")
-	fs.Var(redisconn.AddrsFlag(&c.Config.Addrs), "redis-addrs", "Comma-separated Redis host:port addresses: the server (standalone), seed nodes (cluster) or the sentinels (sentinel).")
-	fs.StringVar(&c.Config.MasterName, "redis-master-name", "", "Sentinel master set name (sentinel mode).")
-	fs.BoolVar(&c.Config.TLS, "redis-tls", false, "Connect to Redis with TLS, verified against ca.crt in the Redis Secret, else the system roots.")
-	fs.StringVar(&c.Config.TLSServerName, "redis-tls-server-name", "",
+	fs.StringVar((*string)(&c.Config.Mode), redisconn.FlagMode, string(redisconn.Standalone), "Redis topology: standalone, cluster or sentinel.")
+	fs.Var(redisconn.AddrsFlag(&c.Config.Addrs), redisconn.FlagAddrs, "Comma-separated Redis host:port addresses: the server (standalone), seed nodes (cluster) or the sentinels (sentinel).")
+	fs.StringVar(&c.Config.MasterName, redisconn.FlagMasterName, "", "Sentinel master set name (sentinel mode).")
+	fs.BoolVar(&c.Config.TLS, redisconn.FlagTLS, false, "Connect to Redis with TLS, verified against ca.crt in the Redis Secret, else the system roots.")
+	fs.StringVar(&c.Config.TLSServerName, redisconn.FlagTLSServerName, "",
 		"With --redis-tls: the name to verify in every Redis certificate, instead of the host dialled (Cluster and Sentinel dial the addresses the nodes announce, often IPs).")
 	c.Identity = IdentityNamespace
 	fs.Func("redis-identity", "Redis identity of new sidecars: namespace (each namespace labelled for injection authenticates as a Redis ACL user of its own, "+

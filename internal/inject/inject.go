@@ -611,24 +611,17 @@ func sidecar(o Options, st Status) corev1.Container {
 		"--fallback-replicas=" + strconv.Itoa(int(o.FallbackReplicas)),
 		"--client-hash-key-file=" + ClientHashKeyDir + "/" + clienthash.SecretDataKey,
 	}
-	if o.Redis.Mode != "" {
-		args = append(args, "--redis-mode="+string(o.Redis.Mode))
+	// The connection as the manager has it, with the sidecar's own paths:
+	// the TLS material and the credentials from files of the namespace's
+	// Secret, read for every new connection (a rotation needs no restart).
+	conn := redisconn.Config{
+		Mode: o.Redis.Mode, Addrs: o.Redis.Addrs, MasterName: o.Redis.MasterName,
+		TLS: o.Redis.TLS, TLSServerName: o.Redis.TLSServerName, CredentialsDir: RedisCredentialsDir,
 	}
-	if len(o.Redis.Addrs) > 0 {
-		args = append(args, "--redis-addrs="+strings.Join(o.Redis.Addrs, ","))
+	if conn.TLS {
+		conn.TLSDir = RedisTLSDir
 	}
-	if o.Redis.MasterName != "" {
-		args = append(args, "--redis-master-name="+o.Redis.MasterName)
-	}
-	if o.Redis.TLS {
-		args = append(args, "--redis-tls", "--redis-tls-dir="+RedisTLSDir)
-		if o.Redis.TLSServerName != "" {
-			args = append(args, "--redis-tls-server-name="+o.Redis.TLSServerName)
-		}
-	}
-	// Credentials from files, read for every new connection (a rotation
-	// needs no restart), where environment variables were resolved once.
-	args = append(args, "--redis-credentials-dir="+RedisCredentialsDir)
+	args = append(args, conn.Args()...)
 	if o.RedisIdentity == v1alpha1.RedisIdentityNamespace {
 		args = append(args, "--redis-functions")
 	}

@@ -188,19 +188,64 @@ func (c Config) String() string {
 		c.Mode, c.Addrs, c.MasterName, c.TLS, c.Username != "", c.Password != "", c.SentinelPassword != "")
 }
 
+// The names of the --redis-* flags: RegisterFlags defines them for the
+// processes that connect, Args writes them for the injector, and the
+// manager's own (controllers.RedisConnection) use them too.
+const (
+	FlagMode           = "redis-mode"
+	FlagAddrs          = "redis-addrs"
+	FlagMasterName     = "redis-master-name"
+	FlagTLS            = "redis-tls"
+	FlagTLSCAFile      = "redis-tls-ca-file"
+	FlagTLSDir         = "redis-tls-dir"
+	FlagTLSServerName  = "redis-tls-server-name"
+	FlagCredentialsDir = "redis-credentials-dir"
+)
+
 // RegisterFlags defines the --redis-* flags of the processes that connect
 // (the sidecar and the rate limit service) on fs, with c's values as the
-// defaults. The injector relies on these names.
+// defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar((*string)(&c.Mode), "redis-mode", string(c.Mode), "Redis deployment: standalone, cluster or sentinel")
-	fs.Var(AddrsFlag(&c.Addrs), "redis-addrs", "comma-separated host:port list: the server, cluster seeds or sentinels")
-	fs.StringVar(&c.MasterName, "redis-master-name", c.MasterName, "sentinel master set name (sentinel mode)")
-	fs.BoolVar(&c.TLS, "redis-tls", c.TLS, "connect to Redis over TLS")
-	fs.StringVar(&c.TLSCAFile, "redis-tls-ca-file", c.TLSCAFile, "PEM CA bundle to verify Redis with (default: system roots)")
-	fs.StringVar(&c.TLSDir, "redis-tls-dir", c.TLSDir, "directory with ca.crt, and tls.crt with tls.key for a client certificate (a mounted Secret; read for every new connection)")
-	fs.StringVar(&c.TLSServerName, "redis-tls-server-name", c.TLSServerName, "server name to verify in the Redis certificate")
-	fs.StringVar(&c.CredentialsDir, "redis-credentials-dir", c.CredentialsDir,
+	fs.StringVar((*string)(&c.Mode), FlagMode, string(c.Mode), "Redis deployment: standalone, cluster or sentinel")
+	fs.Var(AddrsFlag(&c.Addrs), FlagAddrs, "comma-separated host:port list: the server, cluster seeds or sentinels")
+	fs.StringVar(&c.MasterName, FlagMasterName, c.MasterName, "sentinel master set name (sentinel mode)")
+	fs.BoolVar(&c.TLS, FlagTLS, c.TLS, "connect to Redis over TLS")
+	fs.StringVar(&c.TLSCAFile, FlagTLSCAFile, c.TLSCAFile, "PEM CA bundle to verify Redis with (default: system roots)")
+	fs.StringVar(&c.TLSDir, FlagTLSDir, c.TLSDir, "directory with ca.crt, and tls.crt with tls.key for a client certificate (a mounted Secret; read for every new connection)")
+	fs.StringVar(&c.TLSServerName, FlagTLSServerName, c.TLSServerName, "server name to verify in the Redis certificate")
+	fs.StringVar(&c.CredentialsDir, FlagCredentialsDir, c.CredentialsDir,
 		"directory with the files username and password (a mounted Secret; read for every new connection), and sentinel-username and sentinel-password; instead of "+EnvUsername+" and "+EnvPassword)
+}
+
+// Args are the command-line arguments that give a process c's connection
+// through RegisterFlags' flags (the injector's sidecar arguments): the
+// settings that are set, credentials never (those come from
+// CredentialsDir's files); the TLS settings only with TLS.
+func (c Config) Args() []string {
+	var args []string
+	if c.Mode != "" {
+		args = append(args, "--"+FlagMode+"="+string(c.Mode))
+	}
+	if len(c.Addrs) > 0 {
+		args = append(args, "--"+FlagAddrs+"="+strings.Join(c.Addrs, ","))
+	}
+	if c.MasterName != "" {
+		args = append(args, "--"+FlagMasterName+"="+c.MasterName)
+	}
+	if c.TLS {
+		args = append(args, "--"+FlagTLS)
+		for _, f := range []struct{ name, value string }{
+			{FlagTLSCAFile, c.TLSCAFile}, {FlagTLSDir, c.TLSDir}, {FlagTLSServerName, c.TLSServerName},
+		} {
+			if f.value != "" {
+				args = append(args, "--"+f.name+"="+f.value)
+			}
+		}
+	}
+	if c.CredentialsDir != "" {
+		args = append(args, "--"+FlagCredentialsDir+"="+c.CredentialsDir)
+	}
+	return args
 }
 
 // ApplyEnvCredentials reads the credentials from the environment variables
