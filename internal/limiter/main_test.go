@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,21 +15,13 @@ import (
 // The 3-master cluster is started once for the package. Creating it takes
 // several seconds, so TestMain starts it in the background and the other
 // tests run meanwhile; cluster tests wait for it with sharedCluster.
-var (
-	clusterOnce sync.WaitGroup
-	cluster     *testsupport.Cluster
-	clusterErr  error
-)
+var cluster *testsupport.BackgroundCluster
 
 // The cluster the failover and reshard tests change: 3 masters with a
 // replica each, whose replication lags by replicationLag (see
 // testsupport.ClusterOptions), and a node timeout of a second, so that a
 // replica replaces a killed master within about two.
-var (
-	changingOnce sync.WaitGroup
-	changing     *testsupport.Cluster
-	changingErr  error
-)
+var changing *testsupport.BackgroundCluster
 
 const nodeTimeout = time.Second
 
@@ -47,27 +38,13 @@ func TestMain(m *testing.M) {
 	testsupport.RedisInMain()
 	// go-redis logs every failed dial; the fault tests cause thousands.
 	redis.SetLogger(quietLogger{})
-	clusterOnce.Add(1)
-	go func() {
-		defer clusterOnce.Done()
-		cluster, clusterErr = testsupport.NewCluster(3)
-	}()
-	changingOnce.Add(1)
-	go func() {
-		defer changingOnce.Done()
-		changing, changingErr = testsupport.NewClusterWith(testsupport.ClusterOptions{
-			Masters: 3, Replicas: 1, NodeTimeout: nodeTimeout, ReplicationDelay: replicationLag,
-		})
-	}()
+	cluster = testsupport.StartCluster(testsupport.ClusterOptions{Masters: 3})
+	changing = testsupport.StartCluster(testsupport.ClusterOptions{
+		Masters: 3, Replicas: 1, NodeTimeout: nodeTimeout, ReplicationDelay: replicationLag,
+	})
 	code := m.Run()
-	clusterOnce.Wait()
-	if cluster != nil {
-		cluster.Close()
-	}
-	changingOnce.Wait()
-	if changing != nil {
-		changing.Close()
-	}
+	cluster.Close()
+	changing.Close()
 	os.Exit(code)
 }
 
@@ -77,25 +54,18 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func sharedCluster(t *testing.T) *testsupport.Cluster {
 	t.Helper()
-	clusterOnce.Wait()
-	if clusterErr != nil {
-		t.Fatalf("starting the redis cluster: %v", clusterErr)
-	}
-	return cluster
+	return cluster.Get(t)
 }
 
 // changingCluster is the cluster that the failover and reshard tests
 // change, once it is healthy.
 func changingCluster(t *testing.T) *testsupport.Cluster {
 	t.Helper()
-	changingOnce.Wait()
-	if changingErr != nil {
-		t.Fatalf("starting the redis cluster with replicas: %v", changingErr)
-	}
-	if err := changing.WaitOK(30 * time.Second); err != nil {
+	c := changing.Get(t)
+	if err := c.WaitOK(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	return changing
+	return c
 }
 
 // client returns a go-redis client for addr built by redisconn.NewClient, the

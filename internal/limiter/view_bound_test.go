@@ -200,8 +200,8 @@ func (a *attack) decide(c denyCache, i int) {
 func BenchmarkViewUnderAttack(b *testing.B) {
 	// TestMain starts two Redis Clusters in the background; let them finish
 	// before measuring anything that shares the CPU with them.
-	clusterOnce.Wait()
-	changingOnce.Wait()
+	cluster.Wait()
+	changing.Wait()
 	caches := []struct {
 		name string
 		make func(size int) denyCache
