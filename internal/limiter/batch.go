@@ -30,6 +30,12 @@ type op struct {
 	// durable: its admits count only once a replica has them (see
 	// durable.go).
 	durable bool
+	// idleBy: its caller makes its round trip itself, reading only until
+	// this time, the decision's budget (roundTripNow). A read that times
+	// out well after it was resent once through the queue (readAgain; see
+	// resendTimedOut).
+	idleBy    time.Time
+	readAgain bool
 	// Inline room for a one-key decision's command, so the hot path does
 	// not allocate it.
 	argsBuf [oneKeyDecideLen]any
@@ -90,6 +96,12 @@ func (l *Limiter) submitAndWait(ctx context.Context, groups []group, start, dead
 		if sent, answered = l.roundTripNow(groups[0].op, deadline); answered {
 			return
 		}
+		if groups[0].op.readAgain {
+			// The process was not running when the read's budget ran out,
+			// so the resent decision gets a budget of its own, within hard.
+			now := time.Now()
+			start, deadline = now, minTime(hard, now.Add(l.budget(now)))
+		}
 	}
 	p := patience{l: l, start: start, hard: hard, timer: timerPool.Get().(*time.Timer)}
 	p.timer.Reset(time.Until(deadline))
@@ -142,8 +154,10 @@ func (l *Limiter) roundTripNow(o *op, deadline time.Time) (made, answered bool) 
 		return false, false
 	}
 	o.state.Store(opInflight)
+	o.idleBy = deadline
 	// Bounded by the budget: the idle path has no one to tell a slow Redis
-	// from a hung one.
+	// from a hung one. A read that times out is resent (resendTimedOut),
+	// and the caller then waits with the patience of a queued decision.
 	l.exec([]*op{o}, make([]*redis.Cmd, 0, 1), deadline)
 	<-l.tokens
 	select {
@@ -399,7 +413,7 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error, acks *r
 				err = errNoReply
 			}
 		}
-		if err != nil && l.retryLater(o, err) {
+		if err != nil && (l.resendTimedOut(o, err) || l.retryLater(o, err)) {
 			continue
 		}
 		if err != nil {
@@ -470,6 +484,48 @@ func (l *Limiter) retryLater(o *op, err error) bool {
 	l.stats.resent.Add(1)
 	time.AfterFunc(pause, func() { l.enqueueNoWait(o) })
 	return true
+}
+
+// resendTimedOut sends a decision of the idle path once more, through the
+// queue, when its read timed out and the process was not running at the
+// time it should have: it woke more than a twentieth of the timeout after
+// the deadline (a SIGSTOP, a throttled container, a starved node). It
+// reports whether it took o. Redis may have answered in time: Go reports a
+// passed deadline before it looks at the socket, and go-redis then closes
+// the connection with the answer in it. Resent, the decision is read until
+// its hard deadline, and its caller waits with a budget of its own
+// (submitAndWait). A read that timed out on time is a Redis that did not
+// answer within the budget, and the decision follows its fail mode as
+// before: a hung Redis costs the idle path no more than the batched one.
+//
+// The resend admits nothing twice into a SlidingLog key: the decide script
+// finds its own member and replays the first run's answer. A counter key
+// keeps no members, so a resend after a first run that did commit counts
+// it twice there (stricter by its hits, for a window, never looser), as a
+// lost reply on Redis Cluster does.
+func (l *Limiter) resendTimedOut(o *op, err error) bool {
+	if o.idleBy.IsZero() || o.script != &decideLua || !timedOut(err) {
+		return false
+	}
+	late := time.Since(o.idleBy)
+	o.idleBy = time.Time{} // once
+	if late <= l.opts.Timeout/20 || !time.Now().Before(o.deadline) {
+		return false
+	}
+	if !o.state.CompareAndSwap(opInflight, opQueued) {
+		return false
+	}
+	o.readAgain = true
+	l.stats.readAgain.Add(1)
+	l.enqueueNoWait(o)
+	return true
+}
+
+// timedOut reports whether err is a read or write that hit its deadline.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.As(err, &ne) && ne.Timeout()
 }
 
 // undoLate takes back what a decide script admitted for a caller that had

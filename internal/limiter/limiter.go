@@ -181,6 +181,11 @@ type Stats struct {
 	// was moving (MOVED, ASK, TRYAGAIN), and asked again: resent after a
 	// pause, or split into one script per key.
 	Resent int64
+	// ReadAgain counts decisions of the idle path whose read timed out at
+	// the budget and that were sent once more, to be read until their hard
+	// deadline (a process that was not running may have missed an answer
+	// that came in time).
+	ReadAgain int64
 	// NotReplicated counts durable admits that no replica acknowledged in
 	// time, taken back (ErrNotReplicated).
 	NotReplicated int64
@@ -189,7 +194,7 @@ type Stats struct {
 type stats struct {
 	redis, fallback, failedClosed, timeouts, denyCache atomic.Int64
 	roundTrips, ops, noScript, undos, resent           atomic.Int64
-	notReplicated                                      atomic.Int64
+	notReplicated, readAgain                           atomic.Int64
 }
 
 // Stats returns the counters.
@@ -199,5 +204,6 @@ func (l *Limiter) Stats() Stats {
 		Timeouts: l.stats.timeouts.Load(), RoundTrips: l.stats.roundTrips.Load(), Ops: l.stats.ops.Load(),
 		NoScript: l.stats.noScript.Load(), Undos: l.stats.undos.Load(), BreakerOpens: l.breaker.opens.Load(),
 		DenyCache: l.stats.denyCache.Load(), Resent: l.stats.resent.Load(), NotReplicated: l.stats.notReplicated.Load(),
+		ReadAgain: l.stats.readAgain.Load(),
 	}
 }

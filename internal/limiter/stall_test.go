@@ -25,14 +25,22 @@ import (
 // ReadTimeout, which was 1 s), every round trip in flight during a stall
 // failed with "i/o timeout" and its decisions fell back (38 to 94 of ~700
 // here): the naive case, which must fail.
+//
+// One caller alone takes the idle path (roundTripNow), which reads only
+// until the decision's budget (1 s): a stall of 1.5 s passes it. Before
+// resendTimedOut, such a read timed out and the decision fell back (1–2
+// per run with 32 callers on a loaded machine; 2–3 of 3 stalls with one
+// caller).
 func TestStalledProcess(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		timeout time.Duration // the client's ReadTimeout and WriteTimeout; 0: redisconn's default
+		callers int
 		naive   bool
 	}{
-		{"redisconn's defaults", 0, false},
-		{"naive: 1s socket timeouts", time.Second, true},
+		{"redisconn's defaults", 0, 32, false},
+		{"one caller: the idle path", 0, 1, false},
+		{"naive: 1s socket timeouts", time.Second, 32, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := testsupport.StartRedis(t)
@@ -45,7 +53,7 @@ func TestStalledProcess(t *testing.T) {
 			why := map[string]int{}
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
-			for w := range 32 {
+			for w := range tc.callers {
 				wg.Go(func() {
 					for {
 						select {
@@ -79,7 +87,7 @@ func TestStalledProcess(t *testing.T) {
 			}
 			close(stop)
 			wg.Wait()
-			t.Logf("%d of %d decisions fell back across %d 1.5 s stalls (%v)", fell.Load(), total.Load(), stalls, why)
+			t.Logf("%d of %d decisions fell back across %d 1.5 s stalls (%v); %d read again after a late timeout", fell.Load(), total.Load(), stalls, why, l.Stats().ReadAgain)
 			switch {
 			case tc.naive && fell.Load() == 0:
 				t.Error("with 1 s socket timeouts no decision fell back: this case cannot fail")
