@@ -61,6 +61,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rls"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
@@ -92,6 +93,9 @@ type row struct {
 	lim, h2, goc side
 	// Over TLS: h2load (server TLS), gRPC-go (mTLS).
 	h2tls, gomtls side
+	// gRPC-go → RLS as the rate limit service's own Redis user, through
+	// the Functions library (issue 22).
+	gons side
 }
 
 func (r row) ratio(s side) float64 {
@@ -225,21 +229,36 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 		return err
 	}
 
-	sv, err := startServer(ctx, srv.Addr, rls.TLSOptions{})
+	def := redisconn.Config{Addrs: []string{srv.Addr}}
+	sv, err := startServer(ctx, def, rls.TLSOptions{})
 	if err != nil {
 		return err
 	}
 	defer sv.stop()
-	tlsSv, err := startServer(ctx, srv.Addr, rls.TLSOptions{CertFile: pki.ServerCert, KeyFile: pki.ServerKey})
+	tlsSv, err := startServer(ctx, def, rls.TLSOptions{CertFile: pki.ServerCert, KeyFile: pki.ServerKey})
 	if err != nil {
 		return err
 	}
 	defer tlsSv.stop()
-	mtlsSv, err := startServer(ctx, srv.Addr, rls.TLSOptions{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CA})
+	mtlsSv, err := startServer(ctx, def, rls.TLSOptions{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, ClientCAFile: pki.CA})
 	if err != nil {
 		return err
 	}
 	defer mtlsSv.stop()
+	own, err := rlsIdentity(ctx, srv.Addr)
+	if err != nil {
+		return err
+	}
+	nsSv, err := startServer(ctx, own, rls.TLSOptions{})
+	if err != nil {
+		return err
+	}
+	defer nsSv.stop()
+	ncs, closeNcs, err := dialSide(nsSv.addr, insecure.NewCredentials())
+	if err != nil {
+		return err
+	}
+	defer closeNcs()
 	cs, closeCs, err := dialSide(sv.addr, insecure.NewCredentials())
 	if err != nil {
 		return err
@@ -269,6 +288,9 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 		func(c, _ int, d time.Duration) (slice, error) {
 			return mtlsSv.counted(c, func() (slice, error) { return measureGRPC(ctx, mcs, c, d) })
 		},
+		func(c, _ int, d time.Duration) (slice, error) {
+			return nsSv.counted(c, func() (slice, error) { return measureGRPC(ctx, ncs, c, d) })
+		},
 	}
 	var rows []row
 	for _, c := range callers {
@@ -280,7 +302,7 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 				}
 			}
 		}
-		r := row{callers: c, lim: ts[0].result(), h2: ts[1].result(), goc: ts[2].result(), h2tls: ts[3].result(), gomtls: ts[4].result()}
+		r := row{callers: c, lim: ts[0].result(), h2: ts[1].result(), goc: ts[2].result(), h2tls: ts[3].result(), gomtls: ts[4].result(), gons: ts[5].result()}
 		fmt.Fprintf(os.Stderr, "callers=%-3d limiter %6.0f/s  h2load→RLS %6.0f/s (%.2f)  gRPC-go→RLS %6.0f/s (%.2f)  µs CPU/decision (self+redis+h2load): %.1f+%.1f, %.1f+%.1f+%.1f, %.1f+%.1f\n",
 			c, r.lim.DPS, r.h2.DPS, r.ratio(r.h2), r.goc.DPS, r.ratio(r.goc),
 			us(r.lim.self), us(r.lim.redis), us(r.h2.self), us(r.h2.redis), us(r.h2.client), us(r.goc.self), us(r.goc.redis))
@@ -289,6 +311,23 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 		rows = append(rows, r)
 	}
 	return write(out, rows, dur, rounds, time.Since(started), loadBefore, loadAvg())
+}
+
+// rlsIdentity sets up, as the manager does, the library and the rate limit
+// service's own Redis user on the server at addr (with its default user as
+// the administrative identity), and returns the connection as that user.
+func rlsIdentity(ctx context.Context, addr string) (redisconn.Config, error) {
+	adm, err := redisadmin.New(redisadmin.Options{Redis: redisconn.Config{Addrs: []string{addr}}})
+	if err != nil {
+		return redisconn.Config{}, err
+	}
+	defer adm.Close()
+	const password = "bench-rls-password"
+	u := redisadmin.RLSIdentity("", []string{rlsconfig.PolicyID("bench", "per-ip")}, []string{password})
+	if _, err := adm.Sync(ctx, []redisadmin.User{u}); err != nil {
+		return redisconn.Config{}, fmt.Errorf("setting up the rate limit service's Redis user: %w", err)
+	}
+	return redisconn.Config{Addrs: []string{addr}, Username: u.Name, Password: password}, nil
 }
 
 // server is one RLS server on loopback with its own limiter and Redis
@@ -345,7 +384,7 @@ func of(a, b float64) float64 {
 
 // startServer runs the server with one policy per client address, with
 // the TLS of o (zero: h2c).
-func startServer(ctx context.Context, redisAddr string, o rls.TLSOptions) (*server, error) {
+func startServer(ctx context.Context, rc redisconn.Config, o rls.TLSOptions) (*server, error) {
 	dir, err := os.MkdirTemp("", "rls-bench")
 	if err != nil {
 		return nil, err
@@ -363,11 +402,13 @@ func startServer(ctx context.Context, redisAddr string, o rls.TLSOptions) (*serv
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return nil, err
 	}
-	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{redisAddr}})
+	rdb, err := redisconn.NewClient(rc)
 	if err != nil {
 		return nil, err
 	}
-	lim, err := limiter.New(rdb, limiter.Options{})
+	// An identity of its own decides through the Functions library, as
+	// cmd/rls does with --redis-functions.
+	lim, err := limiter.New(rdb, limiter.Options{Functions: rc.Username != ""})
 	if err != nil {
 		return nil, err
 	}
@@ -564,7 +605,7 @@ func write(out string, rows []row, dur time.Duration, rounds int, took time.Dura
 	b.WriteString("## RLS server\n\n")
 	b.WriteString("Envoy's rate limit service (`ShouldRateLimit`, one descriptor matching one\n")
 	b.WriteString("SlidingLog policy) against one redis-server, beside the limiter deciding\n")
-	b.WriteString("in-process in the same run: what the gRPC layer costs, and what TLS adds to it. Five\nsides per point, in\n")
+	b.WriteString("in-process in the same run: what the gRPC layer costs, and what TLS adds to it. Six\nsides per point, in\n")
 	fmt.Fprintf(&b, "%d alternating slices (%v per side in all):\n\n", rounds, dur)
 	b.WriteString("- **limiter**: `Decide` called in-process, 10,000 client keys (the reference);\n")
 	fmt.Fprintf(&b, "- **h2load → RLS**: h2load (nghttp2, C) over %d connections with the callers as\n", conns)
@@ -576,7 +617,9 @@ func write(out string, rows []row, dur time.Duration, rounds int, took time.Dura
 	b.WriteString("  certificates to a server that requires them (`--tls-client-ca-file`), and h2load\n")
 	b.WriteString("  speaking TLS to a server with the same certificate but no client authentication,\n")
 	b.WriteString("  since h2load cannot present a certificate. The handshake is a connection's only\n")
-	b.WriteString("  extra step with one, and connections are long-lived: both measure TLS per decision.\n\n")
+	b.WriteString("  extra step with one, and connections are long-lived: both measure TLS per decision;\n")
+	b.WriteString("- **own Redis user** (issue 22): gRPC-go → RLS (h2c) with the server deciding as\n")
+	b.WriteString("  `slidegate-rls` through the Functions library, as the install runs it.\n\n")
 	fmt.Fprintf(&b, "The process runs with the server's GOGC (%d, `rls.GCPercent`), all sides alike.\n\n", debug.SetGCPercent(-1))
 	b.WriteString("| callers | limiter decisions/s | p50 ms | p99 ms | h2load → RLS decisions/s | p50 ms | p99 ms | ÷ limiter | gRPC-go → RLS decisions/s | p99 ms | ÷ limiter |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -610,6 +653,17 @@ func write(out string, rows []row, dur time.Duration, rounds int, took time.Dura
 		fmt.Fprintf(&b, "| %d | %.0f | %.2f | %s | %.2f | %.1f | %.2f | %.0f | %.2f | %s | %.2f | %.1f | %.2f |\n", r.callers,
 			r.h2tls.DPS, of(r.h2tls.DPS, r.h2.DPS), ms(r.h2tls.P99), of(float64(r.h2tls.P99), float64(r.h2.P99)), us(r.h2tls.self), of(us(r.h2tls.self), us(r.h2.self)),
 			r.gomtls.DPS, of(r.gomtls.DPS, r.goc.DPS), ms(r.gomtls.P99), of(float64(r.gomtls.P99), float64(r.goc.P99)), us(r.gomtls.self), of(us(r.gomtls.self), us(r.goc.self)))
+	}
+	b.WriteString("\nIsolation (issue 22), same run: gRPC-go → RLS (h2c) as the rate limit\n")
+	b.WriteString("service's own ACL user (`slidegate-rls`, the rls/ keys only), deciding through\n")
+	b.WriteString("the Functions library (FCALL), against the same server as Redis's default user\n")
+	b.WriteString("sending the scripts (EVALSHA).\n\n")
+	b.WriteString("| callers | own user decisions/s | ÷ default user | p99 ms | ÷ default user | µs CPU (self + redis-server) | default user |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %d | %.0f | %.2f | %s | %.2f | %.1f + %.1f | %.1f + %.1f |\n", r.callers,
+			r.gons.DPS, of(r.gons.DPS, r.goc.DPS), ms(r.gons.P99), of(float64(r.gons.P99), float64(r.goc.P99)),
+			us(r.gons.self), us(r.gons.redis), us(r.goc.self), us(r.goc.redis))
 	}
 	fmt.Fprintf(&b, "\nGoal: at %d callers the RLS server reaches ≥ %.1f × the in-process limiter rate: %s.\n", goalAt, goal, verdict)
 	fmt.Fprintf(&b, "The section took %v; 1-minute load average %s before, %s after (the machine is shared).\n",

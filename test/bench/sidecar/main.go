@@ -14,7 +14,9 @@
 // counted from each request's scheduled send time, so a stall is not
 // hidden). (j) and (J) are (c) and (e) with the policy keyed on the sub
 // claim of a verified RS256 bearer token instead of a header: what
-// verifying tokens costs per request (issue 23). The targets are
+// verifying tokens costs per request (issue 23). (n) is (c) as the
+// namespace's own Redis ACL user calling the Functions library: what the
+// tenant isolation costs (issue 22). The targets are
 // measured in interleaved rounds, so that load from elsewhere on the machine
 // spreads over all of them. It needs redis-server in PATH.
 package main
@@ -47,6 +49,7 @@ import (
 
 	"github.com/slidegate/slidegate/internal/jwtverify"
 	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecar"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -258,6 +261,23 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 		forged[u] = tok[:i] + string(c) + tok[i+1:]
 	}
 
+	// (n): (c) as the namespace's own Redis user (issue 22's isolation): an
+	// ACL user that reaches only the namespace's keys and decides through
+	// the Functions library (FCALL), set up as the manager does.
+	nsLim, closeNS, err := namespaceLimiter(ctx, redis.Addr, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeNS()
+	scNS, err := sidecar.New(opts, nsLim, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	nsURL, err := serveSidecar(ctx, scNS)
+	if err != nil {
+		return err
+	}
+
 	// (e) and (f) split (c)'s cost: the same sidecar with a limiter that
 	// admits at once (the proxy and handler alone), and with one that makes
 	// the cheapest Redis round trip, an unbatched PING, per request instead
@@ -290,6 +310,7 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 		{name: "a", label: "(a) direct to the app", url: appURL, path: okPath},
 		{name: "b", label: "(b) bare httputil.ReverseProxy + buffer pool", url: bareURL, path: okPath},
 		{name: "c", label: "(c) sidecar, all admitted", url: sideURL, path: okPath},
+		{name: "n", label: "(n) as (c), as the namespace's own Redis user through the Functions library (FCALL)", url: nsURL, path: okPath},
 		{name: "d", label: "(d) sidecar, half rejected", url: sideURL, lim: lim, path: halfHot},
 		{name: "D", label: "(d) without the deny cache", url: noCacheURL, lim: limNC, path: halfHot},
 		{name: "g", label: "(g) one abusive client (every other request, limit 100 per 10 s) + 1000 users under it", url: sideURL, lim: lim, path: abuser},
@@ -666,6 +687,10 @@ func report(targets []*target, res map[string]*result, rate, conc, rounds int, r
 			median(f.cpu)-median(e.cpu), median(f.redisCPU), median(c.cpu)-median(e.cpu), median(c.redisCPU))
 		p("Failed PINGs in (f): %d.\n\n", pingErrs)
 	}
+	if n, c := res["n"], res["c"]; n != nil && c != nil {
+		p("Isolation (issue 22), side by side: the sidecar as its namespace's own ACL user calling the Functions library, (n), against the shared default user sending the scripts (EVALSHA), (c): max RPS %.2f × (c), p99 %.2f × (c), redis-server CPU %.0f against %.0f µs/req.\n\n",
+			median(n.rps)/median(c.rps), median(n.p99)/median(c.p99), median(n.redisCPU), median(c.redisCPU))
+	}
 	if j, c, J, e := res["j"], res["c"], res["J"], res["e"]; j != nil && c != nil {
 		p("Verified tokens (issue 23), side by side: keyed on the sub of an RS256 bearer token, (j) against the same policy keyed on a header, (c): max RPS %.2f × (c), p99 %.2f × (c); CPU %.0f µs/req more in this process (a remembered token's hash and expiry, and the load generator's longer request). ",
 			median(j.rps)/median(c.rps), median(j.p99)/median(c.p99), median(j.cpu)-median(c.cpu))
@@ -685,6 +710,42 @@ func report(targets []*target, res map[string]*result, rate, conc, rounds int, r
 	p("Limiter of (c), (d), (g) during the run: %d decisions by Redis, %d requests denied by the deny cache, %d decisions by the fail-open fallback, %d failed closed; %d scripts in %d pipelined round trips (%.1f per round trip). Transport errors in the latency phase: %d.\n",
 		st.Redis, st.DenyCache, st.Fallback, st.FailedClosed, st.Ops, st.RoundTrips, float64(st.Ops)/max(1, float64(st.RoundTrips)), latErrs)
 	return b.String()
+}
+
+// namespaceLimiter is a limiter that decides as the namespace's own Redis
+// user for cfg's policies, with the library loaded and the user set up by
+// an Admin as the manager does it (here with Redis's default user as the
+// administrative identity).
+func namespaceLimiter(ctx context.Context, addr string, cfg *sidecarconfig.Config) (*limiter.Limiter, func(), error) {
+	adm, err := redisadmin.New(redisadmin.Options{Redis: redisconn.Config{Addrs: []string{addr}}})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer adm.Close()
+	ids := make([]string, 0, len(cfg.Policies))
+	for _, p := range cfg.Policies {
+		ids = append(ids, p.ID)
+	}
+	const password = "bench-namespace-password"
+	u, err := redisadmin.NamespaceIdentity("", cfg.Namespace, ids, []string{password})
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := adm.Sync(ctx, []redisadmin.User{u}); err != nil {
+		return nil, nil, fmt.Errorf("setting up the namespace's Redis user: %w", err)
+	}
+	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{addr}, Username: u.Name, Password: password})
+	if err != nil {
+		return nil, nil, err
+	}
+	o := limOpts
+	o.Functions = true
+	lim, err := limiter.New(rdb, o)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	return lim, func() { _ = lim.Close(); _ = rdb.Close() }, nil
 }
 
 // serveJWTSidecars serves two sidecars whose /ok policy keys on the sub
