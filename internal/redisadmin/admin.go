@@ -542,22 +542,69 @@ func sentinelAsk(ctx context.Context, s *redis.SentinelClient, name string) ([]s
 }
 
 // Run calls Sync with the users desired returns every interval, and once
-// at the start, until ctx ends, handing each result to report. A node that
-// restarted without persistence, or a replica promoted empty, has its
-// users and (a master) the library back within an interval.
+// at the start, until ctx ends, handing each result to report. Between
+// passes it asks each node every RestartWatch for its run_id (one INFO),
+// and passes at once when a node restarted: users set with ACL SETUSER
+// live in memory only (AOF and RDB do not keep them; only an ACL file
+// saved with ACL SAVE would), so every restart takes the namespaces'
+// users away, and without persistence the library too, and each rule's
+// fail mode decides until they are back. A node that restarted, or a
+// replica promoted empty, has its users and (a master) the library back
+// within about RestartWatch, and any other drift within an interval.
 func (a *Admin) Run(ctx context.Context, interval time.Duration, desired func(context.Context) ([]User, error), report func(Status, error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	watch := time.NewTicker(min(RestartWatch, interval))
+	defer watch.Stop()
 	for {
 		st, err := a.syncDesired(ctx, desired)
 		if ctx.Err() != nil {
 			return
 		}
 		report(st, err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				break wait
+			case <-watch.C:
+				if a.restarted(ctx) {
+					t.Reset(interval)
+					break wait
+				}
+			}
 		}
 	}
+}
+
+// RestartWatch is how often Run asks the nodes whether they restarted.
+const RestartWatch = time.Second
+
+// restarted reports whether a node that had its users set answers with
+// another run_id: it restarted (or another server took its address) and
+// has lost them. A node that does not answer is left to the next pass.
+func (a *Admin) restarted(ctx context.Context) bool {
+	a.mu.Lock()
+	type known struct {
+		c     *redis.Client
+		runID string
+	}
+	nodes := make([]known, 0, len(a.nodes))
+	for _, n := range a.nodes {
+		if n.runID != "" {
+			nodes = append(nodes, known{n.client, n.runID})
+		}
+	}
+	a.mu.Unlock()
+	for _, n := range nodes {
+		ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+		_, runID, err := identify(ctx, n.c)
+		cancel()
+		if err == nil && runID != n.runID {
+			return true
+		}
+	}
+	return false
 }

@@ -171,3 +171,70 @@ func eventually(d time.Duration, cond func() bool) (time.Duration, bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestUsersBackAtOnceAfterRestart: users set with ACL SETUSER are not kept
+// by AOF (nor RDB), so every restart of a node takes the namespaces' users
+// away, persistence or not, and their sidecars are refused (their fail
+// mode decides) until the manager sets them again. Run watches the nodes'
+// run_id every RestartWatch and does not wait for its interval: with an
+// interval of a minute, decisions are Redis's again long before it. Without
+// the watch they were not within half the interval (the case that fails).
+func TestUsersBackAtOnceAfterRestart(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	a := newAdmin(t, redisconn.Config{Addrs: []string{r.Addr}})
+	u, err := NamespaceIdentity("", "shop", nil, []string{"pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Sync(context.Background(), []User{u}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if hasUser(r, u.Name) {
+		t.Fatal("the user survived a restart with AOF: the premise of the restart watch is wrong")
+	}
+
+	const interval = time.Minute
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.Run(ctx, interval, func(context.Context) ([]User, error) { return []User{u}, nil }, func(Status, error) {})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	testsupport.Eventually(t, 10*time.Second, 20*time.Millisecond, "the first pass", func() error {
+		if !hasUser(r, u.Name) {
+			return errMissing
+		}
+		return nil
+	})
+	l := functionsLimiter(t, redisconn.Config{Addrs: []string{r.Addr}, Username: u.Name, Password: "pw"})
+	if !decideOK(l, "shop/restarted") {
+		t.Fatal("no decision from Redis before the restart")
+	}
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	fellBack := 0
+	took, ok := eventually(interval/2, func() bool {
+		if decideOK(l, "shop/restarted") {
+			return true
+		}
+		fellBack++
+		return false
+	})
+	if !ok {
+		t.Fatalf("decisions not from Redis %v after the restart (interval %v, watch %v)", took, interval, RestartWatch)
+	}
+	t.Logf("restart with AOF: %d decisions by the fail mode, back to Redis %v after the restart (interval %v, watch %v)",
+		fellBack, took.Round(time.Millisecond), interval, RestartWatch)
+}
