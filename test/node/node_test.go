@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,7 +60,9 @@ func TestNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	n := theNode
-	n.redis = startRedis(t, n.ip) // for all steps: a subtest's cleanup would stop it
+	// For all steps (a subtest's cleanup would stop it): Redis with AUTH,
+	// as the quickstart sets it up.
+	n.redis, n.redisAdminUser, n.redisAdminPassword = quickstartRedis(t, n)
 	steps := []struct {
 		name string
 		run  func(context.Context, *testing.T, *node)
@@ -76,6 +79,7 @@ func TestNode(t *testing.T) {
 		{"RollingUpdatesLoseNothing", testRollingUpdates},
 		{"BarePodWarned", testBarePod},
 		{"ManagerNeverForbidden", testManagerNeverForbidden},
+		{"CredentialsOnlyWhereOptedIn", testCredentialsOnlyWhereOptedIn},
 		{"RateLimitService", testRateLimitService},
 		{"RateLimitServiceClientCertificates", testRateLimitServiceMTLS},
 		{"LastPolicyDeletedMeansNoLimit", testLastPolicyDeleted},
@@ -100,7 +104,22 @@ func testInstall(ctx context.Context, t *testing.T, n *node) {
 	if _, err := kubectl(ctx, redisService(n.ip), "apply", "--server-side", "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
+	// The administrative identity, created as docs/quickstart.md does,
+	// after the install: the manager reads it from its mounted volume once
+	// the kubelet has filled it, and then administers Redis.
+	mustKubectl(ctx, t, "-n", system, "create", "secret", "generic", "slidegate-redis-admin",
+		"--from-literal=username="+n.redisAdminUser, "--from-literal=password="+n.redisAdminPassword)
 	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
+	rdb := n.redis.testClient()
+	defer func() { _ = rdb.Close() }()
+	took := eventually(t, 2*time.Minute, time.Second, "the manager loads the slidegate library into Redis with the quickstart's identity", func() error {
+		libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "slidegate"}).Result()
+		if err == nil && len(libs) == 0 {
+			err = fmt.Errorf("no library yet")
+		}
+		return err
+	})
+	t.Logf("the manager administered Redis %.1fs after the manager rolled out", took.Seconds())
 
 	var cfg struct {
 		Webhooks []struct {

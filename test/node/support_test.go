@@ -26,6 +26,8 @@ type node struct {
 	root  string        // the repository
 	sync  time.Duration // the kubelet's syncFrequency
 	redis *redisProc
+	// The administrative Redis identity (TestNode: the quickstart's).
+	redisAdminUser, redisAdminPassword string
 }
 
 func nodeFromEnv() (*node, error) {
@@ -117,16 +119,17 @@ type redisProc struct {
 	bin  string
 	addr string
 	dir  string
+	args []string // more redis-server arguments (an ACL file)
 	cmd  *exec.Cmd
 }
 
-func startRedis(t *testing.T, ip string) *redisProc {
+func startRedis(t *testing.T, ip string, args ...string) *redisProc {
 	t.Helper()
 	bin, err := testsupport.RedisServerPath()
 	if err != nil {
 		testsupport.Missing(t, "redis-server", err)
 	}
-	r := &redisProc{bin: bin, addr: net.JoinHostPort(ip, "6379"), dir: t.TempDir()}
+	r := &redisProc{bin: bin, addr: net.JoinHostPort(ip, "6379"), dir: t.TempDir(), args: args}
 	r.start(t)
 	t.Cleanup(r.stop)
 	return r
@@ -135,8 +138,8 @@ func startRedis(t *testing.T, ip string) *redisProc {
 func (r *redisProc) start(t *testing.T) {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(r.addr)
-	r.cmd = exec.Command(r.bin, "--bind", host, "--port", port, "--protected-mode", "no",
-		"--save", "", "--appendonly", "no", "--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log"))
+	r.cmd = exec.Command(r.bin, append([]string{"--bind", host, "--port", port, "--protected-mode", "no",
+		"--save", "", "--appendonly", "no", "--dir", r.dir, "--logfile", filepath.Join(r.dir, "redis.log")}, r.args...)...)
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
