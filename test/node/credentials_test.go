@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
@@ -38,22 +39,7 @@ func testCredentialsOnlyWhereOptedIn(ctx context.Context, t *testing.T, n *node)
 	want := redisadmin.NamespaceUser(demo)
 	pods := demoPods(ctx, t)
 	eventually(t, 30*time.Second, time.Second, "the demo's sidecars connected as "+want, func() error {
-		list, err := rdb.ClientList(ctx).Result()
-		if err != nil {
-			return err
-		}
-		for _, p := range pods {
-			users := clientUsers(list, p.Status.PodIP)
-			if len(users) == 0 {
-				return fmt.Errorf("no connection from pod %s (%s)", p.Name, p.Status.PodIP)
-			}
-			for _, u := range users {
-				if u != want {
-					return fmt.Errorf("pod %s connects as %q, want %q", p.Name, u, want)
-				}
-			}
-		}
-		return nil
+		return connectedAs(ctx, rdb, pods, want)
 	})
 
 	ns := "slidegate-not-opted-in"
@@ -115,6 +101,27 @@ spec:
 	})
 }
 
+// connectedAs checks that every pod of pods has a connection to Redis, and
+// that all of them are user want's.
+func connectedAs(ctx context.Context, rdb *redis.Client, pods []corev1.Pod, want string) error {
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		users := clientUsers(list, p.Status.PodIP)
+		if len(users) == 0 {
+			return fmt.Errorf("no connection from pod %s (%s)", p.Name, p.Status.PodIP)
+		}
+		for _, u := range users {
+			if u != want {
+				return fmt.Errorf("pod %s connects as %q, want %q", p.Name, u, want)
+			}
+		}
+	}
+	return nil
+}
+
 // clientUsers returns the users of the connections in a CLIENT LIST reply
 // that come from ip.
 func clientUsers(list, ip string) []string {
@@ -145,12 +152,21 @@ const (
 	testRedisPassword = "node-test-password"
 )
 
-// quickstartRedis starts the node's Redis as docs/quickstart.md sets it up:
-// the ACL file of its Secret redis-acl (the default user off, slidegate's
-// administrative user with the rights the quickstart grants), read from the
-// document so that what users copy is what runs here. It returns the
-// Redis and the administrative user's name and password.
+// quickstartRedis starts the node's Redis as docs/quickstart.md sets it up
+// (quickstartACL) and returns it with the administrative user's name and
+// password.
 func quickstartRedis(t *testing.T, n *node) (r *redisProc, adminUser, adminPassword string) {
+	t.Helper()
+	acl, adminUser, adminPassword := quickstartACL(t, n)
+	return startRedisACL(t, n, acl), adminUser, adminPassword
+}
+
+// quickstartACL is the ACL file of docs/quickstart.md's Secret redis-acl
+// (the default user off, slidegate's administrative user with the rights
+// the quickstart grants), read from the document so that what users copy is
+// what runs here, with a password filled in; and that user's name and
+// password.
+func quickstartACL(t *testing.T, n *node) (acl, adminUser, adminPassword string) {
 	t.Helper()
 	doc, err := os.ReadFile(filepath.Join(n.root, "docs", "quickstart.md"))
 	if err != nil {
@@ -161,7 +177,7 @@ func quickstartRedis(t *testing.T, n *node) (r *redisProc, adminUser, adminPassw
 		t.Fatal(`docs/quickstart.md: no --from-literal=users.acl="..." (the Redis users the quickstart sets up)`)
 	}
 	adminPassword = "quickstart-admin-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	acl := strings.ReplaceAll(string(m[1]), "$ADMIN_PW", adminPassword)
+	acl = strings.ReplaceAll(string(m[1]), "$ADMIN_PW", adminPassword)
 	for _, line := range strings.Split(acl, "\n") {
 		if f := strings.Fields(line); len(f) > 2 && f[0] == "user" && f[1] != "default" {
 			adminUser = f[1]
@@ -170,12 +186,19 @@ func quickstartRedis(t *testing.T, n *node) (r *redisProc, adminUser, adminPassw
 	if adminUser == "" || !strings.Contains(acl, "user default off") {
 		t.Fatalf("docs/quickstart.md: the ACL file turns the default user off and names the administrative user; got:\n%s", acl)
 	}
+	return acl, adminUser, adminPassword
+}
+
+// startRedisACL starts the node's Redis with the users of acl and the
+// test's own.
+func startRedisACL(t *testing.T, n *node, acl string) *redisProc {
+	t.Helper()
 	acl += fmt.Sprintf("\nuser %s on >%s ~* &* +@all\n", testRedisUser, testRedisPassword)
 	file := filepath.Join(t.TempDir(), "users.acl")
 	if err := os.WriteFile(file, []byte(acl), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return startRedis(t, n.ip, "--aclfile", file), adminUser, adminPassword
+	return startRedis(t, n.ip, "--aclfile", file)
 }
 
 // testClient is the test's own connection to the node's Redis.

@@ -922,13 +922,21 @@ func keys(m map[string][]byte) []string {
 // (/metrics) in pod p.
 func sidecarAdminPort(t *testing.T, p *corev1.Pod) int32 {
 	t.Helper()
+	port, ok := adminPort(p)
+	if !ok {
+		t.Fatalf("pod %s has no %s port on its %s container", p.Name, inject.AdminPortName, inject.ContainerName)
+	}
+	return port
+}
+
+// adminPort is sidecarAdminPort for callers that cannot fail the test.
+func adminPort(p *corev1.Pod) (int32, bool) {
 	for _, c := range p.Spec.InitContainers {
 		for _, port := range c.Ports {
 			if c.Name == inject.ContainerName && port.Name == inject.AdminPortName {
-				return port.ContainerPort
+				return port.ContainerPort, true
 			}
 		}
 	}
-	t.Fatalf("pod %s has no %s port on its %s container", p.Name, inject.AdminPortName, inject.ContainerName)
-	return 0
+	return 0, false
 }

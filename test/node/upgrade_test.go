@@ -29,6 +29,8 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -70,7 +72,16 @@ func TestUpgrade(t *testing.T) {
 	}
 	u := &upgrade{n: n, prev: previousTree(t, n)}
 	u.newRelease = readVersion(t, n.root)
-	startRedis(t, n.ip)
+	// Redis with AUTH, as an install of the previous release with its one
+	// shared identity has it (the user of limiter.ACLRules, whose
+	// credentials the Secret of --redis-secret-name holds), and with the
+	// quickstart's administrative user, which the move to the namespace
+	// mode adds first (operations.md, "Moving an install to the namespace
+	// mode", step 1).
+	acl, adminUser, adminPassword := quickstartACL(t, n)
+	acl += fmt.Sprintf("\nuser %s on >%s %s\n", sharedRedisUser, sharedRedisPassword, strings.Join(limiter.ACLRules(""), " "))
+	u.redis = startRedisACL(t, n, acl)
+	u.adminUser, u.adminPassword = adminUser, adminPassword
 	steps := []struct {
 		name string
 		run  func(context.Context, *testing.T)
@@ -98,6 +109,9 @@ type upgrade struct {
 	n          *node
 	prev       string // the previous release's source tree
 	newRelease string // this checkout's VERSION
+	redis      *redisProc
+	// The administrative Redis identity the upgrade brings (step 1).
+	adminUser, adminPassword string
 	tr         *traffic
 	mon        *monitor
 	// rolledBack is when the rollback was applied: the traffic before it
@@ -183,7 +197,28 @@ func prevInstall(t *testing.T) string {
 	if k == installKustomization {
 		t.Fatal("installKustomization no longer sets newTag: node; set the previous release's tag in prevInstall")
 	}
-	return k
+	return withSharedIdentity(k)
+}
+
+// The shared Redis identity of the previous release's install: its user
+// and the Secret that holds its credentials (--redis-secret-name).
+const (
+	sharedRedisUser     = "slidegate"
+	sharedRedisPassword = "shared-identity-password"
+	sharedRedisSecret   = "slidegate-redis"
+)
+
+// withSharedIdentity adds --redis-secret-name to the manager of the install
+// kustomization k, as the previous release's user had it and as the move to
+// the namespace mode keeps it (step 1) while sidecars that use it run.
+func withSharedIdentity(k string) string {
+	return k + `patches:
+  - target: {kind: Deployment, name: slidegate-controller-manager}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --redis-secret-name=` + sharedRedisSecret + `
+`
 }
 
 // installPrevious builds the previous release's image from its commit,
@@ -203,6 +238,8 @@ func (u *upgrade) installPrevious(ctx context.Context, t *testing.T) {
 	if _, err := kubectl(ctx, redisService(u.n.ip), "apply", "--server-side", "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
+	mustKubectl(ctx, t, "-n", system, "create", "secret", "generic", sharedRedisSecret,
+		"--from-literal=username="+sharedRedisUser, "--from-literal=password="+sharedRedisPassword)
 	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
 	waitCABundle(ctx, t)
 	mustKubectl(ctx, t, "apply", "--server-side", "-k", u.prevOverlay(t, demoKustomization))
@@ -215,6 +252,7 @@ func (u *upgrade) installPrevious(ctx context.Context, t *testing.T) {
 		t.Fatalf("the previous release rendered %q, want %q", v, sidecarconfig.VersionOf(0))
 	}
 	waitServiceReachesAll(ctx, t)
+	u.connectedAs(ctx, t, sharedRedisUser)
 	t.Logf("%s installed with the demo in %.1fs", previousRelease, time.Since(start).Seconds())
 }
 
@@ -227,8 +265,12 @@ func (u *upgrade) upgrade(ctx context.Context, t *testing.T) {
 	u.started = time.Now()
 	time.Sleep(2 * time.Second) // traffic on the previous release first
 
+	// Step 1 of the move to the namespace mode: the administrative
+	// identity's Secret (its user is in Redis's configuration already).
+	mustKubectl(ctx, t, "-n", system, "create", "secret", "generic", "slidegate-redis-admin",
+		"--from-literal=username="+u.adminUser, "--from-literal=password="+u.adminPassword)
 	applied := time.Now()
-	mustKubectl(ctx, t, "apply", "--server-side", "-k", u.n.overlay(t, installKustomization))
+	mustKubectl(ctx, t, "apply", "--server-side", "-k", u.n.overlay(t, withSharedIdentity(installKustomization)))
 	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
 	waitLeader(ctx, t, image)
 	t.Logf("the manager of %s leads %.1fs after the apply", u.newRelease, time.Since(applied).Seconds())
@@ -281,6 +323,20 @@ func (u *upgrade) upgrade(ctx context.Context, t *testing.T) {
 	t.Logf("the new sidecars loaded %s %.1fs later (kubelet syncFrequency %s)", sidecarconfig.Version, time.Since(loaded).Seconds(), u.n.sync)
 	waitEnforced(ctx, t, userPolicy, demoReplicas)
 	u.tr.checkApp(ctx, t)
+	// Step 4: the new sidecars reach Redis as the namespace's own user, and
+	// once no sidecar that uses the shared identity is left, the
+	// namespace's Secret no longer holds it.
+	u.connectedAs(ctx, t, redisadmin.NamespaceUser(demo))
+	eventually(t, time.Minute, time.Second, "the shared identity gone from the namespace's Secret", func() error {
+		var sec corev1.Secret
+		getJSON(ctx, t, &sec, "-n", demo, "get", "secret", credentialsSecret)
+		for _, k := range []string{v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey} {
+			if _, ok := sec.Data[k]; ok {
+				return fmt.Errorf("it still has %s (keys %v)", k, keys(sec.Data))
+			}
+		}
+		return nil
+	})
 	t.Logf("upgrade: %.1fs from the apply", time.Since(applied).Seconds())
 }
 
@@ -330,6 +386,7 @@ func (u *upgrade) rollback(ctx context.Context, t *testing.T) {
 		}
 	}
 	waitEnforced(ctx, t, userPolicy, demoReplicas)
+	u.connectedAs(ctx, t, sharedRedisUser)
 	time.Sleep(2 * time.Second) // traffic on the rolled-back release
 	u.tr.stopAndWait()
 	u.tr.checkApp(ctx, t)
@@ -358,6 +415,17 @@ func (u *upgrade) uninstall(ctx context.Context, t *testing.T) {
 			return err
 		})
 	}
+}
+
+// connectedAs waits until every demo pod's sidecar has a connection to
+// Redis, all of them as user want.
+func (u *upgrade) connectedAs(ctx context.Context, t *testing.T, want string) {
+	t.Helper()
+	rdb := u.redis.testClient()
+	defer func() { _ = rdb.Close() }()
+	eventually(t, 30*time.Second, time.Second, "the demo's sidecars connected as "+want, func() error {
+		return connectedAs(ctx, rdb, demoPods(ctx, t), want)
+	})
 }
 
 // --- the release's parts on the node ----------------------------------------
@@ -665,6 +733,13 @@ type monitor struct {
 	versions   []string // the ConfigMap's versions, in order, without repeats
 	violations map[string]int
 	first      []string
+	// Per sidecar, the most it reported of the requests whose decision hit
+	// a Redis error, and of the decisions not made by Redis (fallback,
+	// failed closed): an identity that Redis refused shows here.
+	redisErrors, notByRedis map[string]int
+	// byRedis: the decisions Redis made, read the same way: what shows
+	// that the two above are read at all (a renamed metric would read 0).
+	byRedis map[string]int
 }
 
 func startMonitor(ctx context.Context, t *testing.T) *monitor {
@@ -685,7 +760,8 @@ func startMonitor(ctx context.Context, t *testing.T) *monitor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &monitor{c: c, stop: make(chan struct{}), done: make(chan struct{}), violations: map[string]int{}}
+	m := &monitor{c: c, stop: make(chan struct{}), done: make(chan struct{}), violations: map[string]int{},
+		redisErrors: map[string]int{}, notByRedis: map[string]int{}, byRedis: map[string]int{}}
 	go func() {
 		defer close(m.done)
 		for {
@@ -719,6 +795,7 @@ func (m *monitor) sample(ctx context.Context) {
 		if err := m.c.List(ctx, &pods, ctrlclient.InNamespace(demo), ctrlclient.MatchingLabels{"app": "demo-app"}); err != nil {
 			return nil, err
 		}
+		m.sampleRedis(ctx, pods.Items)
 		out := map[string]bool{}
 		for _, p := range pods.Items {
 			finished := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
@@ -768,6 +845,38 @@ func (m *monitor) sample(ctx context.Context) {
 	}
 }
 
+// sampleRedis reads, from each running sidecar's metrics, how many of its
+// requests hit a Redis error and how many decisions Redis did not make.
+func (m *monitor) sampleRedis(ctx context.Context, pods []corev1.Pod) {
+	for _, p := range pods {
+		port, ok := adminPort(&p)
+		if !ok || p.Status.PodIP == "" || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		a, err := request(ctx, "GET", fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, port), nil)
+		if err != nil || a.code != 200 {
+			continue // starting or stopping
+		}
+		errs, notRedis, fromRedis := 0, 0, 0
+		for _, line := range strings.Split(a.body, "\n") {
+			name, value, _ := strings.Cut(line, " ")
+			v, _ := strconv.ParseFloat(value, 64)
+			switch name {
+			case "slidegate_sidecar_redis_errors_total":
+				errs = int(v)
+			case `slidegate_sidecar_limiter_decisions_total{source="fallback"}`,
+				`slidegate_sidecar_limiter_decisions_total{source="failed-closed"}`:
+				notRedis += int(v)
+			case `slidegate_sidecar_limiter_decisions_total{source="redis"}`:
+				fromRedis = int(v)
+			}
+		}
+		m.redisErrors[p.Name] = max(m.redisErrors[p.Name], errs)
+		m.notByRedis[p.Name] = max(m.notByRedis[p.Name], notRedis)
+		m.byRedis[p.Name] = max(m.byRedis[p.Name], fromRedis)
+	}
+}
+
 func (m *monitor) stopAndWait() {
 	select {
 	case <-m.stop:
@@ -786,6 +895,26 @@ func (m *monitor) report(t *testing.T) {
 	want := []string{sidecarconfig.VersionOf(0), sidecarconfig.Version, sidecarconfig.VersionOf(0)}
 	if !slices.Equal(m.versions, want) {
 		t.Errorf("the ConfigMap went through %v, want %v", m.versions, want)
+	}
+	// No window in which a sidecar could not reach Redis: every decision
+	// of every sidecar that ran was Redis's.
+	errs, notRedis, byRedis := 0, 0, 0
+	for p := range m.redisErrors {
+		errs += m.redisErrors[p]
+		notRedis += m.notByRedis[p]
+		if m.byRedis[p] > 0 {
+			byRedis++
+		}
+	}
+	t.Logf("sidecars sampled: %d, %d of them with decisions by Redis; requests that hit a Redis error: %d; decisions not by Redis: %d", len(m.redisErrors), byRedis, errs, notRedis)
+	if byRedis < 2*demoReplicas {
+		t.Errorf("only %d sidecars reported decisions by Redis (%v): the metrics read are not the ones the sidecars write", byRedis, m.byRedis)
+	}
+	if len(m.redisErrors) < 2*demoReplicas {
+		t.Errorf("the metrics of only %d sidecars were read (%v); the upgrade and the rollback run at least %d", len(m.redisErrors), m.redisErrors, 2*demoReplicas)
+	}
+	if errs > 0 || notRedis > 0 {
+		t.Errorf("sidecars could not reach Redis during the upgrade or the rollback: Redis errors %v, decisions not by Redis %v", m.redisErrors, m.notByRedis)
 	}
 }
 
