@@ -33,10 +33,10 @@ import (
 )
 
 // enforcedIs checks p's Enforced condition, for eventually.
-func enforcedIs(t *testing.T, p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reason string, msgParts ...string) func() error {
+func enforcedIs(t *testing.T, p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msgParts ...string) func() error {
 	return func() error {
 		c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced)
-		if c == nil || c.Status != status || c.Reason != reason {
+		if c == nil || c.Status != status || c.Reason != string(reason) {
 			return fmt.Errorf("Enforced = %+v; want %s %s", c, status, reason)
 		}
 		for _, part := range msgParts {

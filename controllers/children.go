@@ -36,6 +36,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -140,7 +141,7 @@ func (r *RateLimitPolicyReconciler) credentialsFor(ctx context.Context, ns strin
 			}
 		}
 		for k, v := range src {
-			if !shared && (k == v1alpha1.RedisUsernameKey || k == v1alpha1.RedisPasswordKey) {
+			if !shared && (k == redisconn.SecretUsernameKey || k == redisconn.SecretPasswordKey) {
 				continue
 			}
 			data[k] = v
@@ -150,7 +151,7 @@ func (r *RateLimitPolicyReconciler) credentialsFor(ctx context.Context, ns strin
 	if r.administered() {
 		user, password, p := r.namespaceIdentity(ctx, ns, policies)
 		if p == nil {
-			data[v1alpha1.RedisNamespaceUsernameKey], data[v1alpha1.RedisNamespacePasswordKey] = []byte(user), []byte(password)
+			data[redisconn.SecretNamespaceUsernameKey], data[redisconn.SecretNamespacePasswordKey] = []byte(user), []byte(password)
 		} else if r.mode() == IdentityNamespace {
 			// New sidecars authenticate as the namespace: without it they
 			// cannot. (In the shared mode it is only being prepared.)
@@ -176,7 +177,7 @@ func (r *RateLimitPolicyReconciler) holdsShared(ctx context.Context, ns string, 
 	if err != nil {
 		return false, fmt.Errorf("reading the Secret %s/%s: %w", ns, v1alpha1.RedisCredentialsSecretName, err)
 	}
-	for _, k := range []string{v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey} {
+	for _, k := range []string{redisconn.SecretUsernameKey, redisconn.SecretPasswordKey} {
 		if !bytes.Equal(cur.Data[k], src[k]) {
 			return false, nil
 		}
@@ -195,14 +196,14 @@ func (r *RateLimitPolicyReconciler) credentialsData(ctx context.Context) (map[st
 		return nil, nil, fmt.Errorf("reading the Redis credentials Secret %s: %w", r.RedisCredentials, err)
 	}
 	data := map[string][]byte{}
-	for _, k := range v1alpha1.RedisCredentialKeys {
+	for _, k := range redisconn.SecretKeys {
 		if v, ok := src.Data[k]; ok {
 			data[k] = v
 		}
 	}
 	if len(data) == 0 {
 		return nil, credentialsProblem(fmt.Sprintf("the Redis credentials Secret %s has none of the keys %s",
-			r.RedisCredentials, strings.Join(v1alpha1.RedisCredentialKeys, ", "))), nil
+			r.RedisCredentials, strings.Join(redisconn.SecretKeys, ", "))), nil
 	}
 	return data, nil, nil
 }
@@ -244,8 +245,8 @@ func (r *RateLimitPolicyReconciler) applyCredentials(ctx context.Context, key ty
 
 // mirroredKeys are the data keys of slidegate-redis-credentials that the
 // controller writes.
-var mirroredKeys = append(slices.Clone(v1alpha1.RedisCredentialKeys), clienthash.SecretDataKey,
-	v1alpha1.RedisNamespaceUsernameKey, v1alpha1.RedisNamespacePasswordKey)
+var mirroredKeys = append(slices.Clone(redisconn.SecretKeys), clienthash.SecretDataKey,
+	redisconn.SecretNamespaceUsernameKey, redisconn.SecretNamespacePasswordKey)
 
 // credentialsEqual compares the credential keys and the client hash key
 // only: keys someone else added are not ours to judge (server-side apply

@@ -84,7 +84,7 @@ func TestConfigTooLarge(t *testing.T) {
 					return err
 				}
 				published = append(published, p.Name)
-			case c != nil && c.Reason == v1alpha1.ReasonConfigTooLarge:
+			case c != nil && c.Reason == string(v1alpha1.ReasonConfigTooLarge):
 				if err := settled(p, tooLarge); err != nil {
 					return err
 				}
@@ -143,7 +143,7 @@ func TestConfigTooLarge(t *testing.T) {
 			t.Errorf("%s: a policy left out reports revision %q", name, got.Status.Revision)
 		}
 		if !slices.ContainsFunc(recorder.about(ns, name), func(e string) bool {
-			return strings.Contains(e, " Warning "+v1alpha1.ReasonConfigTooLarge+" ")
+			return strings.Contains(e, " Warning "+string(v1alpha1.ReasonConfigTooLarge)+" ")
 		}) {
 			t.Errorf("%s: no Warning event %s; events %q", name, v1alpha1.ReasonConfigTooLarge, recorder.about(ns, name))
 		}

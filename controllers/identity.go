@@ -37,6 +37,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/redisadmin"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
@@ -356,7 +357,7 @@ func (r *RateLimitPolicyReconciler) writeRLSSecret(ctx context.Context) {
 	ac := corev1ac.Secret(ri.RLSSecret.Name, ri.RLSSecret.Namespace).
 		WithLabels(childLabels("rls-redis-credentials")).
 		WithType(corev1.SecretTypeOpaque).
-		WithData(map[string][]byte{v1alpha1.RedisUsernameKey: []byte(redisadmin.RLSUser), v1alpha1.RedisPasswordKey: []byte(current)})
+		WithData(map[string][]byte{redisconn.SecretUsernameKey: []byte(redisadmin.RLSUser), redisconn.SecretPasswordKey: []byte(current)})
 	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		logf.FromContext(ctx).Error(err, "writing the rate limit service's Redis credentials", "secret", klog.KRef(ri.RLSSecret.Namespace, ri.RLSSecret.Name))
 		return

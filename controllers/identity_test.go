@@ -150,11 +150,11 @@ func TestNamespaceIdentity(t *testing.T) {
 		if data, err = credentialsOf(ns); err != nil {
 			return err
 		}
-		if _, ok := data[v1alpha1.RedisPasswordKey]; ok {
+		if _, ok := data[redisconn.SecretPasswordKey]; ok {
 			return errors.New("the shared identity is still in the Secret")
 		}
-		if string(data[v1alpha1.RedisNamespaceUsernameKey]) != redisadmin.NamespaceUser(ns) || string(data[v1alpha1.RedisNamespacePasswordKey]) != namespacePassword(t, ns) {
-			return fmt.Errorf("namespace keys %q", data[v1alpha1.RedisNamespaceUsernameKey])
+		if string(data[redisconn.SecretNamespaceUsernameKey]) != redisadmin.NamespaceUser(ns) || string(data[redisconn.SecretNamespacePasswordKey]) != namespacePassword(t, ns) {
+			return fmt.Errorf("namespace keys %q", data[redisconn.SecretNamespaceUsernameKey])
 		}
 		return nil
 	})
@@ -162,7 +162,7 @@ func TestNamespaceIdentity(t *testing.T) {
 
 	// The credentials work, for this namespace's keys only.
 	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{redisServer.Addr},
-		Username: string(data[v1alpha1.RedisNamespaceUsernameKey]), Password: string(data[v1alpha1.RedisNamespacePasswordKey])})
+		Username: string(data[redisconn.SecretNamespaceUsernameKey]), Password: string(data[redisconn.SecretNamespacePasswordKey])})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,10 +230,10 @@ func TestSharedIdentityKeptForEarlierSidecars(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if got := string(data[v1alpha1.RedisPasswordKey]) == "s3cret"; got != want {
+			if got := string(data[redisconn.SecretPasswordKey]) == "s3cret"; got != want {
 				return fmt.Errorf("shared identity %v, want %v (keys %v)", got, want, keysOf(data))
 			}
-			if data[v1alpha1.RedisNamespacePasswordKey] == nil {
+			if data[redisconn.SecretNamespacePasswordKey] == nil {
 				return fmt.Errorf("no namespace identity (keys %v)", keysOf(data))
 			}
 			return nil
@@ -304,7 +304,7 @@ func TestRLSNamespaceGetsNoIdentity(t *testing.T) {
 	t.Cleanup(func() { _ = k.Delete(context.Background(), p) })
 	eventually(t, "Ready False", func() error {
 		c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionReady)
-		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonRedisCredentialsUnavailable || !strings.Contains(c.Message, "rate limit service") {
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != string(v1alpha1.ReasonRedisCredentialsUnavailable) || !strings.Contains(c.Message, "rate limit service") {
 			return fmt.Errorf("Ready %+v", c)
 		}
 		return nil
@@ -343,7 +343,7 @@ func TestRLSCredentials(t *testing.T) {
 		return k.Get(context.Background(), identities.RLSSecret, &s)
 	})
 	rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{redisServer.Addr},
-		Username: string(s.Data[v1alpha1.RedisUsernameKey]), Password: string(s.Data[v1alpha1.RedisPasswordKey])})
+		Username: string(s.Data[redisconn.SecretUsernameKey]), Password: string(s.Data[redisconn.SecretPasswordKey])})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,12 +80,12 @@ func (m *mismatch) Error() string { return "rendered keys " + m.got }
 
 // readyIs waits until the policy's Ready condition has status and a reason
 // and message that contain the given text.
-func readyIs(t *testing.T, p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reason, msg string) {
+func readyIs(t *testing.T, p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
 	t.Helper()
-	eventually(t, "Ready "+string(status)+" "+reason, func() error {
+	eventually(t, "Ready "+string(status)+" "+string(reason), func() error {
 		got := get(t, p)
 		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
-		if c == nil || c.Status != status || c.Reason != reason || !strings.Contains(c.Message, msg) || got.Status.ObservedGeneration != got.Generation {
+		if c == nil || c.Status != status || c.Reason != string(reason) || !strings.Contains(c.Message, msg) || got.Status.ObservedGeneration != got.Generation {
 			return &mismatch{got: "Ready " + conditionString(c)}
 		}
 		return nil

@@ -106,7 +106,7 @@ const (
 // notEnforcedReasons are the reasons of a False Enforced condition, by
 // target: each is set every reconcile (0 included), so an alert's `for` is
 // not reset by a series that comes and goes.
-var notEnforcedReasons = map[string][]string{
+var notEnforcedReasons = map[string][]v1alpha1.ConditionReason{
 	targetSidecar: {v1alpha1.ReasonNotAccepted, v1alpha1.ReasonNoPodsSelected,
 		v1alpha1.ReasonPartiallyEnforced, v1alpha1.ReasonServiceBypassesSidecar},
 	targetRateLimitService: {v1alpha1.ReasonNotAccepted, v1alpha1.ReasonNoRateLimitService, v1alpha1.ReasonPartiallyEnforced},
@@ -116,7 +116,7 @@ var notEnforcedReasons = map[string][]string{
 // condition is False (as their status now says), by reason.
 func recordEnforcement(ns string, policies []v1alpha1.RateLimitPolicy) {
 	for reason, n := range notEnforced(targetSidecar, policies) {
-		notEnforcedGauge.WithLabelValues(ns, reason, targetSidecar).Set(float64(n))
+		notEnforcedGauge.WithLabelValues(ns, string(reason), targetSidecar).Set(float64(n))
 	}
 }
 
@@ -130,7 +130,7 @@ func recordRLSEnforcement(byNamespace map[string][]v1alpha1.RateLimitPolicy, bef
 	}
 	for ns, policies := range byNamespace {
 		for reason, n := range notEnforced(targetRateLimitService, policies) {
-			notEnforcedGauge.WithLabelValues(ns, reason, targetRateLimitService).Set(float64(n))
+			notEnforcedGauge.WithLabelValues(ns, string(reason), targetRateLimitService).Set(float64(n))
 		}
 	}
 }
@@ -138,14 +138,14 @@ func recordRLSEnforcement(byNamespace map[string][]v1alpha1.RateLimitPolicy, bef
 // notEnforced counts the policies whose Enforced condition is False, by
 // reason; every reason the target can report is present (0 if none), so
 // that a count going back to zero is seen.
-func notEnforced(target string, policies []v1alpha1.RateLimitPolicy) map[string]int {
-	counts := map[string]int{}
+func notEnforced(target string, policies []v1alpha1.RateLimitPolicy) map[v1alpha1.ConditionReason]int {
+	counts := map[v1alpha1.ConditionReason]int{}
 	for _, r := range notEnforcedReasons[target] {
 		counts[r] = 0
 	}
 	for i := range policies {
 		if c := meta.FindStatusCondition(policies[i].Status.Conditions, v1alpha1.ConditionEnforced); c != nil && c.Status == metav1.ConditionFalse {
-			counts[c.Reason]++
+			counts[v1alpha1.ConditionReason(c.Reason)]++
 		}
 	}
 	return counts

@@ -42,6 +42,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -438,7 +439,7 @@ func TestCredentialsMirror(t *testing.T) {
 				clienthash.SecretDataKey: []byte(clienthash.NamespaceKey(installKey(t), ns)),
 				// The suite runs the shared mode with an administrative
 				// identity: the namespace's own is prepared beside it.
-				v1alpha1.RedisNamespaceUsernameKey: []byte("slidegate-ns-" + ns), v1alpha1.RedisNamespacePasswordKey: []byte(namespacePassword(t, ns))}
+				redisconn.SecretNamespaceUsernameKey: []byte("slidegate-ns-" + ns), redisconn.SecretNamespacePasswordKey: []byte(namespacePassword(t, ns))}
 			if diff := cmp.Diff(want, s.Data); diff != "" {
 				return fmt.Errorf("mirrored data (-want +got):\n%s", diff)
 			}
@@ -469,14 +470,14 @@ func TestCredentialsMirror(t *testing.T) {
 			v1alpha1.ConditionAccepted: metav1.ConditionTrue,
 		})
 	})
-	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionReady); c.Reason != v1alpha1.ReasonRedisCredentialsUnavailable {
+	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionReady); c.Reason != string(v1alpha1.ReasonRedisCredentialsUnavailable) {
 		t.Errorf("Ready reason %q, want %q", c.Reason, v1alpha1.ReasonRedisCredentialsUnavailable)
 	}
 	// After the grace (2 s here, a minute by default) it is a failure that
 	// Flux and Argo CD report: Stalled, kstatus Failed.
 	eventually(t, "Stalled once the grace has passed", func() error {
 		c := meta.FindStatusCondition(get(t, p).Status.Conditions, ConditionStalled)
-		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonRedisCredentialsUnavailable {
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(v1alpha1.ReasonRedisCredentialsUnavailable) {
 			return fmt.Errorf("Stalled %+v", c)
 		}
 		return nil
@@ -491,7 +492,9 @@ func TestCredentialsMirror(t *testing.T) {
 		t.Errorf("still Stalled with credentials: %+v", c)
 	}
 	events := recorder.about(ns, "p")
-	if !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, "Warning "+v1alpha1.ReasonRedisCredentialsUnavailable) }) {
+	if !slices.ContainsFunc(events, func(e string) bool {
+		return strings.Contains(e, "Warning "+string(v1alpha1.ReasonRedisCredentialsUnavailable))
+	}) {
 		t.Errorf("no warning event for the missing credentials: %q", events)
 	}
 	for _, e := range events {
@@ -674,7 +677,7 @@ func TestPodCounts(t *testing.T) {
 		}
 	})
 	create(t, p)
-	counts := func(matched, enforced int32, cond metav1.ConditionStatus, reason string) func() error {
+	counts := func(matched, enforced int32, cond metav1.ConditionStatus, reason v1alpha1.ConditionReason) func() error {
 		return podCounts(t, p, matched, enforced, cond, reason)
 	}
 	eventually(t, "no pods", counts(0, 0, metav1.ConditionFalse, v1alpha1.ReasonNoPodsSelected))
@@ -763,7 +766,7 @@ func TestFinishedPodsNotCounted(t *testing.T) {
 	ns := newNamespace(t)
 	p := newPolicy(ns, "p")
 	create(t, p)
-	counts := func(matched, enforced int32, cond metav1.ConditionStatus, reason string) func() error {
+	counts := func(matched, enforced int32, cond metav1.ConditionStatus, reason v1alpha1.ConditionReason) func() error {
 		return podCounts(t, p, matched, enforced, cond, reason)
 	}
 	setPhase := func(pod *corev1.Pod, phase corev1.PodPhase, reason string) {
@@ -1122,10 +1125,10 @@ func TestServiceBypassWarning(t *testing.T) {
 	ns := newNamespace(t)
 	p := newPolicy(ns, "p")
 	create(t, p, newPod(ns, "web", map[string]string{"app": "checkout"}, true))
-	enforced := func(status metav1.ConditionStatus, reason, msgPart string) func() error {
+	enforced := func(status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msgPart string) func() error {
 		return func() error {
 			c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced)
-			if c == nil || c.Status != status || c.Reason != reason || !strings.Contains(c.Message, msgPart) {
+			if c == nil || c.Status != status || c.Reason != string(reason) || !strings.Contains(c.Message, msgPart) {
 				return fmt.Errorf("Enforced = %+v; want %s %s containing %q", c, status, reason, msgPart)
 			}
 			return nil
@@ -1149,13 +1152,13 @@ func TestServiceBypassWarning(t *testing.T) {
 	other.Name, other.Spec.Selector = "other", map[string]string{"app": "other"}
 	create(t, svc, other)
 	eventually(t, "bypass reported", enforced(metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar, "Service web port 80 targets the app's port number 8080"))
-	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, v1alpha1.ReasonServiceBypassesSidecar, targetSidecar), 1)
+	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, string(v1alpha1.ReasonServiceBypassesSidecar), targetSidecar), 1)
 	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced); strings.Contains(c.Message, "Service other") || strings.Contains(c.Message, "9090") {
 		t.Errorf("a Service selecting other pods, or a port that is not the app's, is reported: %s", c.Message)
 	}
 	eventually(t, "warning event", func() error {
 		for _, e := range recorder.about(ns, "p") {
-			if strings.Contains(e, "Warning "+v1alpha1.ReasonServiceBypassesSidecar) {
+			if strings.Contains(e, "Warning "+string(v1alpha1.ReasonServiceBypassesSidecar)) {
 				return nil
 			}
 		}
@@ -1170,7 +1173,7 @@ func TestServiceBypassWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "bypass cleared", enforced(metav1.ConditionTrue, v1alpha1.ReasonEnforced, ""))
-	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, v1alpha1.ReasonServiceBypassesSidecar, targetSidecar), 0)
+	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, string(v1alpha1.ReasonServiceBypassesSidecar), targetSidecar), 0)
 }
 
 // TestTargetPortMismatch: a pod's sidecar guards one port name. A second
@@ -1212,11 +1215,11 @@ func TestTargetPortMismatch(t *testing.T) {
 
 // podCounts checks p's pod counts and its Enforced condition, for
 // eventually.
-func podCounts(t *testing.T, p *v1alpha1.RateLimitPolicy, matched, enforced int32, cond metav1.ConditionStatus, reason string) func() error {
+func podCounts(t *testing.T, p *v1alpha1.RateLimitPolicy, matched, enforced int32, cond metav1.ConditionStatus, reason v1alpha1.ConditionReason) func() error {
 	return func() error {
 		got := get(t, p)
 		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEnforced)
-		if got.Status.MatchedPods != matched || got.Status.EnforcedPods != enforced || c == nil || c.Status != cond || c.Reason != reason {
+		if got.Status.MatchedPods != matched || got.Status.EnforcedPods != enforced || c == nil || c.Status != cond || c.Reason != string(reason) {
 			return fmt.Errorf("matched %d enforced %d Enforced %+v; want %d %d %s %s",
 				got.Status.MatchedPods, got.Status.EnforcedPods, c, matched, enforced, cond, reason)
 		}

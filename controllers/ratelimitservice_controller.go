@@ -102,7 +102,7 @@ type RateLimitServiceReconciler struct {
 	// them, set up by SetupWithManager; nil: Client.
 	local client.Reader
 	// domains reads the platform team's ConfigMap of domain owners
-	// (v1alpha1.RLSDomainsConfigMapName): a cache of that one object; nil:
+	// (render.RLSDomainsConfigMapName): a cache of that one object; nil:
 	// Client.
 	domains client.Reader
 	// MaxClientBytes: as RateLimitPolicyReconciler's.
@@ -388,16 +388,16 @@ func (r *RateLimitServiceReconciler) domainOwners(ctx context.Context) (*render.
 		rd = r.Client
 	}
 	var cm corev1.ConfigMap
-	err := rd.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: v1alpha1.RLSDomainsConfigMapName}, &cm)
+	err := rd.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: render.RLSDomainsConfigMapName}, &cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, v1alpha1.RLSDomainsConfigMapName, err)
+		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", r.Namespace, render.RLSDomainsConfigMapName, err)
 	}
-	data, ok := cm.Data[v1alpha1.RLSDomainsKey]
+	data, ok := cm.Data[render.RLSDomainsKey]
 	if !ok {
-		err = fmt.Errorf("no key %s", v1alpha1.RLSDomainsKey)
+		err = fmt.Errorf("no key %s", render.RLSDomainsKey)
 	} else {
 		var owners *render.DomainOwners
 		if owners, err = render.ParseDomainOwners([]byte(data)); err == nil {
@@ -405,7 +405,7 @@ func (r *RateLimitServiceReconciler) domainOwners(ctx context.Context) (*render.
 		}
 	}
 	err = fmt.Errorf("ConfigMap %s/%s: %w; the rate limit service's configuration and the policies' statuses stay as they are until it is fixed",
-		r.Namespace, v1alpha1.RLSDomainsConfigMapName, err)
+		r.Namespace, render.RLSDomainsConfigMapName, err)
 	if r.Recorder != nil {
 		r.Recorder.Eventf(&cm, nil, corev1.EventTypeWarning, "InvalidDomainOwners", "Reconcile", "%s", truncateNote(err.Error()))
 	}
@@ -450,7 +450,7 @@ func rlsDesiredStatus(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) v1alpha1.R
 	if in.unclaimed {
 		c.set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, fmt.Sprintf(
 			"rendered into ConfigMap %s; its domain %q is claimed by no namespace, so policies of any namespace may limit it too (ConfigMap %s/%s lists who may use which domain)",
-			cm, p.Spec.RateLimitService.Domain, in.namespace, v1alpha1.RLSDomainsConfigMapName))
+			cm, p.Spec.RateLimitService.Domain, in.namespace, render.RLSDomainsConfigMapName))
 	}
 	c.set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
 		"the configuration is published in ConfigMap "+cm+" for the rate limit service")
@@ -549,7 +549,7 @@ func (r *RateLimitServiceReconciler) SetupWithManager(ctx context.Context, mgr c
 		Mapper:           mgr.GetRESTMapper(),
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{r.Namespace: {FieldSelector: nameSelector(v1alpha1.RLSDomainsConfigMapName)}}},
+			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{r.Namespace: {FieldSelector: nameSelector(render.RLSDomainsConfigMapName)}}},
 		},
 	})
 	if err != nil {

@@ -177,14 +177,14 @@ func publishRLSEndpoints(t *testing.T, servers ...*rlsServer) {
 	t.Cleanup(func() { _ = k.Delete(context.Background(), es) })
 }
 
-func enforcedCondition(p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reason string) func() error {
+func enforcedCondition(p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reason v1alpha1.ConditionReason) func() error {
 	return func() error {
 		var got v1alpha1.RateLimitPolicy
 		if err := cached.Get(context.Background(), client.ObjectKeyFromObject(p), &got); err != nil {
 			return err
 		}
 		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEnforced)
-		if got.Status.ObservedGeneration != got.Generation || c == nil || c.Status != status || c.Reason != reason {
+		if got.Status.ObservedGeneration != got.Generation || c == nil || c.Status != status || c.Reason != string(reason) {
 			return fmt.Errorf("%s: Enforced %+v, want %s/%s", p.Name, c, status, reason)
 		}
 		return nil
@@ -207,7 +207,7 @@ func TestRateLimitService(t *testing.T) {
 		}
 		return enforcedCondition(p, metav1.ConditionFalse, v1alpha1.ReasonNoRateLimitService)()
 	})
-	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, v1alpha1.ReasonNoRateLimitService, targetRateLimitService), 1)
+	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, string(v1alpha1.ReasonNoRateLimitService), targetRateLimitService), 1)
 	var cm corev1.ConfigMap
 	if err := k.Get(ctx, types.NamespacedName{Namespace: redisSecret.Namespace, Name: rlsconfig.ConfigMapName}, &cm); err != nil {
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func TestRateLimitService(t *testing.T) {
 	// recheck (Recheck, 300 ms here, 10 s by default) sees it.
 	srv.load(t)
 	eventually(t, "loaded", enforcedCondition(p, metav1.ConditionTrue, v1alpha1.ReasonEnforced))
-	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, v1alpha1.ReasonPartiallyEnforced, targetRateLimitService), 0)
+	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, string(v1alpha1.ReasonPartiallyEnforced), targetRateLimitService), 0)
 	if got := get(t, p).Status; got.MatchedPods != 1 || got.EnforcedPods != 1 {
 		t.Errorf("matched/enforced %d/%d, want 1/1 (servers)", got.MatchedPods, got.EnforcedPods)
 	}

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
@@ -55,14 +56,14 @@ func rlsPolicyIDs() ([]string, string, error) {
 // accepted waits until p's Accepted condition has the status and reason
 // (for its current generation) and its message contains (or, with !has,
 // lacks) text.
-func acceptedIs(p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reason, text string, has bool) func() error {
+func acceptedIs(p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, text string, has bool) func() error {
 	return func() error {
 		got := &v1alpha1.RateLimitPolicy{}
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(p), got); err != nil {
 			return err
 		}
 		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted)
-		if got.Status.ObservedGeneration != got.Generation || c == nil || c.Status != status || c.Reason != reason ||
+		if got.Status.ObservedGeneration != got.Generation || c == nil || c.Status != status || c.Reason != string(reason) ||
 			strings.Contains(c.Message, text) != has {
 			return fmt.Errorf("%s: Accepted %+v, want %s/%s with %q %v", p.Name, c, status, reason, text, has)
 		}
@@ -99,8 +100,8 @@ func TestRLSDomainOwnership(t *testing.T) {
 
 	// The platform team claims the domain for owner.
 	list := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: redisSecret.Namespace, Name: v1alpha1.RLSDomainsConfigMapName},
-		Data:       map[string]string{v1alpha1.RLSDomainsKey: fmt.Sprintf("domains:\n  - domain: %s\n    namespaces: [%s]\n", domain, owner)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: redisSecret.Namespace, Name: render.RLSDomainsConfigMapName},
+		Data:       map[string]string{render.RLSDomainsKey: fmt.Sprintf("domains:\n  - domain: %s\n    namespaces: [%s]\n", domain, owner)},
 	}
 	create(t, list)
 	t.Cleanup(func() { _ = k.Delete(context.Background(), list) })
@@ -109,7 +110,7 @@ func TestRLSDomainOwnership(t *testing.T) {
 
 	theirs := rlsPolicy(other, "theirs", domain)
 	create(t, theirs)
-	eventually(t, "refused on another namespace's domain", acceptedIs(theirs, metav1.ConditionFalse, v1alpha1.ReasonDomainNotAllowed, v1alpha1.RLSDomainsConfigMapName, true))
+	eventually(t, "refused on another namespace's domain", acceptedIs(theirs, metav1.ConditionFalse, v1alpha1.ReasonDomainNotAllowed, render.RLSDomainsConfigMapName, true))
 	if err := settled(theirs, map[string]metav1.ConditionStatus{v1alpha1.ConditionReady: metav1.ConditionFalse, ConditionStalled: metav1.ConditionTrue}); err != nil {
 		t.Error(err)
 	}
@@ -126,7 +127,7 @@ func TestRLSDomainOwnership(t *testing.T) {
 
 	// Unlisted domains closed: a policy on one is refused, the owner's
 	// policy on its listed domain stays.
-	list.Data[v1alpha1.RLSDomainsKey] += "unclaimedDomains: Deny\n"
+	list.Data[render.RLSDomainsKey] += "unclaimedDomains: Deny\n"
 	if err := k.Update(ctx, list); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestRLSDomainOwnership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list.Data[v1alpha1.RLSDomainsKey] = "domains: ["
+	list.Data[render.RLSDomainsKey] = "domains: ["
 	if err := k.Update(ctx, list); err != nil {
 		t.Fatal(err)
 	}

@@ -56,11 +56,12 @@ const ConditionStalled = "Stalled"
 // string, so a reason cannot travel without its message or the other way
 // round. A nil *problem is no problem.
 type problem struct {
-	reason, message string
+	reason  v1alpha1.ConditionReason
+	message string
 }
 
 // Reason is the condition reason the problem is reported with.
-func (p *problem) Reason() string { return p.reason }
+func (p *problem) Reason() v1alpha1.ConditionReason { return p.reason }
 
 // Message says what is wrong and, where we know it, what to do.
 func (p *problem) Message() string { return p.message }
@@ -140,9 +141,9 @@ type conditionSetter struct {
 
 // set sets one condition, keeping its lastTransitionTime if its status
 // does not change.
-func (c conditionSetter) set(typ string, status metav1.ConditionStatus, reason, msg string) {
+func (c conditionSetter) set(typ string, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
 	meta.SetStatusCondition(&c.status.Conditions, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: c.generation,
+		Type: typ, Status: status, Reason: string(reason), Message: msg, ObservedGeneration: c.generation,
 	})
 }
 
@@ -158,7 +159,7 @@ func (c conditionSetter) failed(typ string, p *problem) {
 // problem is this one.
 func (c conditionSetter) failedSince(typ string, p *problem) *metav1.Condition {
 	prev := meta.FindStatusCondition(c.status.Conditions, typ)
-	same := prev != nil && prev.Status == metav1.ConditionFalse && prev.Reason == p.Reason()
+	same := prev != nil && prev.Status == metav1.ConditionFalse && prev.Reason == string(p.Reason())
 	c.failed(typ, p)
 	cond := meta.FindStatusCondition(c.status.Conditions, typ)
 	if !same {
@@ -433,7 +434,7 @@ func emitTransitions(rec events.EventRecorder, old, updated *v1alpha1.RateLimitP
 			continue
 		}
 		// An unverified token policy is accepted, and still warned about.
-		abnormal := c.Status != metav1.ConditionTrue && c.Reason != v1alpha1.ReasonNoPodsSelected || c.Reason == v1alpha1.ReasonUnverifiedJWT
+		abnormal := c.Status != metav1.ConditionTrue && c.Reason != string(v1alpha1.ReasonNoPodsSelected) || c.Reason == string(v1alpha1.ReasonUnverifiedJWT)
 		if reason == "" || (abnormal && kind == corev1.EventTypeNormal) {
 			reason = c.Reason
 		}

@@ -47,7 +47,7 @@ import (
 // message.
 type cond struct {
 	status  metav1.ConditionStatus
-	reason  string
+	reason  v1alpha1.ConditionReason
 	message string
 }
 
@@ -60,7 +60,7 @@ func conditionsOf(t *testing.T, st v1alpha1.RateLimitPolicyStatus, generation in
 		if c.ObservedGeneration != generation {
 			t.Errorf("%s: observedGeneration %d, want %d", c.Type, c.ObservedGeneration, generation)
 		}
-		out[c.Type] = cond{c.Status, c.Reason, c.Message}
+		out[c.Type] = cond{c.Status, v1alpha1.ConditionReason(c.Reason), c.Message}
 	}
 	return out
 }
@@ -68,7 +68,7 @@ func conditionsOf(t *testing.T, st v1alpha1.RateLimitPolicyStatus, generation in
 // notAcceptedConds are the conditions of a policy left out of the
 // configuration for reason, with message msg, whose Enforced says
 // enforcedMsg.
-func notAcceptedConds(reason, msg, enforcedMsg string) map[string]cond {
+func notAcceptedConds(reason v1alpha1.ConditionReason, msg, enforcedMsg string) map[string]cond {
 	return map[string]cond{
 		v1alpha1.ConditionAccepted: {metav1.ConditionFalse, reason, msg},
 		v1alpha1.ConditionReady:    {metav1.ConditionFalse, reason, msg},
@@ -180,13 +180,13 @@ func TestDesiredStatus(t *testing.T) {
 		},
 		{
 			name:   "no room in the ConfigMap (wrapped): not accepted, stalled, the old revision dropped",
-			before: previously(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAccepted}),
+			before: previously(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)}),
 			in:     statusInput{notAccepted: notAcceptedProblem(fmt.Errorf("namespace shop: %w", tooLarge)), matched: 1},
 			want:   notAcceptedConds(v1alpha1.ReasonConfigTooLarge, tooLargeMsg, "not enforced: the policy is not accepted (1 pods selected)"),
 		},
 		{
 			name:         "accepted again: Stalled goes",
-			before:       previously(metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonInvalid}),
+			before:       previously(metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid)}),
 			in:           statusInput{revision: "r2", matched: 1, enforced: 1},
 			want:         conds(accepted, published, cond{metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"}),
 			wantRevision: "r2",
@@ -220,8 +220,8 @@ func TestDesiredStatus(t *testing.T) {
 		},
 		{
 			name: "held back for sidecars of an earlier release: accepted, not ready, not stalled, no revision",
-			before: previously(metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonInvalid},
-				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAccepted}),
+			before: previously(metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid)},
+				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)}),
 			in: statusInput{heldBack: heldBackProblem(1, []string{"web-1", "web-2", "web-3", "web-4"}, "shop"), revision: "r1", matched: 4, enforced: 4},
 			want: map[string]cond{
 				v1alpha1.ConditionAccepted: {metav1.ConditionTrue, v1alpha1.ReasonAccepted, "valid; " + heldBackMsg},
@@ -242,7 +242,7 @@ func TestDesiredStatus(t *testing.T) {
 		{
 			name: "credentials missing for longer than the grace: stalled",
 			before: previously(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
-				Reason: v1alpha1.ReasonRedisCredentialsUnavailable, Message: noCredentials}),
+				Reason: string(v1alpha1.ReasonRedisCredentialsUnavailable), Message: noCredentials}),
 			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
 			want: map[string]cond{
 				v1alpha1.ConditionAccepted: accepted,
@@ -255,10 +255,10 @@ func TestDesiredStatus(t *testing.T) {
 		{
 			name: "fixed while the credentials are missing: Ready was False (Invalid) long ago, the grace starts now",
 			before: previously(
-				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalid, Message: invalidMsg},
-				metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalid, Message: invalidMsg},
-				metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonInvalid, Message: invalidMsg},
-				metav1.Condition{Type: v1alpha1.ConditionEnforced, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNotAccepted}),
+				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
+				metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
+				metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
+				metav1.Condition{Type: v1alpha1.ConditionEnforced, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNotAccepted)}),
 			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
 			want: map[string]cond{
 				v1alpha1.ConditionAccepted: accepted,
@@ -270,8 +270,8 @@ func TestDesiredStatus(t *testing.T) {
 		{
 			name: "room made while the credentials are missing: Ready was False (ConfigTooLarge) long ago, the grace starts now",
 			before: previously(
-				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonConfigTooLarge, Message: tooLargeMsg},
-				metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonConfigTooLarge, Message: tooLargeMsg}),
+				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigTooLarge), Message: tooLargeMsg},
+				metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigTooLarge), Message: tooLargeMsg}),
 			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
 			want: map[string]cond{
 				v1alpha1.ConditionAccepted: accepted,
@@ -283,7 +283,7 @@ func TestDesiredStatus(t *testing.T) {
 		{
 			name: "credentials missing, no clock (now unset): never stalled",
 			before: previously(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
-				Reason: v1alpha1.ReasonRedisCredentialsUnavailable, Message: noCredentials}),
+				Reason: string(v1alpha1.ReasonRedisCredentialsUnavailable), Message: noCredentials}),
 			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), grace: time.Minute},
 			want: map[string]cond{
 				v1alpha1.ConditionAccepted: accepted,
@@ -600,7 +600,7 @@ func TestRLSDesiredStatus(t *testing.T) {
 		{
 			name: "not accepted, after it was enforced: counts drop, no recheck",
 			before: v1alpha1.RateLimitPolicyStatus{MatchedPods: 2, EnforcedPods: 2, Conditions: []metav1.Condition{
-				{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAccepted, ObservedGeneration: 3},
+				{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted), ObservedGeneration: 3},
 			}},
 			in:      rlsStatusInput{notAccepted: notAcceptedProblem(invalid), servers: []serverState{server("10.0.0.1:8082", "r1"), server("10.0.0.2:8082", "r1")}},
 			matched: 0, enforced: 0,

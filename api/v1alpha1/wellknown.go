@@ -59,13 +59,13 @@ const (
 	// RedisCredentialsSecretName is the Secret the controller keeps in every
 	// namespace that is labelled for injection (InjectionLabel) and has a
 	// sidecar policy, for the sidecars of that namespace to mount: the
-	// namespace's own Redis identity (RedisNamespaceUsernameKey,
-	// RedisNamespacePasswordKey), the TLS keys and sentinel credentials of
-	// the Secret configured on the manager (--redis-secret-name), the
-	// identity shared by every namespace (RedisUsernameKey,
-	// RedisPasswordKey) while sidecars that use it run there, and the
-	// client hash key. It is removed with the namespace's last sidecar
-	// policy or its label. The name is reserved in those namespaces.
+	// namespace's own Redis identity, the TLS keys and sentinel
+	// credentials of the Secret configured on the manager
+	// (--redis-secret-name), the identity shared by every namespace while
+	// sidecars that use it run there, and the client hash key (the keys:
+	// redisconn.SecretUsernameKey and the others). It is removed with the
+	// namespace's last sidecar policy or its label. The name is reserved in
+	// those namespaces.
 	RedisCredentialsSecretName = "slidegate-redis-credentials"
 	// SidecarPort is the port the injected sidecar proxies on by default
 	// (the manager's --sidecar-listen-port changes it). It takes over the
@@ -93,30 +93,6 @@ const (
 	// name through pods/portforward.
 	SidecarContainerName = "slidegate-sidecar"
 	SidecarDebugPortName = "sg-debug"
-
-	// RedisUsernameKey and RedisPasswordKey are the keys of the credentials
-	// Secret (both optional: a password alone is the legacy AUTH form).
-	RedisUsernameKey = "username"
-	RedisPasswordKey = "password"
-	// RedisSentinelUsernameKey and RedisSentinelPasswordKey, optional, are
-	// the credentials of the sentinels themselves (sentinel mode), when they
-	// differ from the data nodes'.
-	RedisSentinelUsernameKey = "sentinel-username"
-	RedisSentinelPasswordKey = "sentinel-password"
-	// RedisNamespaceUsernameKey and RedisNamespacePasswordKey hold the
-	// namespace's own Redis identity in RedisCredentialsSecretName: an ACL
-	// user that may call the slidegate Functions library on the
-	// namespace's keys only, which the manager creates (--redis-identity).
-	RedisNamespaceUsernameKey = "namespace-username"
-	RedisNamespacePasswordKey = "namespace-password"
-	// RedisTLSCAKey, RedisTLSCertKey and RedisTLSKeyKey, optional, are the
-	// TLS material for --redis-tls, under the names cert-manager and
-	// kubernetes.io/tls Secrets use: the CA that signed the Redis server's
-	// certificate (instead of the system roots), and a client certificate
-	// and key for a server that requires one (tls-auth-clients yes).
-	RedisTLSCAKey   = "ca.crt"
-	RedisTLSCertKey = "tls.crt"
-	RedisTLSKeyKey  = "tls.key"
 )
 
 // InjectionStatus is the JSON value of InjectedAnnotation: what the injector
@@ -176,13 +152,6 @@ type TakenOverPort struct {
 	HostIP   string `json:"hostIP,omitempty"`
 }
 
-// RedisCredentialKeys are the keys of the credentials Secret that the
-// controller mirrors and the injected sidecar reads.
-var RedisCredentialKeys = []string{
-	RedisUsernameKey, RedisPasswordKey, RedisSentinelUsernameKey, RedisSentinelPasswordKey,
-	RedisTLSCAKey, RedisTLSCertKey, RedisTLSKeyKey,
-}
-
 // Condition types of a RateLimitPolicy.
 const (
 	// ConditionReady is True when the policy is accepted and the sidecar
@@ -199,85 +168,84 @@ const (
 	ConditionEnforced = "Enforced"
 )
 
+// ConditionReason is the reason of a RateLimitPolicy condition, one word in
+// CamelCase that tools and alerts match on (metav1.Condition.Reason holds it
+// as a string). A type of its own, as gateway-api's GatewayConditionReason,
+// so that a reason is never mistaken for a message or a condition type.
+type ConditionReason string
+
 // Condition reasons of a RateLimitPolicy.
 const (
 	// ReasonAccepted: the policy is rendered (Accepted=True).
-	ReasonAccepted = "Accepted"
+	ReasonAccepted ConditionReason = "Accepted"
 	// ReasonInvalid: the spec cannot be rendered (Accepted=False).
-	ReasonInvalid = "Invalid"
+	ReasonInvalid ConditionReason = "Invalid"
 	// ReasonConfigTooLarge: the spec is valid, but with it the namespace's
 	// sidecar configuration would exceed what one ConfigMap holds, so it is
 	// left out (Accepted=False); the message names the sizes. Policies
 	// created earlier take precedence.
-	ReasonConfigTooLarge = "ConfigTooLarge"
+	ReasonConfigTooLarge ConditionReason = "ConfigTooLarge"
 	// ReasonFootprintTooLarge: the spec is valid, but one client of the
 	// policy could make the shared Redis hold more than the platform team
 	// allows per client (the manager's --max-client-bytes: limit × 104 B
 	// for SlidingLog), so it is left out (Accepted=False); the message says
 	// what to change.
-	ReasonFootprintTooLarge = "FootprintTooLarge"
+	ReasonFootprintTooLarge ConditionReason = "FootprintTooLarge"
 	// ReasonPublished: the configuration is in the namespace (Ready=True).
-	ReasonPublished = "Published"
+	ReasonPublished ConditionReason = "Published"
 	// ReasonNotAccepted: Ready and Enforced are False because the policy is
 	// not accepted.
-	ReasonNotAccepted = "NotAccepted"
+	ReasonNotAccepted ConditionReason = "NotAccepted"
 	// ReasonRedisCredentialsUnavailable: the manager's Redis credentials
 	// Secret is missing, or the namespace's own Redis identity could not
 	// be set up (Redis refused, or the namespace's name is reserved), so
 	// sidecars could not connect (Ready=False).
-	ReasonRedisCredentialsUnavailable = "RedisCredentialsUnavailable"
+	ReasonRedisCredentialsUnavailable ConditionReason = "RedisCredentialsUnavailable"
 	// ReasonEnforced: every selected pod carries the sidecar (Enforced=True).
-	ReasonEnforced = "Enforced"
+	ReasonEnforced ConditionReason = "Enforced"
 	// ReasonNoPodsSelected: targetSelector selects no pod (Enforced=False).
-	ReasonNoPodsSelected = "NoPodsSelected"
+	ReasonNoPodsSelected ConditionReason = "NoPodsSelected"
 	// ReasonPartiallyEnforced: some selected pods lack the sidecar (as
 	// their spec shows it, whatever their annotations say), or their
 	// sidecar guards another port while a container keeps the policy's, or
 	// traffic reaches their app around it (hostPort, another container
 	// holding the sidecar's port name); or some rate limit service servers
 	// have not loaded the policy yet (Enforced=False).
-	ReasonPartiallyEnforced = "PartiallyEnforced"
+	ReasonPartiallyEnforced ConditionReason = "PartiallyEnforced"
 	// ReasonNoRateLimitService: a policy for the rate limit service, and no
 	// ready RLS server to enforce it (Enforced=False).
-	ReasonNoRateLimitService = "NoRateLimitService"
+	ReasonNoRateLimitService ConditionReason = "NoRateLimitService"
 	// ReasonServiceBypassesSidecar: a Service that selects protected pods
 	// sends traffic to the app's port number, not to the port name the
 	// sidecar took over, or to a port name that a container other than the
 	// sidecar holds (the policy's targetPort, or another name of the app's
 	// port), so its traffic reaches the app unlimited (Enforced=False).
-	ReasonServiceBypassesSidecar = "ServiceBypassesSidecar"
+	ReasonServiceBypassesSidecar ConditionReason = "ServiceBypassesSidecar"
 	// ReasonSidecarsOutdated (Ready and Enforced False): the policy uses a
 	// field that sidecars injected by an earlier slidegate cannot read, and
 	// such pods still run in the namespace; the policy is held back until
 	// they are restarted.
-	ReasonSidecarsOutdated = "SidecarsOutdated"
+	ReasonSidecarsOutdated ConditionReason = "SidecarsOutdated"
 	// ReasonJWTKeysUnavailable (Ready False): the policy verifies bearer
 	// tokens (key.jwt) and has no keys to do it with (ConfigMap
 	// slidegate-jwks or its key missing or unusable, or its URL not
 	// fetched): no token verifies, so onMissing decides every request.
-	ReasonJWTKeysUnavailable = "JWTKeysUnavailable"
+	ReasonJWTKeysUnavailable ConditionReason = "JWTKeysUnavailable"
 	// ReasonUnverifiedJWT (Accepted True, with a warning event): a
 	// JWTClaim policy stored before key.jwt existed; its tokens are read
 	// without verification until key.jwt is set.
-	ReasonUnverifiedJWT = "UnverifiedJWT"
-)
-
-// Tenancy of the rate limit service (issue 22): which namespaces may put
-// policies on which domain. Added after v0.2.0.
-const (
-	// RLSDomainsConfigMapName is the ConfigMap, in the manager's namespace,
-	// in which the platform team lists which namespaces may address which
-	// rate limit service domains, under the key RLSDomainsKey (format:
-	// docs/rls.md, "Who may use a domain"). Without it every domain is
-	// open to every namespace, as before it existed.
-	RLSDomainsConfigMapName = "slidegate-rls-domains"
-	// RLSDomainsKey is the key of RLSDomainsConfigMapName holding the list.
-	RLSDomainsKey = "domains.yaml"
+	ReasonUnverifiedJWT ConditionReason = "UnverifiedJWT"
 	// ReasonDomainNotAllowed (Accepted False): a policy for the rate limit
 	// service on a domain that its namespace may not use (another
 	// namespace's, or one nobody claimed while unclaimed domains are
 	// closed); it is left out of the rate limit service's configuration.
-	ReasonDomainNotAllowed = "DomainNotAllowed"
+	ReasonDomainNotAllowed ConditionReason = "DomainNotAllowed"
+)
+
+// Labels of the rate limit service's tenancy (issue 22). Which namespaces
+// may use which domain is the platform team's document, read by package
+// render (render.RLSDomainsConfigMapName).
+const (
 	// RLSClientNamespaceLabel, "true" on a Namespace, lets its pods reach
 	// the rate limit service's gRPC port through the NetworkPolicy that
 	// config/components/rls installs: the platform team sets it on the

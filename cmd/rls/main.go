@@ -1,9 +1,8 @@
 // Command rls is slidegate's Envoy rate limit service (RLS v3): gateways
 // (Istio, Contour, Envoy Gateway) ask it whether a request may pass, and it
-// decides with the same exact limiter and shared Redis as the sidecars. It
-// only wires flags (each also settable as SLIDEGATE_<UPPER_SNAKE>; Redis
-// credentials come from the files of --redis-credentials-dir, else
-// REDIS_USERNAME and REDIS_PASSWORD) to package internal/rls.
+// decides with the same exact limiter and shared Redis as the sidecars. Its
+// flags, configuration and run are package rls's (rls.Command), in the
+// shape every slidegate server has (cli.Command).
 //
 //	rls [flags]                 serve
 //	rls check -target host:port -domain d -descriptor k=v[,k=v] ...
@@ -12,138 +11,14 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
-	"time"
 
-	"github.com/slidegate/slidegate/internal/cli"
-	"github.com/slidegate/slidegate/internal/limiter"
-	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rls"
-	"github.com/slidegate/slidegate/internal/version"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "check" {
-		os.Exit(check(os.Args[2:]))
+		os.Exit(rls.CheckMain(os.Args[2:], os.Stdout, os.Stderr))
 	}
-	os.Exit(serve(os.Args[1:]))
-}
-
-func serve(args []string) int {
-	o := rls.RunOptions{
-		ListenAddress: ":8081", AdminAddress: ":8082",
-		Server:          rls.Options{ConfigFile: "/etc/slidegate/rls/config.json", ResyncInterval: 10 * time.Second},
-		Limiter:         limiter.Options{Timeout: time.Second},
-		ShutdownDelay:   5 * time.Second,
-		ShutdownTimeout: 20 * time.Second,
-		Redis:           redisconn.Config{Mode: redisconn.Standalone, Addrs: []string{redisconn.DefaultAddr}},
-	}
-	logLevel := "info"
-	fs := flag.NewFlagSet("rls", flag.ExitOnError)
-	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "gRPC address (RLS v3 and grpc.health.v1)")
-	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress, "HTTP address serving /metrics, /healthz and /readyz")
-	var clientNames string
-	fs.StringVar(&o.TLS.CertFile, "tls-cert-file", "", "PEM certificate for the gRPC listener (with --tls-key-file; empty: plaintext); read again when it changes")
-	fs.StringVar(&o.TLS.KeyFile, "tls-key-file", "", "PEM key for the gRPC listener")
-	fs.StringVar(&o.TLS.ClientCAFile, "tls-client-ca-file", "", "PEM CA that must have signed every caller's client certificate (mTLS; needs --tls-cert-file); read again when it changes")
-	fs.StringVar(&clientNames, "tls-client-names", "", "comma-separated URI or DNS SANs, one of which a caller's certificate must carry (e.g. the gateway's SPIFFE ID); empty: any certificate of the client CA")
-	fs.StringVar(&o.Server.ConfigFile, "config-file", o.Server.ConfigFile, "rendered RLS config (its directory is watched; missing: no policies)")
-	fs.DurationVar(&o.Server.ResyncInterval, "config-resync-interval", o.Server.ResyncInterval, "re-read the config this often even without a file event")
-	o.Redis.RegisterFlags(fs)
-	fs.StringVar(&o.Limiter.Prefix, "key-prefix", "", "prefix of the limiter's Redis keys (empty: the limiter's default, as the sidecars)")
-	fs.BoolVar(&o.Limiter.Functions, "redis-functions", false, "decide through the slidegate Redis Functions library (FCALL), which the manager loads, instead of sending the scripts (EVALSHA)")
-	fs.DurationVar(&o.Limiter.Timeout, "decision-timeout", o.Limiter.Timeout, "how long a decision waits for Redis before the policy's fail mode decides")
-	fs.DurationVar(&o.Limiter.MaxWait, "decision-batch-wait", 0, "let a free Redis connection wait this long to pipeline more decisions together")
-	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "after SIGTERM, keep serving this long with readiness failing")
-	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long GracefulStop may drain calls in flight")
-	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
-	showVersion := fs.Bool("version", false, "print the release and exit")
-	_ = fs.Parse(args)
-	if *showVersion {
-		fmt.Println("slidegate rls", version.Get())
-		return 0
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "rls: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	if err := cli.ApplyEnv(fs, os.LookupEnv); err != nil {
-		fmt.Fprintf(os.Stderr, "rls: %v\n", err)
-		return 2
-	}
-	if o.Redis.CredentialsDir == "" {
-		o.Redis.ApplyEnvCredentials(os.LookupEnv)
-	}
-	if clientNames != "" {
-		o.TLS.ClientNames = strings.Split(clientNames, ",")
-	}
-	if err := o.TLS.Validate(); err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			fmt.Fprintf(os.Stderr, "rls: %s\n", line)
-		}
-		return 2
-	}
-	level, err := cli.ParseLevel(logLevel)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "rls: --log-level: %v\n", err)
-		return 2
-	}
-	if err := o.Redis.Validate(); err != nil {
-		// Each problem on a line of its own, prefixed like every other.
-		for _, line := range strings.Split(err.Error(), "\n") {
-			fmt.Fprintf(os.Stderr, "rls: %s\n", line)
-		}
-		return 2
-	}
-	log := cli.NewLogger(os.Stderr, level)
-	redisconn.RouteClientLogs(log)
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := rls.Run(ctx, o, log); err != nil {
-		log.Error("rls stopped", "error", err)
-		return 1
-	}
-	return 0
-}
-
-// descriptorsFlag collects repeated -descriptor flags.
-type descriptorsFlag []string
-
-func (d *descriptorsFlag) String() string     { return strings.Join(*d, " ") }
-func (d *descriptorsFlag) Set(s string) error { *d = append(*d, s); return nil }
-
-func check(args []string) int {
-	var o rls.CheckOptions
-	var hits uint
-	timeout := 5 * time.Second
-	fs := flag.NewFlagSet("rls check", flag.ExitOnError)
-	fs.StringVar(&o.Target, "target", "127.0.0.1:8081", "RLS server host:port")
-	fs.BoolVar(&o.TLS, "tls", false, "dial with TLS")
-	fs.StringVar(&o.CAFile, "tls-ca-file", "", "PEM CA to verify the server with (default: system roots)")
-	fs.StringVar(&o.CertFile, "tls-cert-file", "", "PEM client certificate to present (a server with --tls-client-ca-file requires one)")
-	fs.StringVar(&o.KeyFile, "tls-key-file", "", "PEM key of -tls-cert-file")
-	fs.StringVar(&o.Domain, "domain", "", "rate limit domain (the gateway's)")
-	fs.Var((*descriptorsFlag)(&o.Descriptors), "descriptor", "one descriptor as key=value[,key=value]; repeat for several")
-	fs.UintVar(&hits, "hits", 0, "hits_addend (0: 1)")
-	fs.DurationVar(&timeout, "timeout", timeout, "call timeout")
-	_ = fs.Parse(args)
-	o.Hits = uint32(min(hits, 1<<32-1)) //nolint:gosec // clamped
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	resp, err := rls.Check(ctx, o, os.Stdout)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "rls check: %v\n", err)
-		return 1
-	}
-	if resp.GetOverallCode().String() != "OK" {
-		return 3 // over limit: scripts can tell it from an error
-	}
-	return 0
+	os.Exit(rls.Command().Main(nil, os.Args[1:]))
 }

@@ -1,6 +1,8 @@
-// Package cli is what the data-plane commands (cmd/sidecar, cmd/rls) share
-// around their flags: every flag also settable from the environment, and
-// the JSON logger with its level.
+// Package cli is what slidegate's commands share around their flags: the
+// one shape of the servers (Command: flags, configuration, a run until a
+// signal, exit codes), and for the data-plane commands (cmd/sidecar,
+// cmd/rls) every flag also settable from the environment and the JSON
+// logger with its level.
 package cli
 
 import (

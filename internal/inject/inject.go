@@ -332,7 +332,7 @@ func Inject(pod *corev1.Pod, opts Options) error {
 		// certificate. The kubelet updates the files when the Secret
 		// changes, and the sidecar reads them for every new connection.
 		var items []corev1.KeyToPath
-		for _, k := range []string{v1alpha1.RedisTLSCAKey, v1alpha1.RedisTLSCertKey, v1alpha1.RedisTLSKeyKey} {
+		for _, k := range []string{redisconn.SecretTLSCAKey, redisconn.SecretTLSCertKey, redisconn.SecretTLSKeyKey} {
 			items = append(items, corev1.KeyToPath{Key: k, Path: k})
 		}
 		setVolume(work, corev1.Volume{Name: RedisTLSVolume, VolumeSource: corev1.VolumeSource{
@@ -679,15 +679,15 @@ func sidecar(o Options, st Status) corev1.Container {
 // credentialItems maps the namespace Secret's keys of the identity to the
 // credential files the sidecar reads (redisconn.Credentials*File).
 func credentialItems(identity string) []corev1.KeyToPath {
-	user, pass := v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey
+	user, pass := redisconn.SecretUsernameKey, redisconn.SecretPasswordKey
 	if identity == v1alpha1.RedisIdentityNamespace {
-		user, pass = v1alpha1.RedisNamespaceUsernameKey, v1alpha1.RedisNamespacePasswordKey
+		user, pass = redisconn.SecretNamespaceUsernameKey, redisconn.SecretNamespacePasswordKey
 	}
 	return []corev1.KeyToPath{
 		{Key: user, Path: redisconn.CredentialsUsernameFile},
 		{Key: pass, Path: redisconn.CredentialsPasswordFile},
-		{Key: v1alpha1.RedisSentinelUsernameKey, Path: redisconn.CredentialsSentinelUsernameFile},
-		{Key: v1alpha1.RedisSentinelPasswordKey, Path: redisconn.CredentialsSentinelPasswordFile},
+		{Key: redisconn.SecretSentinelUsernameKey, Path: redisconn.CredentialsSentinelUsernameFile},
+		{Key: redisconn.SecretSentinelPasswordKey, Path: redisconn.CredentialsSentinelPasswordFile},
 	}
 }
 

@@ -291,7 +291,7 @@ func TestInjectErrorsAndSkips(t *testing.T) {
 // TestTLSFileNames: the injector mounts the Secret's TLS keys as files
 // named after the keys; the sidecar's Redis client reads those names.
 func TestTLSFileNames(t *testing.T) {
-	got := []string{v1alpha1.RedisTLSCAKey, v1alpha1.RedisTLSCertKey, v1alpha1.RedisTLSKeyKey}
+	got := []string{redisconn.SecretTLSCAKey, redisconn.SecretTLSCertKey, redisconn.SecretTLSKeyKey}
 	want := []string{redisconn.TLSDirCA, redisconn.TLSDirCert, redisconn.TLSDirKey}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Secret keys and the files the Redis client reads differ (-client +keys):\n%s", d)

@@ -22,6 +22,45 @@ const (
 	CredentialsSentinelPasswordFile = "sentinel-password"
 )
 
+// The keys of a Redis credentials Secret: the one the manager's
+// --redis-secret-name names, and the copy the controller keeps in each
+// namespace for its sidecars (v1alpha1.RedisCredentialsSecretName), whose
+// keys the injector maps to the files above. Platform teams write them:
+// changing one is a breaking change.
+const (
+	// SecretUsernameKey and SecretPasswordKey hold the identity shared by
+	// every namespace (both optional: a password alone is the legacy AUTH
+	// form).
+	SecretUsernameKey = "username"
+	SecretPasswordKey = "password"
+	// SecretSentinelUsernameKey and SecretSentinelPasswordKey, optional,
+	// are the credentials of the sentinels themselves (sentinel mode), when
+	// they differ from the data nodes'.
+	SecretSentinelUsernameKey = "sentinel-username"
+	SecretSentinelPasswordKey = "sentinel-password"
+	// SecretNamespaceUsernameKey and SecretNamespacePasswordKey hold the
+	// namespace's own Redis identity, in the namespace's copy only: an ACL
+	// user that may call the slidegate Functions library on the
+	// namespace's keys only, which the manager creates (--redis-identity).
+	SecretNamespaceUsernameKey = "namespace-username"
+	SecretNamespacePasswordKey = "namespace-password"
+	// SecretTLSCAKey, SecretTLSCertKey and SecretTLSKeyKey, optional, are
+	// the TLS material for --redis-tls, under the names cert-manager and
+	// kubernetes.io/tls Secrets use: the CA that signed the Redis server's
+	// certificate (instead of the system roots), and a client certificate
+	// and key for a server that requires one (tls-auth-clients yes).
+	SecretTLSCAKey   = "ca.crt"
+	SecretTLSCertKey = "tls.crt"
+	SecretTLSKeyKey  = "tls.key"
+)
+
+// SecretKeys are the keys of the manager's credentials Secret that the
+// controller mirrors into each namespace and the injected sidecar reads.
+var SecretKeys = []string{
+	SecretUsernameKey, SecretPasswordKey, SecretSentinelUsernameKey, SecretSentinelPasswordKey,
+	SecretTLSCAKey, SecretTLSCertKey, SecretTLSKeyKey,
+}
+
 // dirCredentials reads a credentials directory (a mounted Secret) for
 // every new connection, so that a rotated password is used without a
 // restart: the kubelet updates the files, and go-redis asks for the

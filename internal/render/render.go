@@ -185,7 +185,7 @@ func Policy(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
 	if p.Name == "" || p.Namespace == "" {
 		add("the policy needs a name and a namespace")
 	}
-	window, err := ParseWindow(s.Window)
+	r, err := ruleOf(s)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -206,26 +206,59 @@ func Policy(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
 		Name:         p.Name,
 		ID:           p.Namespace + "/" + p.Name,
 		Selector:     sel,
-		WindowMillis: window.Milliseconds(),
-		Limit:        int64(s.Limit),
-		Algorithm:    string(orDefault(s.Algorithm, v1alpha1.AlgorithmSlidingLog)),
-		FailMode:     string(orDefault(s.FailMode, v1alpha1.FailOpen)),
-		Mode:         string(orDefault(s.Mode, v1alpha1.ModeEnforce)),
+		WindowMillis: r.windowMillis,
+		Limit:        r.limit,
+		Algorithm:    r.algorithm,
+		FailMode:     r.failMode,
+		Mode:         r.mode,
 		Key:          key,
 		Match:        match(s.Match),
-		Durability:   durability(s.Durability),
+		Durability:   r.durability,
 	}
-	if len(errs) == 0 {
-		// The schema's last line of defence: enum values, header names,
-		// methods and path prefixes.
-		if err := (&sidecarconfig.Config{Version: sidecarconfig.Version, Policies: []sidecarconfig.Policy{out}}).Validate(); err != nil {
+	// The document's Validate checks enum values, header names, methods
+	// and path prefixes.
+	if err := invalidPolicy(p, errs, (&sidecarconfig.Config{Version: sidecarconfig.Version, Policies: []sidecarconfig.Policy{out}}).Validate); err != nil {
+		return sidecarconfig.Policy{}, err
+	}
+	return out, nil
+}
+
+// rule is what a policy says that both enforcers (the sidecars and the
+// rate limit service) read alike: its window and count, with the defaults
+// of the CRD schema applied, so that policies built in Go render like
+// stored ones.
+type rule struct {
+	windowMillis, limit                   int64
+	algorithm, failMode, mode, durability string
+}
+
+// ruleOf reads the rule of a spec; the error is the window's.
+func ruleOf(s *v1alpha1.RateLimitPolicySpec) (rule, error) {
+	window, err := ParseWindow(s.Window)
+	return rule{
+		windowMillis: window.Milliseconds(),
+		limit:        int64(s.Limit),
+		algorithm:    string(orDefault(s.Algorithm, v1alpha1.AlgorithmSlidingLog)),
+		failMode:     string(orDefault(s.FailMode, v1alpha1.FailOpen)),
+		mode:         string(orDefault(s.Mode, v1alpha1.ModeEnforce)),
+		durability:   durability(s.Durability),
+	}, err
+}
+
+// invalidPolicy is the end of rendering one policy for either enforcer: nil
+// if errs is empty and the policy passes validate (its document's own
+// Validate, the schema's last line of defence), else an
+// *InvalidPolicyError with every problem, in the order found.
+func invalidPolicy(p *v1alpha1.RateLimitPolicy, errs []error, validate func() error) error {
+	if len(errs) == 0 && validate != nil {
+		if err := validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return sidecarconfig.Policy{}, &InvalidPolicyError{Namespace: p.Namespace, Name: p.Name, Err: err}
+		return &InvalidPolicyError{Namespace: p.Namespace, Name: p.Name, Err: err}
 	}
-	return out, nil
+	return nil
 }
 
 // InvalidPolicyError says why a policy cannot be rendered.

@@ -42,12 +42,12 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 	}
 	if s.RateLimitService == nil {
 		add("the policy has no rateLimitService")
-		return rlsconfig.Policy{}, &InvalidPolicyError{Namespace: p.Namespace, Name: p.Name, Err: errors.Join(errs...)}
+		return rlsconfig.Policy{}, invalidPolicy(p, errs, nil)
 	}
 	if s.TargetSelector != nil || s.Key != (v1alpha1.ClientKey{}) || s.Match != nil {
 		add("targetSelector, key and match do not apply with rateLimitService")
 	}
-	window, err := ParseWindow(s.Window)
+	r, err := ruleOf(s)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -56,25 +56,20 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 		Name:         p.Name,
 		ID:           rlsconfig.PolicyID(p.Namespace, p.Name),
 		Domain:       s.RateLimitService.Domain,
-		WindowMillis: window.Milliseconds(),
-		Limit:        int64(s.Limit),
-		Algorithm:    string(orDefault(s.Algorithm, v1alpha1.AlgorithmSlidingLog)),
-		FailMode:     string(orDefault(s.FailMode, v1alpha1.FailOpen)),
-		Mode:         string(orDefault(s.Mode, v1alpha1.ModeEnforce)),
-		Durability:   durability(s.Durability),
+		WindowMillis: r.windowMillis,
+		Limit:        r.limit,
+		Algorithm:    r.algorithm,
+		FailMode:     r.failMode,
+		Mode:         r.mode,
+		Durability:   r.durability,
 	}
 	for _, e := range s.RateLimitService.Descriptor {
 		out.Descriptor = append(out.Descriptor, rlsconfig.Entry{Key: e.Key, Value: e.Value})
 	}
-	if len(errs) == 0 {
-		// The schema's last line of defence: bounds, enums, the id.
-		one := []rlsconfig.Policy{out}
-		if err := (&rlsconfig.Config{Version: rlsconfig.VersionFor(one), Policies: one}).Validate(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return rlsconfig.Policy{}, &InvalidPolicyError{Namespace: p.Namespace, Name: p.Name, Err: err}
+	// The document's Validate checks bounds, enums and the id.
+	one := []rlsconfig.Policy{out}
+	if err := invalidPolicy(p, errs, (&rlsconfig.Config{Version: rlsconfig.VersionFor(one), Policies: one}).Validate); err != nil {
+		return rlsconfig.Policy{}, err
 	}
 	return out, nil
 }

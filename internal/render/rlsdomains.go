@@ -24,19 +24,29 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
-	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
 // Which namespaces may put policies on which domain of the rate limit
 // service is the platform team's to say, in one document in the manager's
-// namespace (v1alpha1.RLSDomainsConfigMapName): a tenant administers its
+// namespace (RLSDomainsConfigMapName): a tenant administers its
 // own namespaces only, so it can neither edit that ConfigMap nor, as it
 // could a label on its own Namespace in some setups, claim a domain for
 // itself. A domain is one string of the gateway's filter config: a gateway
 // whose filter sends "edge" is limited by every policy on "edge", so a
 // policy on another team's domain limits (or, with a huge limit, protects
 // nothing of) that team's traffic.
+
+const (
+	// RLSDomainsConfigMapName is the ConfigMap, in the manager's namespace,
+	// in which the platform team lists which namespaces may address which
+	// rate limit service domains, under the key RLSDomainsKey (format:
+	// DomainOwners, and docs/rls.md, "Who may use a domain"). Without it
+	// every domain is open to every namespace, as before it existed.
+	RLSDomainsConfigMapName = "slidegate-rls-domains"
+	// RLSDomainsKey is the key of RLSDomainsConfigMapName holding the list.
+	RLSDomainsKey = "domains.yaml"
+)
 
 // UnclaimedDomains says what happens to a domain the document does not
 // list.
@@ -53,7 +63,7 @@ const (
 	UnclaimedDeny UnclaimedDomains = "Deny"
 )
 
-// DomainOwners is the platform team's document (key v1alpha1.RLSDomainsKey):
+// DomainOwners is the platform team's document (key RLSDomainsKey):
 //
 //	domains:
 //	  - domain: edge
@@ -77,7 +87,7 @@ type DomainOwner struct {
 func ParseDomainOwners(data []byte) (*DomainOwners, error) {
 	var o DomainOwners
 	if err := yaml.UnmarshalStrict(data, &o); err != nil {
-		return nil, fmt.Errorf("%s: %w", v1alpha1.RLSDomainsKey, err)
+		return nil, fmt.Errorf("%s: %w", RLSDomainsKey, err)
 	}
 	var errs []error
 	switch o.UnclaimedDomains {
@@ -101,7 +111,7 @@ func ParseDomainOwners(data []byte) (*DomainOwners, error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("%s: %w", v1alpha1.RLSDomainsKey, err)
+		return nil, fmt.Errorf("%s: %w", RLSDomainsKey, err)
 	}
 	return &o, nil
 }
@@ -143,5 +153,5 @@ func (e *DomainNotAllowedError) Error() string {
 		why = "the domain is not listed, and unlisted domains are closed (unclaimedDomains: Deny)"
 	}
 	return fmt.Sprintf("policy %s/%s: namespace %s may not use rate limit service domain %q: %s; the platform team lists which namespaces may use which domain in ConfigMap %s, key %s",
-		e.Namespace, e.Name, e.Namespace, e.Domain, why, v1alpha1.RLSDomainsConfigMapName, v1alpha1.RLSDomainsKey)
+		e.Namespace, e.Name, e.Namespace, e.Domain, why, RLSDomainsConfigMapName, RLSDomainsKey)
 }

@@ -358,7 +358,7 @@ spec:
 	}
 	eventually(t, time.Minute, time.Second, "Enforced=False ServiceBypassesSidecar", func() error {
 		c := condition(ctx, t, userPolicy, v1alpha1.ConditionEnforced)
-		if c == nil || c.Status != "False" || c.Reason != v1alpha1.ReasonServiceBypassesSidecar {
+		if c == nil || c.Status != "False" || c.Reason != string(v1alpha1.ReasonServiceBypassesSidecar) {
 			return fmt.Errorf("Enforced is %+v", c)
 		}
 		if !strings.Contains(c.Message, "demo-app-direct") {

@@ -31,6 +31,7 @@ import (
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisadmin"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -330,7 +331,7 @@ func (u *upgrade) upgrade(ctx context.Context, t *testing.T) {
 	eventually(t, time.Minute, time.Second, "the shared identity gone from the namespace's Secret", func() error {
 		var sec corev1.Secret
 		getJSON(ctx, t, &sec, "-n", demo, "get", "secret", credentialsSecret)
-		for _, k := range []string{v1alpha1.RedisUsernameKey, v1alpha1.RedisPasswordKey} {
+		for _, k := range []string{redisconn.SecretUsernameKey, redisconn.SecretPasswordKey} {
 			if _, ok := sec.Data[k]; ok {
 				return fmt.Errorf("it still has %s (keys %v)", k, keys(sec.Data))
 			}

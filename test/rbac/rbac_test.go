@@ -63,6 +63,7 @@ import (
 	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 	"github.com/slidegate/slidegate/internal/webhook"
@@ -416,7 +417,7 @@ func TestManagerRunsWithInstallRBAC(t *testing.T) {
 	// The namespace's own Redis identity beside them, and the rate limit
 	// service's Secret, which the manager creates by server-side apply with
 	// the Role's patch on that one name.
-	if got := string(mirror.Data[v1alpha1.RedisNamespaceUsernameKey]); got != redisadmin.NamespaceUser(ns) {
+	if got := string(mirror.Data[redisconn.SecretNamespaceUsernameKey]); got != redisadmin.NamespaceUser(ns) {
 		t.Errorf("namespace identity %q in the mirrored Secret", got)
 	}
 	eventually(t, "the rate limit service's Redis credentials", func() error {
@@ -506,13 +507,13 @@ func TestRateLimitServiceWithInstallRBAC(t *testing.T) {
 		},
 	}
 	mustCreate(t, p)
-	accepted := func(reason string) func() error {
+	accepted := func(reason v1alpha1.ConditionReason) func() error {
 		return func() error {
 			var got v1alpha1.RateLimitPolicy
 			if err := admin.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
 				return err
 			}
-			if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted); c == nil || c.Reason != reason {
+			if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted); c == nil || c.Reason != string(reason) {
 				return fmt.Errorf("Accepted is %+v, want reason %s", c, reason)
 			}
 			return nil
@@ -523,8 +524,8 @@ func TestRateLimitServiceWithInstallRBAC(t *testing.T) {
 		t.Errorf("the rate limit service's ConfigMap: %v", err)
 	}
 	mustCreate(t, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: v1alpha1.RLSDomainsConfigMapName},
-		Data:       map[string]string{v1alpha1.RLSDomainsKey: "domains:\n  - domain: edge\n    namespaces: [istio-system]\n"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: render.RLSDomainsConfigMapName},
+		Data:       map[string]string{render.RLSDomainsKey: "domains:\n  - domain: edge\n    namespaces: [istio-system]\n"},
 	})
 	eventually(t, "refused once the domain is claimed", accepted(v1alpha1.ReasonDomainNotAllowed))
 	if err := admin.Delete(ctx, p); err != nil {

@@ -306,7 +306,7 @@ func (s *sizeRun) seed(ctx context.Context, env *envtest.Environment, dir string
 	}
 	if err := s.k.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: credentials.Name, Namespace: credentials.Namespace},
-		Data:       map[string][]byte{v1alpha1.RedisUsernameKey: []byte("sidecar"), v1alpha1.RedisPasswordKey: []byte("s3cret")},
+		Data:       map[string][]byte{redisconn.SecretUsernameKey: []byte("sidecar"), redisconn.SecretPasswordKey: []byte("s3cret")},
 	}); err != nil {
 		return "", err
 	}

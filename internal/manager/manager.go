@@ -1,0 +1,307 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package manager is cmd/manager, slidegate's controller manager: its
+// flags, their checks, and the controller-runtime manager it runs with the
+// RateLimitPolicy and rate limit service controllers and the sidecar
+// injection webhook (packages controllers, webhook and inject hold the
+// behaviour), in the shape every slidegate server has (cli.Command).
+package manager
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/controllers"
+	"github.com/slidegate/slidegate/internal/cli"
+	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/jwksfetch"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/version"
+	"github.com/slidegate/slidegate/internal/webhook"
+)
+
+// Command is cmd/manager. Its flags are on flag.CommandLine, beside
+// controller-runtime's --kubeconfig; its run gets controller-runtime's
+// signal handler, which also exits on a second signal.
+func Command() cli.Command {
+	return cli.Command{
+		Name:         "manager",
+		Version:      "slidegate manager " + version.Get() + " config " + sidecarconfig.Version,
+		VersionUsage: "Print the release and the sidecar config version the manager renders, and exit.",
+		Flags: func(fs *flag.FlagSet) cli.Setup {
+			o := &options{}
+			o.bindFlags(fs)
+			return o.setup
+		},
+		Signals: ctrl.SetupSignalHandler,
+	}
+}
+
+// options are the manager's flags.
+type options struct {
+	metricsAddr, probeAddr string
+	leaderElect, secure    bool
+	trustedProxies         string
+	redis                  controllers.RedisConnection
+	webhook                webhook.Options
+	webhookHost            string
+	webhookPort            int
+	rlsService             string
+	// jwksRefresh is how often key set URLs are fetched again.
+	jwksRefresh time.Duration
+	// maxClientBytes bounds each policy's footprint per client in Redis.
+	maxClientBytes int64
+	// sidecarListenPort and sidecarAdminPort become webhook.Inject's
+	// ListenPort and AdminPort once checked (completeSidecarPorts).
+	sidecarListenPort, sidecarAdminPort int
+	zap                                 zap.Options
+}
+
+// setup checks the flags and returns the run.
+func (o *options) setup() (cli.Program, error) {
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	if err := o.completeSidecarPorts(); err != nil {
+		return cli.Program{}, err
+	}
+	proxies, err := sidecarconfig.ParseTrustedProxies(strings.Split(o.trustedProxies, ","))
+	if err != nil {
+		return cli.Program{}, fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	namespace := managerNamespace()
+	if err := o.redis.Complete(namespace); err != nil {
+		return cli.Program{}, err
+	}
+	log := ctrl.Log.WithName("setup")
+	return cli.Program{
+		Run:    func(ctx context.Context) error { return o.run(ctx, proxies, namespace) },
+		Failed: func(err error) { log.Error(err, "manager stopped") },
+	}, nil
+}
+
+// run builds the manager, adds the controllers, the webhook and the probes
+// to it, and runs it until ctx ends.
+func (o *options) run(ctx context.Context, proxies []netip.Prefix, namespace string) error {
+	mgr, err := newManager(*o, namespace)
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := addControllers(ctx, mgr, *o, proxies, namespace); err != nil {
+		return err
+	}
+	if err := addWebhook(mgr, *o, namespace); err != nil {
+		return err
+	}
+
+	log := ctrl.Log.WithName("setup")
+	log.Info("starting the manager",
+		"trustedProxies", len(proxies), "redisMode", o.redis.Config.Mode, "redisCredentialsSecret", o.redis.CredentialsSecret.String(),
+		"redisIdentity", o.redis.Identity, "redisAdminCredentials", o.redis.AdminCredentialsDir != "")
+	if o.redis.Identity == controllers.IdentityShared {
+		log.Info("WARNING: --redis-identity=shared: every namespace's sidecars authenticate as one Redis user that reaches every namespace's keys and may run any script; " +
+			"this isolates nothing inside Redis (docs/security.md, boundary 1)")
+	}
+	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func (o *options) bindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (with --metrics-secure=false); 0 disables it.")
+	fs.BoolVar(&o.secure, "metrics-secure", true, "Serve metrics over HTTPS, to scrapers authenticated and authorized by the API server.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect one active manager among the replicas (a Lease in the manager's namespace).")
+	fs.StringVar(&o.trustedProxies, "trusted-proxies", "",
+		"Comma-separated CIDRs (or addresses) of the proxies, e.g. the ingress, whose X-Forwarded-For header sidecars believe for RemoteAddress keys. Empty: none.")
+	o.redis.BindFlags(fs)
+	// Flags that the install sets per deployment come from the environment
+	// too (config/default), so kustomize can patch them by name.
+	fs.StringVar(&o.webhookHost, "webhook-host", "", "Address the injection webhook listens on; empty: all.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the injection webhook.")
+	fs.StringVar(&o.rlsService, "rls-service-name", controllers.DefaultRLSServiceName,
+		"Service, in the manager's namespace, in front of the rate limit service's servers (config/components/rls); the controller asks its ready endpoints what they loaded.")
+	wh := &o.webhook
+	fs.StringVar(&wh.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with the webhook's tls.crt and tls.key (the mounted Secret).")
+	fs.StringVar(&wh.CertMode, "cert-mode", envOr("SLIDEGATE_CERT_MODE", webhook.CertModeSelf),
+		"Webhook certificate: self (the manager issues and rotates it, and the caBundle) or external (cert-manager does). Env SLIDEGATE_CERT_MODE.")
+	fs.StringVar(&wh.SecretName, "webhook-secret-name", envOr("SLIDEGATE_WEBHOOK_SECRET_NAME", "slidegate-webhook-server-cert"), "Secret holding the webhook certificate (cert-mode self).")
+	fs.StringVar(&wh.ServiceName, "webhook-service-name", envOr("SLIDEGATE_WEBHOOK_SERVICE_NAME", "slidegate-webhook-service"), "Service in front of the webhook (cert-mode self).")
+	fs.StringVar(&wh.ConfigurationName, "webhook-configuration-name", envOr("SLIDEGATE_WEBHOOK_CONFIGURATION_NAME", "slidegate-mutating-webhook-configuration"),
+		"MutatingWebhookConfiguration whose caBundle the manager keeps (cert-mode self).")
+	fs.StringVar(&wh.Inject.Image, "sidecar-image", envOr("SLIDEGATE_SIDECAR_IMAGE", inject.DefaultImage), "Image of the injected sidecar. Env SLIDEGATE_SIDECAR_IMAGE.")
+	fs.IntVar(&o.sidecarListenPort, "sidecar-listen-port", inject.DefaultListenPort,
+		"Port the injected sidecar proxies on (it takes the name of the app's port). Must differ from --sidecar-admin-port and from every port the pods declare, "+
+			"including other sidecars': Istio's use 15000-15090, so the injector would skip its pods.")
+	fs.IntVar(&o.sidecarAdminPort, "sidecar-admin-port", inject.DefaultAdminPort,
+		"Port of the injected sidecar's /metrics, /healthz and /readyz (container port "+inject.AdminPortName+"). Same constraints as --sidecar-listen-port; "+
+			"the sidecar's loopback /debug port ("+inject.DebugPortName+") is "+strconv.Itoa(inject.DefaultDebugPort)+".")
+	fs.Int64Var(&o.maxClientBytes, "max-client-bytes", 0,
+		"Most Redis memory one client of a policy may make the shared Redis hold (a full window: limit × 104 B for SlidingLog, 128 B for SlidingWindowCounter); a policy over it is not accepted (FootprintTooLarge). 0: no bound. Set by the platform team: a tenant chooses the limit, its clients fill the windows.")
+	fs.DurationVar(&o.jwksRefresh, "jwks-refresh-interval", jwksfetch.DefaultRefresh,
+		"How often the manager fetches again the JSON Web Key Sets that policies name by URL (key.jwt.jwks.url); a failed fetch is retried sooner and keeps the last good keys. "+
+			"Issuers publish a new key ahead of signing with it: at least this plus the kubelet's ConfigMap sync ahead.")
+	o.zap.BindFlags(fs)
+}
+
+// completeSidecarPorts checks --sidecar-listen-port and --sidecar-admin-port
+// and sets them on the injector's options.
+func (o *options) completeSidecarPorts() error {
+	for _, f := range []struct {
+		name string
+		port int
+	}{{"--sidecar-listen-port", o.sidecarListenPort}, {"--sidecar-admin-port", o.sidecarAdminPort}} {
+		if f.port < 1 || f.port > 65535 {
+			return fmt.Errorf("%s=%d: not a port number (1-65535)", f.name, f.port)
+		}
+	}
+	if o.sidecarListenPort == o.sidecarAdminPort {
+		return fmt.Errorf("--sidecar-listen-port and --sidecar-admin-port are both %d: the sidecar needs two different ports", o.sidecarListenPort)
+	}
+	o.webhook.Inject.ListenPort, o.webhook.Inject.AdminPort = int32(o.sidecarListenPort), int32(o.sidecarAdminPort)
+	// The injector's own check, so the two cannot drift apart.
+	if err := o.webhook.Inject.Validate(); err != nil {
+		return fmt.Errorf("--sidecar-listen-port, --sidecar-admin-port: %w", err)
+	}
+	return nil
+}
+
+// newManager builds the manager: its cache, metrics and probe endpoints,
+// leader election in namespace, and the webhook server.
+func newManager(o options, namespace string) (ctrl.Manager, error) {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+
+	metricsOpts := metricsserver.Options{
+		BindAddress:   o.metricsAddr,
+		SecureServing: o.secure,
+		// HTTP/2 off: CVE-2023-44487 and CVE-2023-39325 (rapid reset).
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
+	}
+	if o.secure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         controllers.CacheOptions(),
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "slidegate-controller.ratelimit.slidegate.dev",
+		LeaderElectionNamespace:       namespace,
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer:                 ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhook.CertDir}),
+	})
+}
+
+// addControllers adds the RateLimitPolicy and the rate limit service
+// controllers to mgr.
+func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []netip.Prefix, namespace string) error {
+	r := &controllers.RateLimitPolicyReconciler{
+		Client:           mgr.GetClient(),
+		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
+		TrustedProxies:   proxies,
+		MaxClientBytes:   o.maxClientBytes,
+		RedisCredentials: o.redis.CredentialsSecret,
+		// The NetworkPolicies of spec.networkPolicy admit the ports the
+		// injector gives the sidecar.
+		SidecarListenPort: o.webhook.Inject.ListenPort,
+		SidecarAdminPort:  o.webhook.Inject.AdminPort,
+		JWKSFetch:         jwksfetch.Options{Refresh: o.jwksRefresh},
+		InstallSecret:     types.NamespacedName{Namespace: namespace, Name: clienthash.InstallSecretName},
+	}
+	identities, err := o.redis.Identities(namespace, types.NamespacedName{Namespace: namespace, Name: os.Getenv("POD_NAME")})
+	if err != nil {
+		return err
+	}
+	r.Identities = identities
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)
+	}
+	rls := &controllers.RateLimitServiceReconciler{
+		Client:      mgr.GetClient(),
+		Recorder:    mgr.GetEventRecorder("slidegate-controller"),
+		Namespace:   namespace,
+		ServiceName: o.rlsService,
+		// The same bound: one Redis holds both.
+		MaxClientBytes: o.maxClientBytes,
+	}
+	if err := rls.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("setting up the rate limit service controller: %w", err)
+	}
+	return nil
+}
+
+// addWebhook adds the injection webhook and the probes to mgr: ready once
+// the webhook serves, since with failurePolicy Fail, traffic to a replica
+// without a certificate would fail pod creations.
+func addWebhook(mgr ctrl.Manager, o options, namespace string) error {
+	wh := o.webhook
+	wh.Namespace = namespace
+	wh.Inject.Redis = o.redis.Config
+	wh.Inject.RedisIdentity = string(o.redis.Identity)
+	wh.Inject.SidecarVersion = version.Get()
+	webhookReady, err := webhook.Setup(mgr, wh)
+	if err != nil {
+		return fmt.Errorf("setting up the injection webhook: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("webhook", webhookReady)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// managerNamespace is the namespace the manager runs in: $POD_NAMESPACE (set
+// from the downward API in config/manager), else the service account's.
+func managerNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
