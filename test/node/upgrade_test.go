@@ -113,8 +113,8 @@ type upgrade struct {
 	redis      *redisProc
 	// The administrative Redis identity the upgrade brings (step 1).
 	adminUser, adminPassword string
-	tr         *traffic
-	mon        *monitor
+	tr                       *traffic
+	mon                      *monitor
 	// rolledBack is when the rollback was applied: the traffic before it
 	// is the upgrade's, after it the rollback's.
 	started, rolledBack time.Time
