@@ -9,6 +9,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/ratelimitheader"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
@@ -29,6 +30,20 @@ type policy struct {
 	nameItem   string
 	policyItem string
 	limit      *rlsv3.RateLimitResponse_RateLimit // current_limit of a status
+	// counters are its request series, bound when it is loaded
+	// (Server.bindCounters), not looked up per decision.
+	counters enforce.Counters
+}
+
+// policies calls f with every policy of ix.
+func (ix *index) policies(f func(*policy)) {
+	for _, shapes := range ix.domains {
+		for _, ps := range shapes {
+			for _, p := range ps {
+				f(p)
+			}
+		}
+	}
 }
 
 // index is a loaded config: per domain, per descriptor shape (its keys in

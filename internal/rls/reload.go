@@ -68,6 +68,7 @@ func (s *Server) Reload() error {
 	}
 	ix := newIndex(cfg)
 	ix.revision = rlsconfig.Revision(data)
+	s.bindCounters(ix, s.state.Load())
 	s.state.Store(ix)
 	l.data, l.loaded, l.lastFailure = data, true, ""
 	s.metrics.reloads.Loaded(len(cfg.Skipped))
@@ -107,4 +108,24 @@ func (s *Server) AnnounceLoop(ctx context.Context) {
 				s.log.Debug("announcing to Redis failed; the last peer count stays", "error", err)
 			}
 		})
+}
+
+// bindCounters gives each policy of ix its request series, and drops the
+// series of the policies of old that ix no longer has, as the sidecar does:
+// a gateway's policies come and go with its tenants, and their series
+// stayed until the server restarted.
+func (s *Server) bindCounters(ix, old *index) {
+	keep := map[string]bool{}
+	ix.policies(func(p *policy) {
+		keep[p.id] = true
+		p.counters = s.metrics.decisions.PolicyCounters(p.id)
+	})
+	if old == nil {
+		return
+	}
+	old.policies(func(p *policy) {
+		if !keep[p.id] {
+			s.metrics.decisions.Requests.DeletePartialMatch(map[string]string{"policy": p.id})
+		}
+	})
 }

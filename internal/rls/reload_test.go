@@ -11,6 +11,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -91,4 +92,41 @@ func TestReload(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestReloadDropsSeriesOfRemovedPolicies: a policy's request series go when
+// a reload removes the policy (a gateway's policies come and go with its
+// tenants; the series stayed until the server restarted), and the series
+// of the policies that stay keep counting.
+func TestReloadDropsSeriesOfRemovedPolicies(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	path := writeConfig(t, pol("goes", 5, time.Minute, entry("generic_key", "b")), pol("stays", 5, time.Minute, entry("generic_key", "a")))
+	rep := startReplica(t, standaloneConfig(r.Addr), path, limiter.Options{Timeout: 5 * time.Second})
+	for _, key := range []string{"a", "b"} {
+		ask(t, rep.client, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("generic_key", key)}})
+	}
+	series := func(policy string) float64 {
+		return testMetric(t, rep.srv, "slidegate_rls_requests_total", map[string]string{"policy": rlsconfig.PolicyID("t", policy), "decision": enforce.Allowed.String()})
+	}
+	if series("stays") != 1 || series("goes") != 1 {
+		t.Fatalf("before the reload: stays %v, goes %v; want 1 and 1", series("stays"), series("goes"))
+	}
+	data, err := rlsconfig.Marshal(&rlsconfig.Config{Version: rlsconfig.Version, Policies: []rlsconfig.Policy{pol("stays", 5, time.Minute, entry("generic_key", "a"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	ask(t, rep.client, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("generic_key", "a")}})
+	if got := series("goes"); got != 0 {
+		t.Errorf("the removed policy's series is still there (%v)", got)
+	}
+	if got := series("stays"); got != 2 {
+		t.Errorf("the remaining policy's series counts %v, want 2", got)
+	}
 }

@@ -288,9 +288,7 @@ func (s *Server) answer(reqs []limiter.Request, pols []*policy, descs []descript
 	// denied again by another of the limits.
 	v := enforce.Sum(reqs, ds)
 	deny := v.Refusal(ds)
-	s.metrics.decisions.Record(reqs, ds, &v, func(k int, o enforce.Outcome) {
-		s.metrics.decisions.Requests.WithLabelValues(pols[k].id, o.String()).Inc()
-	})
+	s.metrics.decisions.Record(reqs, ds, &v, func(k int, o enforce.Outcome) { pols[k].counters.Inc(o) })
 	for i, d := range descs {
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		resp.Statuses[i] = st
