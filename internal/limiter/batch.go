@@ -31,11 +31,9 @@ type op struct {
 	// durable.go).
 	durable bool
 	// idleBy: its caller makes its round trip itself, reading only until
-	// this time, the decision's budget (roundTripNow). A read that times
-	// out well after it was resent once through the queue (readAgain; see
-	// resendTimedOut).
-	idleBy    time.Time
-	readAgain bool
+	// this time, the decision's budget (roundTripNow). A read that timed
+	// out well after it is resent once through the queue (resendTimedOut).
+	idleBy time.Time
 	// Inline room for a one-key decision's command, so the hot path does
 	// not allocate it.
 	argsBuf [oneKeyDecideLen]any
@@ -96,14 +94,8 @@ func (l *Limiter) submitAndWait(ctx context.Context, groups []group, start, dead
 		if sent, answered = l.roundTripNow(groups[0].op, deadline); answered {
 			return
 		}
-		if groups[0].op.readAgain {
-			// The process was not running when the read's budget ran out,
-			// so the resent decision gets a budget of its own, within hard.
-			now := time.Now()
-			start, deadline = now, minTime(hard, now.Add(l.budget(now)))
-		}
 	}
-	p := patience{l: l, start: start, hard: hard, timer: timerPool.Get().(*time.Timer)}
+	p := patience{l: l, start: start, hard: hard, due: deadline, timer: timerPool.Get().(*time.Timer)}
 	p.timer.Reset(time.Until(deadline))
 	defer func() {
 		p.timer.Stop() // Go ≥1.23: no stale tick is left for the next user
@@ -175,12 +167,16 @@ func (l *Limiter) roundTripNow(o *op, deadline time.Time) (made, answered bool) 
 // patience is a decision's wait for Redis. When its timer fires (first at
 // the budget), the decision waits on until hard if Redis has answered
 // anyone since the decision began. Before judging that it has not, it
-// waits a twentieth of the timeout once more: a process starved of CPU may
-// hold answers it has not read.
+// waits once more, a grace: a process starved of CPU may hold answers it
+// has not read. The grace is a twentieth of the timeout, or as long as the
+// timer fired late if that is longer: a process that was not running (a
+// SIGSTOP, a throttled container) wakes its waiting callers and its
+// readers together, and the readers need as long to catch up.
 type patience struct {
 	l           *Limiter
 	timer       *time.Timer
 	start, hard time.Time
+	due         time.Time // when the timer should fire
 	graced      bool
 }
 
@@ -193,11 +189,14 @@ func (p *patience) exhausted() bool {
 	}
 	if p.l.lastAnswer.Load() > p.start.UnixNano() {
 		p.timer.Reset(p.hard.Sub(now))
+		p.due = p.hard
 		return false
 	}
 	if !p.graced {
 		p.graced = true
-		p.timer.Reset(min(p.l.opts.Timeout/20, p.hard.Sub(now)))
+		grace := min(max(p.l.opts.Timeout/20, now.Sub(p.due)), p.hard.Sub(now))
+		p.timer.Reset(grace)
+		p.due = now.Add(grace)
 		return false
 	}
 	return true
@@ -493,10 +492,10 @@ func (l *Limiter) retryLater(o *op, err error) bool {
 // reports whether it took o. Redis may have answered in time: Go reports a
 // passed deadline before it looks at the socket, and go-redis then closes
 // the connection with the answer in it. Resent, the decision is read until
-// its hard deadline, and its caller waits with a budget of its own
-// (submitAndWait). A read that timed out on time is a Redis that did not
-// answer within the budget, and the decision follows its fail mode as
-// before: a hung Redis costs the idle path no more than the batched one.
+// its hard deadline, and its caller waits with the patience of a queued
+// decision, whose grace is as long as the process was late (patience). A
+// read that timed out on time is a Redis that did not answer within the
+// budget, and the decision follows its fail mode as before.
 //
 // The resend admits nothing twice into a SlidingLog key: the decide script
 // finds its own member and replays the first run's answer. A counter key
@@ -515,7 +514,6 @@ func (l *Limiter) resendTimedOut(o *op, err error) bool {
 	if !o.state.CompareAndSwap(opInflight, opQueued) {
 		return false
 	}
-	o.readAgain = true
 	l.stats.readAgain.Add(1)
 	l.enqueueNoWait(o)
 	return true

@@ -187,13 +187,21 @@ func runFault(t *testing.T, inject, repair func(*testsupport.Redis) error, mode 
 	slices.Sort(late)
 	p50, p99, worst := lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
 	noise := late[len(late)*99/100]
-	t.Logf("fault: fallback engaged after %v; redis answered %v after the repair began, decisions from redis again %v later; %d decisions during the fault, latency p50 %v p99 %v max %v; timer lateness p99 %v; breaker opened %d times",
-		engaged, backAt.Sub(repairAt), back, len(lat), p50, p99, worst, noise, l.Stats().BreakerOpens)
-	if bound := timeout + 10*time.Millisecond + noise; p99 > bound {
-		t.Errorf("p99 latency %v during the fault, want ≤ timeout+10ms+timer lateness = %v", p99, bound)
+	t.Logf("fault: fallback engaged after %v; redis answered %v after the repair began, decisions from redis again %v later; %d decisions during the fault, latency p50 %v p99 %v max %v; timer lateness p99 %v; breaker opened %d times; %d read again after a late timeout",
+		engaged, backAt.Sub(repairAt), back, len(lat), p50, p99, worst, noise, l.Stats().BreakerOpens, l.Stats().ReadAgain)
+	// A decision that gives up sleeps through two timers: its budget, and
+	// the grace in which a starved process may still read answers it holds
+	// (see patience: Timeout/20, or as long as the first timer woke late).
+	// Each wakes as late as the scheduler lets it (once 0.4 ms over a bound
+	// that counted one lateness, at load 13).
+	if bound := timeout + timeout/20 + 10*time.Millisecond + 3*noise; p99 > bound {
+		t.Errorf("p99 latency %v during the fault, want ≤ timeout×1.05+10ms+3×timer lateness = %v", p99, bound)
 	}
-	if worst > 6*timeout {
-		t.Errorf("a decision took %v during the fault", worst)
+	// The worst decision may have slept through the worst wake-up the
+	// scheduler gave a timer here (384 ms once under stress-ng, against
+	// 6×timeout = 300 ms).
+	if bound := 6*timeout + late[len(late)-1]; worst > bound {
+		t.Errorf("a decision took %v during the fault, want ≤ 6×timeout+worst timer lateness = %v", worst, bound)
 	}
 	// docs/operations.md promises decisions back on Redis within the
 	// breaker's probe interval of Redis answering again: the next probe
