@@ -1,0 +1,142 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// TestBatchResendDecidesOnce: the batch call looks up no member on the
+// common path, yet every resend of a decision counts it once: go-redis
+// resending the whole call (a Cluster client that lost its reply), the
+// limiter resending one decision in another call (retryLater, a read that
+// timed out), and the late call of a decision whose cancel ran first. A
+// batch call with a plain ZADD and no lookup counts each of them twice.
+func TestBatchResendDecidesOnce(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	loadLibrary(t, rdb)
+	ctx := context.Background()
+	for _, functions := range []bool{false, true} {
+		a := api{functions: functions}
+		l := newLimiter(t, rdb, Options{DenyCacheMax: -1, Functions: functions})
+		// d is one decision: its requests (one client per test), its op.
+		type d struct {
+			reqs []Request
+			o    *op
+		}
+		n := 0
+		decision := func(rules ...Rule) d {
+			n++
+			var x d
+			var idx []int
+			var keys []string
+			for i, rule := range rules {
+				x.reqs = append(x.reqs, Request{Rule: rule, Client: fmt.Sprint("c", n), Hits: rule.Limit / 4})
+				idx = append(idx, i)
+				keys = append(keys, l.keyOf(&x.reqs[i]))
+			}
+			x.o = &op{script: &decideLua, args: decideArgs(nil, a, x.reqs, idx, keys, l.nextMember(), l.marginMs, true)}
+			return x
+		}
+		call := func(ds ...d) []any {
+			var ops []*op
+			nk := 0
+			for _, x := range ds {
+				ops = append(ops, x.o)
+				nk += len(x.reqs)
+			}
+			args := batchArgs(a, ops, nk)
+			if !functions {
+				args = asEval(args, &decideBatchLua)
+			}
+			v, err := rdb.Do(ctx, args...).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts, ok := splitBatch(v, ops)
+			if !ok {
+				t.Fatalf("malformed reply %v", v)
+			}
+			return parts
+		}
+		// each checks that every request of x counts its hits once.
+		each := func(t *testing.T, x d) {
+			t.Helper()
+			for _, q := range x.reqs {
+				if got := counted(t, l, q.Rule, q.Client); got != q.hits() {
+					t.Errorf("%s: counts %d, want %d", q.Rule.ID, got, q.hits())
+				}
+			}
+		}
+		hour := func(id string, limit int64, alg Algorithm) Rule {
+			return Rule{ID: fmt.Sprintf("ns/%v/%s", functions, id), Limit: limit, Window: time.Hour, Algorithm: alg}
+		}
+		// Limit 1 and hits 1: a resend finds its key full and is denied,
+		// unless it finds its own admit. Limit 40 and hits 10: a resend
+		// fits, unless its ZADD NX finds the member there.
+		fresh := func() []d {
+			return []d{
+				decision(hour("full", 1, SlidingLog)),
+				decision(hour("room", 40, SlidingLog)),
+				decision(hour("two/log", 40, SlidingLog), hour("two/full", 1, SlidingLog)),
+				decision(hour("mixed/ctr", 40, SlidingWindowCounter), hour("mixed/log", 40, SlidingLog)),
+			}
+		}
+		t.Run(fmt.Sprintf("functions=%v/the call again", functions), func(t *testing.T) {
+			ds := fresh()
+			first := call(ds...)
+			again := call(ds...)
+			for i, x := range ds {
+				each(t, x)
+				f, _ := decodeDecide(first[i], len(x.reqs), nil)
+				g, _ := decodeDecide(again[i], len(x.reqs), nil)
+				if !f.committed || !g.committed {
+					t.Errorf("decision %d: committed %v, then %v", i, f.committed, g.committed)
+				}
+				for k := range g.keys {
+					if !g.keys[k].allowed || g.keys[k].field != f.keys[k].field {
+						t.Errorf("decision %d key %d: the resend answered %+v, the first %+v", i, k, g.keys[k], f.keys[k])
+					}
+				}
+			}
+		})
+		t.Run(fmt.Sprintf("functions=%v/one decision again in another call", functions), func(t *testing.T) {
+			ds := fresh()
+			call(ds...)
+			later := decision(hour("later", 40, SlidingLog))
+			again := call(ds[1], later, ds[0], ds[3], ds[2])
+			for _, x := range append(ds, later) {
+				each(t, x)
+			}
+			for i, x := range []d{ds[1], later, ds[0], ds[3], ds[2]} {
+				if g, _ := decodeDecide(again[i], len(x.reqs), nil); !g.committed {
+					t.Errorf("decision %d of the second call: %+v, want committed", i, g)
+				}
+			}
+		})
+		t.Run(fmt.Sprintf("functions=%v/cancel first", functions), func(t *testing.T) {
+			ds := fresh()[:3] // SlidingLog only: a cancel leaves counter keys
+			for _, x := range ds {
+				cancel := cancelArgs(x.o.args)
+				if !functions {
+					cancel = asEval(cancel, &cancelLua)
+				}
+				if err := rdb.Do(ctx, cancel...).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			call(ds...)
+			for _, x := range ds {
+				for _, q := range x.reqs {
+					if got := counted(t, l, q.Rule, q.Client); got != 0 {
+						t.Errorf("%s: a cancelled decision counts %d", q.Rule.ID, got)
+					}
+				}
+			}
+		})
+	}
+}
