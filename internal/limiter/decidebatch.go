@@ -51,6 +51,9 @@ local margin = tonumber(ARGV[1])
 if n < 1 or n > 1024 or #ARGV > 1 + 7 * n or not margin then
   return redis.error_reply('ERR slidegate: malformed decide batch call')
 end
+-- The keys' arguments, parsed once: limit, window, flags, hits (and hits
+-- as given, for HINCRBY).
+local L, W, F, H, HS = {}, {}, {}, {}, {}
 local ds, a, k, hits = {}, 2, 0, 0
 while a <= #ARGV do
   local nk = tonumber(ARGV[a + 2])
@@ -60,11 +63,13 @@ while a <= #ARGV do
   end
   for i = 0, nk - 1 do
     local b = a + 3 + 4 * i
-    local w, f, h = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-    if not tonumber(ARGV[b]) or not w or w < 1000 or w > 31536000000000 or not f or f < 0 or f > 3 or not h or h < 1 or h > 1000 then
+    local l, w, f, h = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+    if not l or not w or w < 1000 or w > 31536000000000 or not f or f < 0 or f > 3 or not h or h < 1 or h > 1000 then
       return redis.error_reply('ERR slidegate: decide argument out of range')
     end
     hits = hits + h
+    local j = k + i + 1
+    L[j], W[j], F[j], H[j], HS[j] = l, w, f, h, ARGV[b + 3]
   end
   if hits > 65536 then return redis.error_reply('ERR slidegate: decide batch over 65536 hits') end
   ds[#ds + 1] = a
@@ -73,6 +78,22 @@ end
 if k ~= n then return redis.error_reply('ERR slidegate: malformed decide batch call') end
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
+-- Numbers go to Redis as strings formatted here once: Redis would format
+-- each Lua number with %.17g, a measurable part of a call's time.
+local function int(v) return string.format('%d', v) end
+local nowS = int(now)
+-- Per window (most keys of a call share one): the trim's bound, the live
+-- range's start and a log key's expiry in ms.
+local wins = {}
+local function win(w)
+  local c = wins[w]
+  if not c then
+    local cut = int(now - w)
+    c = {cut, '(' .. cut, int(math.ceil(w / 1000) + margin)}
+    wins[w] = c
+  end
+  return c
+end
 
 -- count reads one key: allowed, estimate/count, counter field, current
 -- and previous fixed-window counts. A SlidingLog key is counted, not yet
@@ -80,30 +101,30 @@ local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
 local function count(key, l, w, ctr, h)
   if ctr then
     local x = math.floor(now / w)
-    local v = redis.call('HMGET', key, x, x - 1)
+    local v = redis.call('HMGET', key, int(x), int(x - 1))
     local c, p = tonumber(v[1]) or 0, tonumber(v[2]) or 0
     local e = p * (w - (now - x * w)) / w + c
     return e + h <= l, e, x, c, p
   end
-  local c = redis.call('ZCOUNT', key, string.format('(%.17g', now - w), '+inf')
+  local c = redis.call('ZCOUNT', key, win(w)[2], '+inf')
   return c + h <= l, c, 0, c, 0
 end
 
 -- finish writes one key's admit (a counter's; a log's ZADD is done) and
 -- appends its five reply values to out.
-local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p, member)
+local function finish(out, key, l, w, ctr, h, hs, ok, commit, e, x, c, p)
   local rem, retry, reset, field = 0, 0, 0, 0
   if ctr then
     local elapsed = now - x * w
     if commit then
-      if redis.call('HINCRBY', key, x, h) == h and redis.call('HLEN', key) > 2 then
+      if redis.call('HINCRBY', key, int(x), hs) == h and redis.call('HLEN', key) > 2 then
         for _, f in ipairs(redis.call('HKEYS', key)) do
           local fn = tonumber(f)
           if fn and fn ~= x and fn ~= x - 1 then redis.call('HDEL', key, f) end
         end
       end
       -- Until the end of the next fixed window, which still reads this one.
-      redis.call('PEXPIRE', key, math.ceil((2 * w - elapsed) / 1000) + margin)
+      redis.call('PEXPIRE', key, int(math.ceil((2 * w - elapsed) / 1000) + margin))
       c, e, field = c + h, e + h, x
     end
     rem = math.floor(l - e)
@@ -125,9 +146,10 @@ local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p, member)
       if retry < 1 then retry = 1 end
     end
   else
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+    local wc = win(w)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', wc[1])
     if commit then
-      redis.call('PEXPIRE', key, math.ceil(w / 1000) + margin)
+      redis.call('PEXPIRE', key, wc[3])
       c = c + h
       reset = w
     elseif c > 0 then
@@ -151,27 +173,27 @@ local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p, member)
   out[o + 5] = field
 end
 
--- Per key of the decision being decided.
-local lim, win, fl, hs, ctrs, oks, es, xs, cs, ps = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+-- Per key of the call (by its index in KEYS), what count found.
+local ctrs, oks, es, xs, cs, ps = {}, {}, {}, {}, {}, {}
 
--- replay answers a decision already admitted: committed, each key as it
--- now stands (counting the admit), allowed where it was admitted.
+-- replay answers a decision over keys k0+1..k0+nk already admitted:
+-- committed, each key as it now stands (counting the admit), allowed where
+-- it was admitted.
 local function replay(out, k0, nk, member)
   out[#out + 1] = 1
-  for i = 1, nk do
-    local key = KEYS[k0 + i]
-    local ok = fl[i] < 2
-    if not ctrs[i] then ok = ok or redis.call('ZSCORE', key, member) ~= false end
-    finish(out, key, lim[i], win[i], ctrs[i], hs[i], ok, false, es[i], xs[i], cs[i], ps[i], member)
-    if ok and ctrs[i] then out[#out] = xs[i] end
+  for j = k0 + 1, k0 + nk do
+    local ok = F[j] < 2
+    if not ctrs[j] then ok = ok or redis.call('ZSCORE', KEYS[j], member) ~= false end
+    finish(out, KEYS[j], L[j], W[j], ctrs[j], H[j], HS[j], ok, false, es[j], xs[j], cs[j], ps[j])
+    if ok and ctrs[j] then out[#out] = xs[j] end
   end
 end
 
 -- admitted reports, for a decision that would not admit, whether it
 -- already did (a resend of one that did; or its cancel ran first).
 local function admitted(k0, nk, member)
-  for i = 1, nk do
-    if not ctrs[i] and redis.call('ZSCORE', KEYS[k0 + i], member) then return true end
+  for j = k0 + 1, k0 + nk do
+    if not ctrs[j] and redis.call('ZSCORE', KEYS[j], member) then return true end
   end
   return false
 end
@@ -181,33 +203,31 @@ k = 0
 for _, a in ipairs(ds) do
   local member, pass, nk = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2])
   local commit = pass
-  for i = 1, nk do
-    local b = a + 3 + 4 * (i - 1)
-    local l, w, f, h = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-    lim[i], win[i], fl[i], hs[i], ctrs[i] = l, w, f, h, f % 2 == 1
-    oks[i], es[i], xs[i], cs[i], ps[i] = count(KEYS[k + i], l, w, ctrs[i], h)
-    if not oks[i] and f < 2 then pass = false end
+  for j = k + 1, k + nk do
+    ctrs[j] = F[j] % 2 == 1
+    oks[j], es[j], xs[j], cs[j], ps[j] = count(KEYS[j], L[j], W[j], ctrs[j], H[j])
+    if not oks[j] and F[j] < 2 then pass = false end
   end
   local again = commit and not pass and admitted(k, nk, member)
   if pass then
     -- The logs' admits first, so that finding the member (a resend)
     -- leaves nothing to take back but these.
-    for i = 1, nk do
-      if oks[i] and not ctrs[i] and not again then
-        local key = KEYS[k + i]
-        if redis.call('ZADD', key, 'NX', now, member) == 0 then
+    for j = k + 1, k + nk do
+      if oks[j] and not ctrs[j] and not again then
+        local key = KEYS[j]
+        if redis.call('ZADD', key, 'NX', nowS, member) == 0 then
           again = true
-          for j = 1, i - 1 do
-            if oks[j] and not ctrs[j] then
+          for i = k + 1, j - 1 do
+            if oks[i] and not ctrs[i] then
               local ms = {member}
-              for m = 2, hs[j] do ms[m] = member .. '.' .. m end
-              redis.call('ZREM', KEYS[k + j], unpack(ms))
+              for m = 2, H[i] do ms[m] = member .. '.' .. m end
+              redis.call('ZREM', KEYS[i], unpack(ms))
             end
           end
-        elseif hs[i] > 1 then
+        elseif H[j] > 1 then
           local zargs = {}
-          for j = 2, hs[i] do
-            zargs[2 * j - 3], zargs[2 * j - 2] = now, member .. '.' .. j
+          for m = 2, H[j] do
+            zargs[2 * m - 3], zargs[2 * m - 2] = nowS, member .. '.' .. m
           end
           redis.call('ZADD', key, unpack(zargs))
         end
@@ -218,8 +238,8 @@ for _, a in ipairs(ds) do
     replay(out, k, nk, member)
   else
     out[#out + 1] = pass and 1 or 0
-    for i = 1, nk do
-      finish(out, KEYS[k + i], lim[i], win[i], ctrs[i], hs[i], oks[i], pass and oks[i], es[i], xs[i], cs[i], ps[i], member)
+    for j = k + 1, k + nk do
+      finish(out, KEYS[j], L[j], W[j], ctrs[j], H[j], HS[j], oks[j], pass and oks[j], es[j], xs[j], cs[j], ps[j])
     end
   end
   k = k + nk
