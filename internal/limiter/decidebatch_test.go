@@ -140,3 +140,53 @@ func TestBatchResendDecidesOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestLogEntrySize: a SlidingLog key (a listpack up to 128 members) grows
+// by 22 B per admit in its window, measured as the bench does (MEMORY
+// USAGE): 20 B of listpack entries (the 8-byte member in 10, its score in
+// 10) and the allocator's rounding up to its size classes (512 B apart at
+// these sizes; about a tenth more on average). The cost per admit is the
+// slope of the key's size over 10, 20 .. 120 admits, which spreads that
+// rounding evenly. With a process id and sequence number as the member
+// (13-15 bytes) it was 24.6 B.
+func TestLogEntrySize(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	l := newLimiter(t, standalone(t, r.Addr), Options{DenyCacheMax: -1})
+	rule := Rule{ID: "ns/size", Limit: 128, Window: time.Hour}
+	var xs, ys []float64
+	for n := 10; n <= 120; n += 10 {
+		for c := range 3 {
+			client := fmt.Sprint(n, "/", c)
+			for range n {
+				if d := one(l, rule, client); !d.Allowed {
+					t.Fatalf("admit: %+v", d)
+				}
+			}
+			v, err := r.Do("MEMORY", "USAGE", l.keyOf(&Request{Rule: rule, Client: client}), "SAMPLES", "0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var size float64
+			if _, err := fmt.Sscan(v, &size); err != nil {
+				t.Fatalf("MEMORY USAGE: %q", v)
+			}
+			xs, ys = append(xs, float64(n)), append(ys, size)
+		}
+	}
+	// Least squares: the slope of size over admits.
+	var mx, my float64
+	for i := range xs {
+		mx, my = mx+xs[i]/float64(len(xs)), my+ys[i]/float64(len(xs))
+	}
+	var sxy, sxx float64
+	for i := range xs {
+		sxy += (xs[i] - mx) * (ys[i] - my)
+		sxx += (xs[i] - mx) * (xs[i] - mx)
+	}
+	per := sxy / sxx
+	t.Logf("%.1f B per admit (%v B at 10 admits, %v B at 120)", per, ys[0], ys[len(ys)-1])
+	if per > 22.5 {
+		t.Errorf("%.1f B per admit, want 22 (20 B of listpack entries)", per)
+	}
+}
