@@ -59,7 +59,11 @@ func BenchmarkDecideFunctions(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
-		for _, callers := range []int{1, 64} {
+		for _, callers := range []int{1, 64, -64} { // -64: 64 callers, one key (a hot key)
+			clients := 10000
+			if callers < 0 {
+				callers, clients = -callers, 1
+			}
 			for _, v := range []struct {
 				name string
 				opts Options
@@ -68,7 +72,7 @@ func BenchmarkDecideFunctions(b *testing.B) {
 				{"fcall", Options{Functions: true}},
 				{"fcall-per-decision", Options{Functions: true, CallPerDecision: true}},
 			} {
-				b.Run(fmt.Sprintf("%s/callers=%d/%s", alg, callers, v.name), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/callers=%d/keys=%d/%s", alg, callers, clients, v.name), func(b *testing.B) {
 					v.opts.Timeout = time.Second
 					l := newLimiter(b, rdb, v.opts)
 					rule := Rule{ID: "bench/" + string(alg) + "-" + v.name, Limit: 1 << 40, Window: time.Second, Algorithm: alg}
@@ -79,7 +83,7 @@ func BenchmarkDecideFunctions(b *testing.B) {
 					}
 					usec0, calls0 := commandUsec(b, r)
 					benchParallel(b, callers, func(i int) {
-						if d := one(l, rule, strconv.Itoa(i%10000)); d.Source != SourceRedis {
+						if d := one(l, rule, strconv.Itoa(i%clients)); d.Source != SourceRedis {
 							b.Fatalf("decision: %+v", d)
 						}
 					})

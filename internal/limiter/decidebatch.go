@@ -95,19 +95,39 @@ local function win(w)
   return c
 end
 
--- count reads one key: allowed, estimate/count, counter field, current
--- and previous fixed-window counts. A SlidingLog key is counted, not yet
--- trimmed (see finish).
-local function count(key, l, w, ctr, h)
+-- A key's state in this call, read from Redis when the call first meets
+-- it and kept up to date by the call's own admits, so that a hot key's
+-- decisions cost one read, one trim and one expiry per call: w, c (the
+-- log's live count or the counter's current field), x and p (the
+-- counter's field and the previous one's count), admitted.
+local st, touched = {}, {}
+local function state(key, w, ctr)
+  local s = st[key]
+  if s and s.w == w then return s end
+  s = {w = w, c = 0, x = 0, p = 0, ctr = ctr, admitted = false}
   if ctr then
     local x = math.floor(now / w)
     local v = redis.call('HMGET', key, int(x), int(x - 1))
-    local c, p = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+    s.x, s.c, s.p = x, tonumber(v[1]) or 0, tonumber(v[2]) or 0
+  else
+    s.c = redis.call('ZCOUNT', key, win(w)[2], '+inf')
+  end
+  st[key] = s
+  touched[#touched + 1] = {key, s}
+  return s
+end
+
+-- count reads one key: allowed, estimate/count, counter field, current
+-- and previous fixed-window counts. A SlidingLog key is counted, not
+-- trimmed: the trim is the call's last step (see below).
+local function count(key, l, w, ctr, h)
+  local s = state(key, w, ctr)
+  if ctr then
+    local x, c, p = s.x, s.c, s.p
     local e = p * (w - (now - x * w)) / w + c
     return e + h <= l, e, x, c, p
   end
-  local c = redis.call('ZCOUNT', key, win(w)[2], '+inf')
-  return c + h <= l, c, 0, c, 0
+  return s.c + h <= l, s.c, 0, s.c, 0
 end
 
 -- finish writes one key's admit (a counter's; a log's ZADD is done) and
@@ -117,14 +137,14 @@ local function finish(out, key, l, w, ctr, h, hs, ok, commit, e, x, c, p)
   if ctr then
     local elapsed = now - x * w
     if commit then
-      if redis.call('HINCRBY', key, int(x), hs) == h and redis.call('HLEN', key) > 2 then
+      local s = st[key]
+      s.c, s.admitted = redis.call('HINCRBY', key, int(x), hs), true
+      if s.c == h and redis.call('HLEN', key) > 2 then
         for _, f in ipairs(redis.call('HKEYS', key)) do
           local fn = tonumber(f)
           if fn and fn ~= x and fn ~= x - 1 then redis.call('HDEL', key, f) end
         end
       end
-      -- Until the end of the next fixed window, which still reads this one.
-      redis.call('PEXPIRE', key, int(math.ceil((2 * w - elapsed) / 1000) + margin))
       c, e, field = c + h, e + h, x
     end
     rem = math.floor(l - e)
@@ -146,10 +166,7 @@ local function finish(out, key, l, w, ctr, h, hs, ok, commit, e, x, c, p)
       if retry < 1 then retry = 1 end
     end
   else
-    local wc = win(w)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', wc[1])
     if commit then
-      redis.call('PEXPIRE', key, wc[3])
       c = c + h
       reset = w
     elseif c > 0 then
@@ -158,8 +175,9 @@ local function finish(out, key, l, w, ctr, h, hs, ok, commit, e, x, c, p)
     end
     if not ok then
       local r = {}
-      -- The admit whose leaving makes room for h more: rank c+h-l-1.
-      if l >= h then r = redis.call('ZRANGE', key, c + h - l - 1, c + h - l - 1, 'WITHSCORES') end
+      -- The admit whose leaving makes room for h more: rank c+h-l-1 in
+      -- the window (the key is not trimmed yet).
+      if l >= h then r = redis.call('ZRANGE', key, win(w)[2], '+inf', 'BYSCORE', 'LIMIT', c + h - l - 1, 1, 'WITHSCORES') end
       if r[2] then retry = tonumber(r[2]) + w - now else retry = w end
     end
     rem = l - c
@@ -221,15 +239,20 @@ for _, a in ipairs(ds) do
             if oks[i] and not ctrs[i] then
               local ms = {member}
               for m = 2, H[i] do ms[m] = member .. '.' .. m end
-              redis.call('ZREM', KEYS[i], unpack(ms))
+              local sk = st[KEYS[i]]
+              sk.c = sk.c - redis.call('ZREM', KEYS[i], unpack(ms))
             end
           end
-        elseif H[j] > 1 then
-          local zargs = {}
-          for m = 2, H[j] do
-            zargs[2 * m - 3], zargs[2 * m - 2] = nowS, member .. '.' .. m
+        else
+          local s = st[key]
+          s.c, s.admitted = s.c + 1, true
+          if H[j] > 1 then
+            local zargs = {}
+            for m = 2, H[j] do
+              zargs[2 * m - 3], zargs[2 * m - 2] = nowS, member .. '.' .. m
+            end
+            s.c = s.c + redis.call('ZADD', key, unpack(zargs))
           end
-          redis.call('ZADD', key, unpack(zargs))
         end
       end
     end
@@ -243,6 +266,23 @@ for _, a in ipairs(ds) do
     end
   end
   k = k + nk
+end
+-- Once per key: a log's trim (after the admits, which found any member
+-- already there), and the expiry of a key the call admitted into: a log
+-- outlives its newest admit by its window and the margin, a counter lasts
+-- to the end of the next fixed window (which still reads this one's
+-- count) and the margin.
+for _, e in ipairs(touched) do
+  local key, s = e[1], e[2]
+  if s.ctr then
+    if s.admitted then
+      redis.call('PEXPIRE', key, int(math.ceil((2 * s.w - (now - s.x * s.w)) / 1000) + margin))
+    end
+  else
+    local wc = win(s.w)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', wc[1])
+    if s.admitted then redis.call('PEXPIRE', key, wc[3]) end
+  end
 end
 return out
 `

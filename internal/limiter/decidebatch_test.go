@@ -190,3 +190,66 @@ func TestLogEntrySize(t *testing.T) {
 		t.Errorf("%.1f B per admit, want 22 (20 B of listpack entries)", per)
 	}
 }
+
+// TestBatchHotKey: decisions of one call on one key (a hot key: a rule
+// without a per-client key, or a busy client) see each other's admits,
+// though the call reads the key once: a limit of 5 admits the first five
+// of eight, each told what remains, and the denied ones when the first
+// admit leaves the window; with hits of 2, two decisions and not a third.
+func TestBatchHotKey(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	loadLibrary(t, rdb)
+	ctx := context.Background()
+	l := newLimiter(t, rdb, Options{DenyCacheMax: -1, Functions: true})
+	for _, tc := range []struct {
+		alg  Algorithm
+		hits int64
+		want int // admitted
+	}{
+		{SlidingLog, 1, 5}, {SlidingWindowCounter, 1, 5},
+		{SlidingLog, 2, 2}, {SlidingWindowCounter, 2, 2},
+	} {
+		t.Run(fmt.Sprintf("%s/hits=%d", tc.alg, tc.hits), func(t *testing.T) {
+			rule := Rule{ID: fmt.Sprintf("ns/hot-%s-%d", tc.alg, tc.hits), Limit: 5, Window: time.Hour, Algorithm: tc.alg}
+			reqs := []Request{{Rule: rule, Client: "all", Hits: tc.hits}}
+			keys := []string{l.keyOf(&reqs[0])}
+			var ops []*op
+			for range 8 {
+				ops = append(ops, &op{script: &decideLua, args: decideArgs(nil, l.api, reqs, []int{0}, keys, l.nextMember(), l.marginMs, true)})
+			}
+			v, err := rdb.Do(ctx, batchArgs(l.api, ops, len(ops))...).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts, ok := splitBatch(v, ops)
+			if !ok {
+				t.Fatalf("malformed reply %v", v)
+			}
+			for i, part := range parts {
+				rep, err := decodeDecide(part, 1, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				k := rep.keys[0]
+				admit := i < tc.want
+				if k.allowed != admit || rep.committed != admit {
+					t.Errorf("decision %d: allowed %v, committed %v; want %v", i, k.allowed, rep.committed, admit)
+				}
+				if want := max(0, 5-int64(min(i+1, tc.want))*tc.hits); k.remaining != want {
+					t.Errorf("decision %d: remaining %d, want %d", i, k.remaining, want)
+				}
+				if !admit && k.retryAfter < 59*time.Minute {
+					t.Errorf("decision %d: retry after %v, want the window's (the first admit leaves)", i, k.retryAfter)
+				}
+			}
+			if got := counted(t, l, rule, "all"); got != int64(tc.want)*tc.hits {
+				t.Errorf("counts %d, want %d", got, int64(tc.want)*tc.hits)
+			}
+			if ttl, _ := r.Do("PTTL", keys[0]); ttl == "-1" || ttl == "-2" {
+				t.Errorf("PTTL %s after admits", ttl)
+			}
+		})
+	}
+}
