@@ -358,17 +358,26 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cm
 		if o.durable && acks == nil {
 			ctx, acks = withReplicaAcks(ctx, l.replicaWaitFor(dl))
 		}
-		cmds = append(cmds, redis.NewCmd(ctx, o.args...))
+	}
+	calls := l.pack(batch)
+	wire := make([]*redis.Cmd, len(calls))
+	for i := range calls {
+		wire[i] = redis.NewCmd(ctx, calls[i].args...)
 	}
 	// Per-command errors are read below. Exec's own error matters when the
 	// connection could not be set up with a Redis error (WRONGPASS,
 	// NOPERM on HELLO): go-redis then leaves the commands without error
 	// and without value.
-	execErr := l.send(ctx, cmds, acks != nil)
+	execErr := l.send(ctx, wire, acks != nil)
 	l.stats.roundTrips.Add(1)
 	l.stats.ops.Add(int64(len(batch)))
-	if err := l.resendUnknown(ctx, batch, cmds, acks != nil); err != nil {
+	if err := l.resendUnknown(ctx, calls, wire, acks != nil); err != nil {
 		execErr = err
+	}
+	batch = batch[:0]
+	for i := range calls {
+		batch = append(batch, calls[i].ops...)
+		cmds = calls[i].answers(ctx, wire[i], acks, cmds)
 	}
 	l.deliver(batch, cmds, execErr, acks)
 	clear(cmds)
@@ -376,13 +385,13 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cm
 }
 
 // resendUnknown resends as EVAL, in one more round trip, the commands of
-// batch that came back NOSCRIPT, replacing them in cmds. It returns that
+// calls that came back NOSCRIPT, replacing them in cmds. It returns that
 // round trip's error.
-func (l *Limiter) resendUnknown(ctx context.Context, batch []*op, cmds []*redis.Cmd, wait bool) error {
+func (l *Limiter) resendUnknown(ctx context.Context, calls []wireCall, cmds []*redis.Cmd, wait bool) error {
 	var again []*redis.Cmd
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
-			cmds[i] = redis.NewCmd(ctx, asEval(batch[i].args, batch[i].script)...)
+			cmds[i] = redis.NewCmd(ctx, asEval(calls[i].args, calls[i].script)...)
 			again = append(again, cmds[i])
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,12 +42,16 @@ func BenchmarkDecide(b *testing.B) {
 
 // BenchmarkDecideFunctions is BenchmarkDecide through the slidegate
 // Functions library (FCALL, as sidecars with their namespace's own Redis
-// identity decide) beside the scripts (EVALSHA, the shared identity), each
-// pair on the same server one after the other:
+// identity decide) beside the scripts (EVALSHA, the shared identity) and
+// beside one function call per decision (Options.CallPerDecision, the form
+// before the batch call), each on the same server one after the other,
+// with redis-server's CPU time per decision (redis-µs/op, from /proc,
+// 10 ms ticks) and the command time Redis itself counts per decision
+// (cmd-µs/op, INFO commandstats: the calls and the commands they ran):
 //
-//	go test -run '^$' -bench DecideFunctions -benchmem ./internal/limiter/
+//	go test -run '^$' -bench DecideFunctions -benchtime 100000x ./internal/limiter/
 //
-// make bench (test/bench/limiter) adds Redis's CPU per decision.
+// make bench (test/bench/limiter) measures the same side by side.
 func BenchmarkDecideFunctions(b *testing.B) {
 	r := testsupport.StartRedis(b)
 	rdb := standalone(b, r.Addr)
@@ -54,21 +59,77 @@ func BenchmarkDecideFunctions(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
-		for _, callers := range []int{1, 64} {
-			for _, functions := range []bool{false, true} {
-				call := map[bool]string{false: "evalsha", true: "fcall"}[functions]
-				b.Run(fmt.Sprintf("%s/callers=%d/%s", alg, callers, call), func(b *testing.B) {
-					l := newLimiter(b, rdb, Options{Timeout: time.Second, Functions: functions})
-					rule := Rule{ID: "bench/" + string(alg) + "-" + call, Limit: 1 << 40, Window: time.Second, Algorithm: alg}
+		for _, callers := range []int{1, 64, -64} { // -64: 64 callers, one key (a hot key)
+			clients := 10000
+			if callers < 0 {
+				callers, clients = -callers, 1
+			}
+			for _, v := range []struct {
+				name string
+				opts Options
+			}{
+				{"evalsha", Options{}},
+				{"fcall", Options{Functions: true}},
+				{"fcall-per-decision", Options{Functions: true, CallPerDecision: true}},
+			} {
+				b.Run(fmt.Sprintf("%s/callers=%d/keys=%d/%s", alg, callers, clients, v.name), func(b *testing.B) {
+					v.opts.Timeout = time.Second
+					l := newLimiter(b, rdb, v.opts)
+					rule := Rule{ID: "bench/" + string(alg) + "-" + v.name, Limit: 1 << 40, Window: time.Second, Algorithm: alg}
+					one(l, rule, "warm")
+					cpu0, err := r.CPUTime()
+					if err != nil {
+						b.Fatal(err)
+					}
+					usec0, calls0 := commandUsec(b, r)
 					benchParallel(b, callers, func(i int) {
-						if d := one(l, rule, strconv.Itoa(i%10000)); d.Source != SourceRedis {
+						if d := one(l, rule, strconv.Itoa(i%clients)); d.Source != SourceRedis {
 							b.Fatalf("decision: %+v", d)
 						}
 					})
+					b.StopTimer()
+					cpu1, err := r.CPUTime()
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(float64(cpu1-cpu0)/float64(time.Microsecond)/float64(b.N), "redis-µs/op")
+					usec1, calls1 := commandUsec(b, r)
+					b.ReportMetric((usec1-usec0)/float64(b.N), "cmd-µs/op")
+					b.ReportMetric(float64(b.N)/max(1, calls1-calls0), "decisions/call")
 				})
 			}
 		}
 	}
+}
+
+// commandUsec is the command time of the script and function calls Redis
+// has counted (INFO commandstats; a call's time includes its inner
+// commands', which are counted apart too), and the number of those calls.
+func commandUsec(tb testing.TB, r *testsupport.Redis) (usec, calls float64) {
+	tb.Helper()
+	info, err := r.Do("INFO", "commandstats")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		if name == "cmdstat_fcall" || name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					n, _ := strconv.ParseFloat(v, 64)
+					usec += n
+				}
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					n, _ := strconv.ParseFloat(v, 64)
+					calls += n
+				}
+			}
+		}
+	}
+	return usec, calls
 }
 
 // BenchmarkTextbook is the same script with one EVAL round trip per

@@ -6,8 +6,8 @@
 //
 // SlidingLog is exact: one Lua script trims, counts and admits atomically
 // with Redis's own clock (TIME), one sorted-set member per admit, each
-// member unique (a random process id and a sequence number), so no window
-// (t-W, t] ever holds more than the limit, across every sidecar.
+// member unique (8 random bytes), so no window (t-W, t] ever holds more
+// than the limit, across every sidecar.
 //
 // SlidingWindowCounter keeps two fixed-window counts per client (O(1)
 // memory) and estimates the sliding window as prev×(1-f)+cur, f the elapsed
@@ -22,8 +22,10 @@
 //
 // Concurrent Decide calls are coalesced: up to Options.MaxInflight
 // pipelined round trips are in flight, each carrying whatever decisions were
-// queued when its connection became free (at most MaxBatch). Throughput is
-// then bounded by Redis executing the scripts, not by round trips.
+// queued when its connection became free (at most MaxBatch), and one
+// script call decides all of them whose keys share a slot
+// (decideBatchScript). Throughput is then bounded by Redis executing the
+// scripts, not by round trips.
 //
 // # Failure
 //

@@ -76,6 +76,16 @@ func (a *replicaAcks) acknowledged(c redis.Cmder) bool {
 	return a.acks[c] >= 1
 }
 
+// copy gives to, one decision's part of a batch call's answer, the
+// acknowledgement of from, the batch call.
+func (a *replicaAcks) copy(from, to redis.Cmder) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n, ok := a.acks[from]; ok {
+		a.acks[to] = n
+	}
+}
+
 // replicaWaitFor is the WAIT timeout of a round trip that must end by dl:
 // ReplicaWait, or half of what remains, so that WAIT's answer and not the
 // deadline ends the round trip.

@@ -48,6 +48,15 @@ func TestExactnessUnderContention(t *testing.T) {
 		{"functions", true, limiterContender(true)},
 		// A fleet being upgraded: half its sidecars call EVALSHA, half FCALL.
 		{"mixed", true, nil},
+		// Sidecars of the release before the batch call (one decide call
+		// per decision) beside those of this one.
+		{"mixed releases", true, func() func(t *testing.T, addr string) contender {
+			n := 0
+			return func(t *testing.T, addr string) contender {
+				n++
+				return limiterContenderOpts(t, addr, Options{Functions: true, CallPerDecision: n%2 == 0})
+			}
+		}()},
 		{"textbook", false, textbookContender},
 	}
 	for _, tc := range cases {
@@ -137,7 +146,12 @@ func limiterContender(functions bool) func(t *testing.T, addr string) contender 
 }
 
 func limiterContenderWith(t *testing.T, addr string, functions bool) contender {
-	l := newLimiter(t, standalone(t, addr), Options{Timeout: 10 * time.Second, DenyCacheMax: -1, Functions: functions})
+	return limiterContenderOpts(t, addr, Options{Functions: functions})
+}
+
+func limiterContenderOpts(t *testing.T, addr string, opts Options) contender {
+	opts.Timeout, opts.DenyCacheMax = 10*time.Second, -1
+	l := newLimiter(t, standalone(t, addr), opts)
 	l.observe = func(ctx context.Context, now int64, _ []Request, _ []int, _ []Decision) {
 		*ctx.Value(serverTimeKey{}).(*int64) = now
 	}

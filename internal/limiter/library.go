@@ -42,7 +42,7 @@ const LibraryName = "slidegate"
 
 // LibraryRevision numbers the library's source; any change to the source
 // raises it (TestLibraryRevision holds the source's hash for it).
-const LibraryRevision = 1
+const LibraryRevision = 2
 
 // libraryFunctions are the functions of the library, in order.
 var libraryFunctions = []struct {
@@ -51,6 +51,7 @@ var libraryFunctions = []struct {
 	noWrites bool
 }{
 	{&decideLua, decideScript, false},
+	{&decideBatchLua, decideBatchScript, false},
 	{&undoLua, undoScript, false},
 	{&cancelLua, cancelScript, false},
 	{&announceLua, announceScript, false},

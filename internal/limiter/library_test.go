@@ -188,6 +188,13 @@ func TestFunctionArgumentsBounded(t *testing.T) {
 		manyDecideArgs = append(manyDecideArgs, 10, 1000000, "0", "1")
 	}
 	k := []string{"slidegate:{ns/p:c}"}
+	// A batch of 1024 one-key decisions of 1000 hits each: every decision
+	// within bounds, the call's 1,024,000 hits not.
+	manyBatchArgs := []any{"1000"}
+	for i := range many[:maxScriptKeys] {
+		manyBatchArgs = append(manyBatchArgs, "m"+strconv.Itoa(i), "1", "1", 10, 1000000, "0", "1000")
+	}
+	k2 := []string{"slidegate:{ns/p:c}", "slidegate:{ns/p:d}"}
 	for _, tc := range []struct {
 		name string
 		fn   string
@@ -199,6 +206,15 @@ func TestFunctionArgumentsBounded(t *testing.T) {
 		{"decide, a window of 10^6 years", decideLua.fn, k, []any{"m", "1000", "1", 10, "31536000000000000000", "0", "1"}},
 		{"decide, missing arguments", decideLua.fn, k, []any{"m", "1000", "1", 10}},
 		{"decide, too many keys", decideLua.fn, many, manyDecideArgs},
+		{"decide batch, 10^9 hits", decideBatchLua.fn, k, []any{"1000", "m", "1", "1", 10, 1000000, "0", "1000000000"}},
+		{"decide batch, 1,024,000 hits in all", decideBatchLua.fn, many[:maxScriptKeys], manyBatchArgs},
+		{"decide batch, too many keys", decideBatchLua.fn, many, append(manyBatchArgs, "m", "1", "1", 10, 1000000, "0", "1")},
+		{"decide batch, a decision of more keys than given", decideBatchLua.fn, k, []any{"1000", "m", "1", "2", 10, 1000000, "0", "1", 10, 1000000, "0", "1"}},
+		{"decide batch, keys no decision takes", decideBatchLua.fn, k2, []any{"1000", "m", "1", "1", 10, 1000000, "0", "1"}},
+		{"decide batch, a decision of no keys", decideBatchLua.fn, k, []any{"1000", "m", "1", "0", "m", "1", "1", 10, 1000000, "0", "1"}},
+		{"decide batch, a decision of 0.5 keys", decideBatchLua.fn, k, []any{"1000", "m", "1", "0.5", 10, 1000000, "0", "1"}},
+		{"decide batch, missing arguments", decideBatchLua.fn, k, []any{"1000", "m", "1", "1", 10, 1000000, "0"}},
+		{"decide batch, no margin", decideBatchLua.fn, k, []any{"x", "m", "1", "1", 10, 1000000, "0", "1"}},
 		{"undo, 10^9 hits", undoLua.fn, k, []any{"m", "", "1000000000"}},
 		{"cancel, 10^9 hits", cancelLua.fn, k, []any{"m", "1000", "1000000000", 1000000}},
 		{"announce, no ttl", announceLua.fn, k, []any{"m", "0"}},
@@ -226,6 +242,9 @@ func TestFunctionArgumentsBounded(t *testing.T) {
 	// The one-key command of a real decision still passes.
 	if err := rdb.Do(ctx, "fcall", decideLua.fn, 1, k[0], "m", "1000", "1", 10, 1000000, "0", "1").Err(); err != nil {
 		t.Errorf("a valid decide call: %v", err)
+	}
+	if err := rdb.Do(ctx, "fcall", decideBatchLua.fn, 2, k2[0], k2[1], "1000", "m", "1", "1", 10, 1000000, "0", "1", "n", "0", "1", 10, 1000000, "1", "1").Err(); err != nil {
+		t.Errorf("a valid decide batch call: %v", err)
 	}
 }
 

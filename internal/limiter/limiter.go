@@ -49,8 +49,7 @@ type Limiter struct {
 	grouping grouping
 	marginMs string
 
-	memberPrefix string
-	seq          atomic.Uint64
+	memberPrefix string // this process, in presence keys (Announce)
 
 	queue           chan *op
 	tokens          chan struct{} // one per round trip in flight (MaxInflight)

@@ -23,6 +23,14 @@ type Options struct {
 	// (ACLRules), and of the first release.
 	Functions bool
 
+	// CallPerDecision sends each decision as a call of its own (the decide
+	// script or function), as releases before the batch call did, instead
+	// of one call deciding every decision of a round trip that shares a
+	// slot (slidegate_decide_batch_v1). For benchmarks beside the earlier
+	// form, and for a Redis whose slidegate library predates the batch
+	// function (revision 1).
+	CallPerDecision bool
+
 	// Timeout bounds each Decide call that goes to Redis (default 1s).
 	// When it passes, the decision is made by the rule's fail mode. It is
 	// how long a Redis that stopped answering without an error (a hang, a

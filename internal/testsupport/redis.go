@@ -128,6 +128,31 @@ func (r *Redis) logTail() string {
 	return strings.Join(lines, " | ")
 }
 
+// CPUTime is the user and system CPU time the server has used, from
+// /proc/<pid>/stat (fields utime and stime, in clock ticks of 1/100 s, the
+// USER_HZ of every Linux architecture Go runs on): what the benchmarks
+// divide by the decisions Redis made.
+func (r *Redis) CPUTime() (time.Duration, error) {
+	pid := r.Pid()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("redis-server CPU time: %w", err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count the fields after its closing one.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("redis-server CPU time: short /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("redis-server CPU time: /proc/%d/stat fields %q %q", pid, f[11], f[12])
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
 // Pid is the process id of the running server (0 when it is not running).
 func (r *Redis) Pid() int {
 	r.mu.Lock()

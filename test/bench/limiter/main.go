@@ -106,6 +106,11 @@ type row struct {
 	// fcall is the limiter calling the slidegate library's functions
 	// (limiter.Options.Functions), measured right after lim (EVALSHA).
 	fcall point
+	// perCall is fcall with one function call per decision
+	// (limiter.Options.CallPerDecision), the form before the batch call;
+	// fixed is a fixed-window client batching as the limiter does
+	// (measureFixedWindow). Both right after fcall.
+	perCall, fixed point
 }
 
 // durableRow compares, at one concurrency, the limiter on a master with a
@@ -134,10 +139,16 @@ func run(out string, dur time.Duration, ceilN int, callers []int) error {
 	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter} {
 		for _, c := range callers {
 			r := row{alg: alg, callers: c}
-			if r.lim, err = measureLimiter(ctx, srv, alg, c, dur, false, false); err != nil {
+			if r.lim, err = measureLimiter(ctx, srv, alg, c, dur, false, limiter.Options{}); err != nil {
 				return err
 			}
-			if r.fcall, err = measureLimiter(ctx, srv, alg, c, dur, false, true); err != nil {
+			if r.fcall, err = measureLimiter(ctx, srv, alg, c, dur, false, limiter.Options{Functions: true}); err != nil {
+				return err
+			}
+			if r.perCall, err = measureLimiter(ctx, srv, alg, c, dur, false, limiter.Options{Functions: true, CallPerDecision: true}); err != nil {
+				return err
+			}
+			if r.fixed, err = measureFixedWindow(ctx, srv, c, dur); err != nil {
 				return err
 			}
 			if r.textbook, err = measureTextbook(ctx, srv, alg, c, dur); err != nil {
@@ -146,8 +157,8 @@ func run(out string, dur time.Duration, ceilN int, callers []int) error {
 			if r.ceiling, err = measureCeiling(srv, benchBin, alg, c, ceilN); err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "%-20s callers=%-3d limiter %8.0f/s (%v redis CPU/decision)  fcall %8.0f/s (%v)  textbook %8.0f/s  ceiling %8.0f/s\n",
-				alg, c, r.lim.dps, r.lim.cpuPerDecision, r.fcall.dps, r.fcall.cpuPerDecision, r.textbook.dps, r.ceiling.dps)
+			fmt.Fprintf(os.Stderr, "%-20s callers=%-3d limiter %8.0f/s (%v redis CPU/decision)  fcall %8.0f/s (%v)  fcall per decision %8.0f/s (%v)  fixed window %8.0f/s (%v)  textbook %8.0f/s  ceiling %8.0f/s\n",
+				alg, c, r.lim.dps, r.lim.cpuPerDecision, r.fcall.dps, r.fcall.cpuPerDecision, r.perCall.dps, r.perCall.cpuPerDecision, r.fixed.dps, r.fixed.cpuPerDecision, r.textbook.dps, r.ceiling.dps)
 			rows = append(rows, r)
 		}
 	}
@@ -189,7 +200,7 @@ func summarize(lat []time.Duration, elapsed time.Duration) point {
 	return point{dps: p.DPS, p50: p.P50, p99: p.P99}
 }
 
-func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Algorithm, callers int, d time.Duration, durable, functions bool) (point, error) {
+func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Algorithm, callers int, d time.Duration, durable bool, opts limiter.Options) (point, error) {
 	if err := flush(srv); err != nil {
 		return point{}, err
 	}
@@ -198,12 +209,12 @@ func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Alg
 		return point{}, err
 	}
 	defer func() { _ = rdb.Close() }()
-	if functions {
+	if opts.Functions {
 		if _, err := limiter.EnsureLibrary(ctx, rdb); err != nil {
 			return point{}, err
 		}
 	}
-	l, err := limiter.New(rdb, limiter.Options{Functions: functions})
+	l, err := limiter.New(rdb, opts)
 	if err != nil {
 		return point{}, err
 	}
@@ -212,7 +223,7 @@ func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Alg
 	// Warm up: scripts loaded, connections open.
 	l.Decide(ctx, []limiter.Request{{Rule: rule, Client: "warmup"}})
 	before := l.Stats()
-	cpuBefore, err := processCPU(srv.Pid())
+	cpuBefore, err := srv.CPUTime()
 	if err != nil {
 		return point{}, err
 	}
@@ -220,7 +231,7 @@ func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Alg
 		dec := l.Decide(ctx, []limiter.Request{{Rule: rule, Client: strconv.Itoa(rng.IntN(clients))}})
 		return dec[0].Source == limiter.SourceRedis
 	})
-	cpuAfter, err := processCPU(srv.Pid())
+	cpuAfter, err := srv.CPUTime()
 	if err != nil {
 		return point{}, err
 	}
@@ -258,10 +269,10 @@ func measureDurable(ctx context.Context, srv *testsupport.Redis, callers []int, 
 	var rows []durableRow
 	for _, c := range callers {
 		r := durableRow{callers: c}
-		if r.primary, err = measureLimiter(ctx, srv, limiter.SlidingLog, c, d, false, false); err != nil {
+		if r.primary, err = measureLimiter(ctx, srv, limiter.SlidingLog, c, d, false, limiter.Options{}); err != nil {
 			return nil, err
 		}
-		if r.durable, err = measureLimiter(ctx, srv, limiter.SlidingLog, c, d, true, false); err != nil {
+		if r.durable, err = measureLimiter(ctx, srv, limiter.SlidingLog, c, d, true, limiter.Options{}); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(os.Stderr, "durable callers=%-3d primary %8.0f/s  replicated %8.0f/s\n", c, r.primary.dps, r.durable.dps)
@@ -416,29 +427,6 @@ func field(info, name string) string {
 	return ""
 }
 
-// processCPU is the user and system CPU time process pid has used, from
-// /proc/<pid>/stat (fields utime and stime, in clock ticks of 1/100 s, the
-// USER_HZ of every Linux architecture Go runs on).
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, fmt.Errorf("redis-server CPU time: %w", err)
-	}
-	// The command name (field 2) is in parentheses and may hold spaces:
-	// count the fields after its closing one.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("redis-server CPU time: short /proc/%d/stat", pid)
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("redis-server CPU time: /proc/%d/stat fields %q %q", pid, f[11], f[12])
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
-
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -506,7 +494,29 @@ func write(out string, rows []row, durable []durableRow, mem []memRow, dc denyCa
 			r.fcall.dps/r.lim.dps, float64(r.fcall.cpuPerDecision)/float64(max(1, r.lim.cpuPerDecision)))
 	}
 	p("\n")
-	p("### Goal at 64 callers: ≥ 0.5 × ceiling and ≥ 3 × textbook\n\n")
+	p("### Redis CPU per decision: one call per decision, one call per round trip, and a fixed window\n\n")
+	p("What exactness costs Redis. **per decision**: the limiter calling the functions one decide call per decision (`limiter.Options.CallPerDecision`, the form before issue 25); **batch**: the limiter as it is (FCALL column above: one `slidegate_decide_batch_v1` call decides every decision of a round trip); **fixed window**: the same callers and keys through a client that batches the same way (MaxInflight 2, up to 256 decisions per pipeline) but counts a fixed window with `INCRBY` + `EXPIRE` per decision, as envoyproxy/ratelimit does — not exact, the cheapest a Redis limiter gets. Measured one right after the other at each point, against the same server.\n\n")
+	p("| algorithm | callers | per decision dec/s | Redis CPU µs/dec | batch dec/s | Redis CPU µs/dec | CPU batch ÷ per decision | fixed window dec/s | Redis CPU µs/dec | CPU batch ÷ fixed window |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	cpu := func(p point) float64 { return float64(p.cpuPerDecision) / 1e3 }
+	for _, r := range rows {
+		p("| %s | %d | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f | %.2f | %.2f |\n", r.alg, r.callers,
+			r.perCall.dps, cpu(r.perCall), r.fcall.dps, cpu(r.fcall), cpu(r.fcall)/max(0.01, cpu(r.perCall)),
+			r.fixed.dps, cpu(r.fixed), cpu(r.fcall)/max(0.01, cpu(r.fixed)))
+	}
+	p("\n")
+	for _, r := range rows {
+		if r.callers != 64 {
+			continue
+		}
+		goal := 6.0
+		if r.alg == limiter.SlidingWindowCounter {
+			goal = 4
+		}
+		p("- Goal (issue 25) %s at 64 callers ≤ %.0f µs of Redis CPU per decision: %.2f µs with FCALL (%s), %.2f µs with EVALSHA (%s).\n",
+			r.alg, goal, cpu(r.fcall), met(cpu(r.fcall) <= goal), cpu(r.lim), met(cpu(r.lim) <= goal))
+	}
+	p("\n### Goal at 64 callers: ≥ 0.5 × ceiling and ≥ 3 × textbook\n\n")
 	for _, r := range rows {
 		if r.callers != 64 {
 			continue

@@ -1,0 +1,468 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// decideBatchScript decides, in one atomic call, every decision of a
+// round trip whose keys share a slot (standalone: all of them): one TIME,
+// one script call's overhead, and per decision only what exactness needs.
+// Each decision is all-or-nothing on its own keys as in decideScript, on
+// the same keys, members and hash fields, so limiters calling either share
+// counts exactly (a mixed fleet while it upgrades).
+//
+//	KEYS           the keys of every decision, decision after decision
+//	ARGV[1]        expiry margin in ms
+//	then per decision:
+//	  member, "1" to admit ("0" to only decide), its number of keys k,
+//	  and per key: limit, window in µs, flags, hits (as decideScript)
+//
+// The arguments are checked before anything runs: at most 1024 keys and
+// 65536 hits in all (a tenant may FCALL it directly with any arguments,
+// and one call must not loop or allocate without bound).
+//
+// Reply: now, then per decision: committed, and per key its five values
+// (decideScript's layout, without repeating now).
+//
+// What decideScript does per decision that this does not:
+//   - no ZSCORE of its own member before deciding. A decision that already
+//     admitted (go-redis resent the call after losing its reply, the
+//     limiter resent it, or its cancel ran first and left the member with
+//     score 0) is found where it would otherwise be wrong: its ZADD NX
+//     adds nothing (the member is there), or, denied, it looks its member
+//     up then. Either way it admits nothing more and answers as
+//     decideScript's replay does. Live members are counted with ZCOUNT
+//     over the window, and the trim runs after the admit, so a cancel's
+//     score-0 member is still there to be found.
+//   - no PEXPIRE on a denial: a denial writes nothing, and the expiry the
+//     last admit set outlives every member. (Setting it only when a key is
+//     new would let a busy log key expire under its live members; and an
+//     admit must set it even when this function set it before, since a
+//     decideScript call of a mixed fleet may have shortened it.) A counter
+//     admit sets it to the end of the next fixed window plus the margin:
+//     that window still reads this one's count.
+const decideBatchScript = `
+local n = #KEYS
+local margin = tonumber(ARGV[1])
+if n < 1 or n > 1024 or #ARGV > 1 + 7 * n or not margin then
+  return redis.error_reply('ERR slidegate: malformed decide batch call')
+end
+-- The keys' arguments, parsed once: limit, window, flags, hits (and hits
+-- as given, for HINCRBY).
+local L, W, F, H, HS = {}, {}, {}, {}, {}
+local ds, a, k, hits = {}, 2, 0, 0
+while a <= #ARGV do
+  local nk = tonumber(ARGV[a + 2])
+  local cm = ARGV[a + 1]
+  if not nk or nk < 1 or nk % 1 ~= 0 or k + nk > n or (cm ~= '0' and cm ~= '1') or a + 2 + 4 * nk > #ARGV then
+    return redis.error_reply('ERR slidegate: malformed decide batch call')
+  end
+  for i = 0, nk - 1 do
+    local b = a + 3 + 4 * i
+    local l, w, f, h = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+    if not l or not w or w < 1000 or w > 31536000000000 or not f or f < 0 or f > 3 or not h or h < 1 or h > 1000 then
+      return redis.error_reply('ERR slidegate: decide argument out of range')
+    end
+    hits = hits + h
+    local j = k + i + 1
+    L[j], W[j], F[j], H[j], HS[j] = l, w, f, h, ARGV[b + 3]
+  end
+  if hits > 65536 then return redis.error_reply('ERR slidegate: decide batch over 65536 hits') end
+  ds[#ds + 1] = a
+  k, a = k + nk, a + 3 + 4 * nk
+end
+if k ~= n then return redis.error_reply('ERR slidegate: malformed decide batch call') end
+local t = redis.call('TIME')
+local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
+-- Numbers go to Redis as strings formatted here once: Redis would format
+-- each Lua number with %.17g, a measurable part of a call's time.
+local function int(v) return string.format('%d', v) end
+local nowS = int(now)
+-- Per window (most keys of a call share one): the trim's bound, the live
+-- range's start and a log key's expiry in ms.
+local wins = {}
+local function win(w)
+  local c = wins[w]
+  if not c then
+    local cut = int(now - w)
+    c = {cut, '(' .. cut, int(math.ceil(w / 1000) + margin)}
+    wins[w] = c
+  end
+  return c
+end
+
+-- A key's state in this call, read from Redis when the call first meets
+-- it and kept up to date by the call's own admits, so that a hot key's
+-- decisions cost one read, one trim and one expiry per call: w, c (the
+-- log's live count or the counter's current field), x and p (the
+-- counter's field and the previous one's count), admitted.
+local st, touched = {}, {}
+local function state(key, w, ctr)
+  local s = st[key]
+  if s and s.w == w then return s end
+  s = {w = w, c = 0, x = 0, p = 0, ctr = ctr, admitted = false}
+  if ctr then
+    local x = math.floor(now / w)
+    local v = redis.call('HMGET', key, int(x), int(x - 1))
+    s.x, s.c, s.p = x, tonumber(v[1]) or 0, tonumber(v[2]) or 0
+  else
+    s.c = redis.call('ZCOUNT', key, win(w)[2], '+inf')
+  end
+  st[key] = s
+  touched[#touched + 1] = {key, s}
+  return s
+end
+
+-- count reads one key: allowed, estimate/count, counter field, current
+-- and previous fixed-window counts. A SlidingLog key is counted, not
+-- trimmed: the trim is the call's last step (see below).
+local function count(key, l, w, ctr, h)
+  local s = state(key, w, ctr)
+  if ctr then
+    local x, c, p = s.x, s.c, s.p
+    local e = p * (w - (now - x * w)) / w + c
+    return e + h <= l, e, x, c, p
+  end
+  return s.c + h <= l, s.c, 0, s.c, 0
+end
+
+-- finish writes one key's admit (a counter's; a log's ZADD is done) and
+-- appends its five reply values to out.
+local function finish(out, key, l, w, ctr, h, hs, ok, commit, e, x, c, p)
+  local rem, retry, reset, field = 0, 0, 0, 0
+  if ctr then
+    local elapsed = now - x * w
+    if commit then
+      local s = st[key]
+      s.c, s.admitted = redis.call('HINCRBY', key, int(x), hs), true
+      if s.c == h and redis.call('HLEN', key) > 2 then
+        for _, f in ipairs(redis.call('HKEYS', key)) do
+          local fn = tonumber(f)
+          if fn and fn ~= x and fn ~= x - 1 then redis.call('HDEL', key, f) end
+        end
+      end
+      c, e, field = c + h, e + h, x
+    end
+    rem = math.floor(l - e)
+    if commit or c > 0 then
+      reset = w
+    elseif p > 0 then
+      reset = w - elapsed
+    end
+    if not ok then
+      if l < h then
+        retry = w
+      elseif p > 0 and l - h - c >= 0 then
+        retry = math.ceil(w * (1 - (l - h - c) / p) - elapsed)
+      else
+        local need = 0
+        if c > l - h then need = w * (1 - (l - h) / c) end
+        retry = math.ceil(w - elapsed + need)
+      end
+      if retry < 1 then retry = 1 end
+    end
+  else
+    if commit then
+      c = c + h
+      reset = w
+    elseif c > 0 then
+      local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      reset = tonumber(last[2]) + w - now
+    end
+    if not ok then
+      local r = {}
+      -- The admit whose leaving makes room for h more: rank c+h-l-1 in
+      -- the window (the key is not trimmed yet).
+      if l >= h then r = redis.call('ZRANGE', key, win(w)[2], '+inf', 'BYSCORE', 'LIMIT', c + h - l - 1, 1, 'WITHSCORES') end
+      if r[2] then retry = tonumber(r[2]) + w - now else retry = w end
+    end
+    rem = l - c
+  end
+  if rem < 0 then rem = 0 end
+  local o = #out
+  out[o + 1] = ok and 1 or 0
+  out[o + 2] = rem
+  out[o + 3] = retry
+  out[o + 4] = reset
+  out[o + 5] = field
+end
+
+-- Per key of the call (by its index in KEYS), what count found.
+local ctrs, oks, es, xs, cs, ps = {}, {}, {}, {}, {}, {}
+
+-- replay answers a decision over keys k0+1..k0+nk already admitted:
+-- committed, each key as it now stands (counting the admit), allowed where
+-- it was admitted.
+local function replay(out, k0, nk, member)
+  out[#out + 1] = 1
+  for j = k0 + 1, k0 + nk do
+    local ok = F[j] < 2
+    if not ctrs[j] then ok = ok or redis.call('ZSCORE', KEYS[j], member) ~= false end
+    finish(out, KEYS[j], L[j], W[j], ctrs[j], H[j], HS[j], ok, false, es[j], xs[j], cs[j], ps[j])
+    if ok and ctrs[j] then out[#out] = xs[j] end
+  end
+end
+
+-- admitted reports, for a decision that would not admit, whether it
+-- already did (a resend of one that did; or its cancel ran first).
+local function admitted(k0, nk, member)
+  for j = k0 + 1, k0 + nk do
+    if not ctrs[j] and redis.call('ZSCORE', KEYS[j], member) then return true end
+  end
+  return false
+end
+
+local out = {now}
+k = 0
+for _, a in ipairs(ds) do
+  local member, pass, nk = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2])
+  local commit = pass
+  for j = k + 1, k + nk do
+    ctrs[j] = F[j] % 2 == 1
+    oks[j], es[j], xs[j], cs[j], ps[j] = count(KEYS[j], L[j], W[j], ctrs[j], H[j])
+    if not oks[j] and F[j] < 2 then pass = false end
+  end
+  local again = commit and not pass and admitted(k, nk, member)
+  if pass then
+    -- The logs' admits first, so that finding the member (a resend)
+    -- leaves nothing to take back but these.
+    for j = k + 1, k + nk do
+      if oks[j] and not ctrs[j] and not again then
+        local key = KEYS[j]
+        if redis.call('ZADD', key, 'NX', nowS, member) == 0 then
+          again = true
+          for i = k + 1, j - 1 do
+            if oks[i] and not ctrs[i] then
+              local ms = {member}
+              for m = 2, H[i] do ms[m] = member .. '.' .. m end
+              local sk = st[KEYS[i]]
+              sk.c = sk.c - redis.call('ZREM', KEYS[i], unpack(ms))
+            end
+          end
+        else
+          local s = st[key]
+          s.c, s.admitted = s.c + 1, true
+          if H[j] > 1 then
+            local zargs = {}
+            for m = 2, H[j] do
+              zargs[2 * m - 3], zargs[2 * m - 2] = nowS, member .. '.' .. m
+            end
+            s.c = s.c + redis.call('ZADD', key, unpack(zargs))
+          end
+        end
+      end
+    end
+  end
+  if again then
+    replay(out, k, nk, member)
+  else
+    out[#out + 1] = pass and 1 or 0
+    for j = k + 1, k + nk do
+      finish(out, KEYS[j], L[j], W[j], ctrs[j], H[j], HS[j], oks[j], pass and oks[j], es[j], xs[j], cs[j], ps[j])
+    end
+  end
+  k = k + nk
+end
+-- Once per key: a log's trim (after the admits, which found any member
+-- already there), and the expiry of a key the call admitted into: a log
+-- outlives its newest admit by its window and the margin, a counter lasts
+-- to the end of the next fixed window (which still reads this one's
+-- count) and the margin.
+for _, e in ipairs(touched) do
+  local key, s = e[1], e[2]
+  if s.ctr then
+    if s.admitted then
+      redis.call('PEXPIRE', key, int(math.ceil((2 * s.w - (now - s.x * s.w)) / 1000) + margin))
+    end
+  else
+    local wc = win(s.w)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', wc[1])
+    if s.admitted then redis.call('PEXPIRE', key, wc[3]) end
+  end
+end
+return out
+`
+
+var decideBatchLua = newScript(decideBatchScript, "slidegate_decide_batch_v1")
+
+// maxBatchHits bounds the hits of one batch call (the script refuses
+// more); a decision that alone has more goes by decideScript.
+const maxBatchHits = 65536
+
+// wireCall is one command of a round trip and the ops it answers: one op
+// and its own command, or (script decideBatchLua) the decide ops of one
+// slot, each one decision of the batch call.
+type wireCall struct {
+	script *script
+	args   []any
+	ops    []*op
+	keys   int   // batch: the keys of its decisions
+	hits   int64 // batch: their hits
+	alone  bool  // batch: takes no other decision
+}
+
+// pack lays out batch as the commands of one round trip: the decide ops
+// that share a slot (every one, on a standalone server) in one batch call,
+// the others (undo, cancel, announce) as they are. A decide op that Redis
+// Cluster refused once (retryLater) goes alone: a batch over keys of a
+// moving slot is refused (TRYAGAIN) while a one-key call is served.
+func (l *Limiter) pack(batch []*op) []wireCall {
+	calls := make([]wireCall, 0, 2)
+	var bySlot map[string]int // the open batch call of each slot
+	for _, o := range batch {
+		nk, hits := decideSize(o)
+		if l.opts.CallPerDecision || nk == 0 || hits > maxBatchHits {
+			calls = append(calls, wireCall{script: o.script, args: o.args, ops: []*op{o}})
+			continue
+		}
+		var where string
+		switch l.grouping {
+		case groupSlot:
+			where = strconv.Itoa(slot(o.args[cmdHead].(string)))
+		case groupTag:
+			where = hashTag(o.args[cmdHead].(string))
+		}
+		if o.resent > 0 {
+			calls = append(calls, wireCall{script: &decideBatchLua, ops: []*op{o}, keys: nk, hits: hits, alone: true})
+			continue
+		}
+		i, open := -1, false
+		if bySlot != nil {
+			i, open = bySlot[where]
+		} else if l.grouping == groupAll && len(calls) > 0 && calls[0].script == &decideBatchLua && !calls[0].alone {
+			// Standalone: the first batch call is the open one (pack
+			// replaces it when full: see below).
+			i, open = 0, true
+		}
+		if open {
+			c := &calls[i]
+			if c.keys+nk <= maxScriptKeys && c.hits+hits <= maxBatchHits {
+				c.ops = append(c.ops, o)
+				c.keys, c.hits = c.keys+nk, c.hits+hits
+				continue
+			}
+		}
+		calls = append(calls, wireCall{script: &decideBatchLua, ops: []*op{o}, keys: nk, hits: hits})
+		if l.grouping == groupAll {
+			// Keep the open call first.
+			last := len(calls) - 1
+			calls[0], calls[last] = calls[last], calls[0]
+			continue
+		}
+		if bySlot == nil {
+			bySlot = make(map[string]int)
+		}
+		bySlot[where] = len(calls) - 1
+	}
+	for i := range calls {
+		if calls[i].args == nil {
+			calls[i].args = batchArgs(l.api, calls[i].ops, calls[i].keys)
+		}
+	}
+	return calls
+}
+
+// decideSize is the keys and hits of o's decision; 0 keys when o is not
+// a decide op.
+func decideSize(o *op) (keys int, hits int64) {
+	if o.script != &decideLua {
+		return 0, 0
+	}
+	n := o.args[2].(int)
+	for k := range n {
+		hits += argInt(o.args[cmdHead+n+decideHead+decidePerKey*k+3])
+	}
+	return n, hits
+}
+
+// batchArgs lays out the batch call of ops (decide ops over nkeys keys in
+// all): each op's decide command as one decision.
+func batchArgs(a api, ops []*op, nkeys int) []any {
+	out := make([]any, 0, cmdHead+batchHead+(1+decidePerKey)*nkeys+3*len(ops))
+	cmd, name := a.head(&decideBatchLua)
+	out = append(out, cmd, name, nkeys)
+	for _, o := range ops {
+		out = append(out, o.args[cmdHead:cmdHead+o.args[2].(int)]...)
+	}
+	for j, o := range ops {
+		n := o.args[2].(int)
+		head := cmdHead + n
+		if j == 0 {
+			out = append(out, o.args[head+1]) // the margin: one per limiter
+		}
+		out = append(out, o.args[head], o.args[head+2], argCount(n))
+		out = append(out, o.args[head+decideHead:head+decideHead+decidePerKey*n]...)
+	}
+	return out
+}
+
+// batchHead is ARGV[1] of the batch call: the margin.
+const batchHead = 1
+
+// argCount is a decision's number of keys as an argument, boxed once for
+// the common one.
+func argCount(n int) any {
+	if n == 1 {
+		return argOneHit
+	}
+	return strconv.Itoa(n)
+}
+
+// answers appends to cmds the answer of each op of c, from w, c's command
+// as Redis answered it: w itself for an op sent alone, else each
+// decision's part of the batch reply in decideScript's layout, with w's
+// error or replica acknowledgement.
+func (c *wireCall) answers(ctx context.Context, w *redis.Cmd, acks *replicaAcks, cmds []*redis.Cmd) []*redis.Cmd {
+	if c.script != &decideBatchLua {
+		return append(cmds, w)
+	}
+	var parts []any
+	err := w.Err()
+	if err == nil && w.Val() != nil {
+		var ok bool
+		if parts, ok = splitBatch(w.Val(), c.ops); !ok {
+			err = fmt.Errorf("limiter: malformed decide batch reply")
+		}
+	}
+	for j := range c.ops {
+		a := redis.NewCmd(ctx)
+		switch {
+		case err != nil:
+			a.SetErr(err)
+		case parts != nil:
+			a.SetVal(parts[j])
+		}
+		if acks != nil {
+			acks.copy(w, a)
+		}
+		cmds = append(cmds, a)
+	}
+	return cmds
+}
+
+// splitBatch turns v, the reply of a batch call over ops, into each op's
+// reply as decideScript would have given it.
+func splitBatch(v any, ops []*op) ([]any, bool) {
+	vals, ok := v.([]any)
+	if !ok || len(vals) < 1 {
+		return nil, false
+	}
+	out := make([]any, len(ops))
+	i := 1
+	for j, o := range ops {
+		n := o.args[2].(int)
+		size := 1 + replyPerKey*n
+		if i+size > len(vals) {
+			return nil, false
+		}
+		r := make([]any, 0, replyHead+replyPerKey*n)
+		r = append(r, vals[0])
+		out[j] = append(r, vals[i:i+size]...)
+		i += size
+	}
+	return out, i == len(vals)
+}
