@@ -374,6 +374,10 @@ func (l *Limiter) exec(batch []*op, cmds []*redis.Cmd, dl time.Time) []*redis.Cm
 	if err := l.resendUnknown(ctx, calls, wire, acks != nil); err != nil {
 		execErr = err
 	}
+	calls, wire, err := l.olderLibrary(ctx, calls, wire, acks != nil)
+	if err != nil {
+		execErr = err
+	}
 	batch = batch[:0]
 	for i := range calls {
 		batch = append(batch, calls[i].ops...)

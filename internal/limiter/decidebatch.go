@@ -2,8 +2,10 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -313,9 +315,10 @@ type wireCall struct {
 func (l *Limiter) pack(batch []*op) []wireCall {
 	calls := make([]wireCall, 0, 2)
 	var bySlot map[string]int // the open batch call of each slot
+	perDecision := l.opts.CallPerDecision || l.oneCallUntil.Load() > time.Now().UnixNano()
 	for _, o := range batch {
 		nk, hits := decideSize(o)
-		if l.opts.CallPerDecision || nk == 0 || hits > maxBatchHits {
+		if perDecision || nk == 0 || hits > maxBatchHits {
 			calls = append(calls, wireCall{script: o.script, args: o.args, ops: []*op{o}})
 			continue
 		}
@@ -465,4 +468,54 @@ func splitBatch(v any, ops []*op) ([]any, bool) {
 		i += size
 	}
 	return out, i == len(vals)
+}
+
+// olderLibraryPause is how long a limiter sends one call per decision
+// after Redis's library lacked the batch function, before it tries the
+// batch function again.
+const olderLibraryPause = 10 * time.Second
+
+// olderLibrary resends, one call per decision and in one more round trip,
+// the decisions of the batch calls in wire that Redis answered "Function
+// not found", and returns calls and wire with those calls replaced. A
+// library of the release before has the decide function but not the batch
+// one: while a fleet is upgraded the new sidecars start before the new
+// manager leads and loads its library (or a platform team that loads the
+// library itself has not yet), and they must decide through Redis, not by
+// their fail mode. The limiter then sends one call per decision for
+// olderLibraryPause. A Redis without any library answers the resent calls
+// "Function not found" too, and the fail mode decides, as before.
+func (l *Limiter) olderLibrary(ctx context.Context, calls []wireCall, wire []*redis.Cmd, wait bool) ([]wireCall, []*redis.Cmd, error) {
+	missing := func(i int) bool {
+		return calls[i].script == &decideBatchLua && l.api.functions && errors.Is(functionsMissing(wire[i].Err()), ErrNoFunctions)
+	}
+	found := false
+	for i := range calls {
+		if missing(i) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return calls, wire, nil
+	}
+	outCalls := make([]wireCall, 0, len(calls)+8)
+	outWire := make([]*redis.Cmd, 0, len(calls)+8)
+	var again []*redis.Cmd
+	for i := range calls {
+		if !missing(i) {
+			outCalls, outWire = append(outCalls, calls[i]), append(outWire, wire[i])
+			continue
+		}
+		for _, o := range calls[i].ops {
+			c := redis.NewCmd(ctx, o.args...)
+			outCalls = append(outCalls, wireCall{script: o.script, args: o.args, ops: []*op{o}})
+			outWire, again = append(outWire, c), append(again, c)
+		}
+	}
+	l.oneCallUntil.Store(time.Now().Add(olderLibraryPause).UnixNano())
+	l.stats.olderLibrary.Add(1)
+	err := l.send(ctx, again, wait)
+	l.stats.roundTrips.Add(1)
+	return outCalls, outWire, err
 }

@@ -340,3 +340,60 @@ func TestFunctionsOverACLUser(t *testing.T) {
 		t.Fatalf("another namespace's key: %+v", d)
 	}
 }
+
+// TestOlderLibraryServesNewSidecars: a Redis whose library is of the
+// release before (the decide function, not the batch one) still decides a
+// new limiter's decisions through Redis, exactly: while a fleet is
+// upgraded the new sidecars start before the new manager leads and loads
+// its library. Before olderLibrary every decision went by its fail mode
+// (ErrNoFunctions) until then.
+func TestOlderLibraryServesNewSidecars(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	ctx := context.Background()
+	// Revision 1: the library without the batch function.
+	var b strings.Builder
+	fmt.Fprintf(&b, "#!lua name=%s\n-- slidegate library revision 1\n", LibraryName)
+	for _, f := range libraryFunctions {
+		if f.s == &decideBatchLua {
+			continue
+		}
+		fmt.Fprintf(&b, "\nredis.register_function{function_name='%s', callback=function(KEYS, ARGV)\n%s\nend", f.s.fn, strings.TrimSpace(f.body))
+		if f.noWrites {
+			b.WriteString(", flags={'no-writes'}")
+		}
+		b.WriteString("}\n")
+	}
+	if err := rdb.FunctionLoadReplace(ctx, b.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(t, rdb, Options{Functions: true})
+	rule := Rule{ID: "ns/older-library", Limit: 5, Window: time.Minute}
+	admitted := 0
+	for i := range 8 {
+		d := one(l, rule, "c")
+		if d.Source != SourceRedis && d.Source != SourceDenyCache { // what Redis said
+			t.Fatalf("decision %d on the older library: %+v", i, d)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("admitted %d of 8, want the limit 5", admitted)
+	}
+	if l.Stats().OlderLibrary == 0 {
+		t.Error("no batch call met the older library: the case did not test it")
+	}
+	// Once the current library is there, batch calls resume after the pause.
+	loadLibrary(t, rdb)
+	l.oneCallUntil.Store(0)
+	before := l.Stats().OlderLibrary
+	if d := one(l, rule, "d"); d.Source != SourceRedis {
+		t.Fatalf("on the current library: %+v", d)
+	}
+	if got := l.Stats().OlderLibrary; got != before {
+		t.Errorf("the current library sent the decision one call at a time again (%d → %d)", before, got)
+	}
+}

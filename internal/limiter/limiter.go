@@ -59,13 +59,16 @@ type Limiter struct {
 	latency         latencyWindow // how long Redis's answers took lately
 	// lastAnswer is when Redis last answered a round trip (UnixNano).
 	lastAnswer atomic.Int64
-	fallback   *fallback
-	view       *view // what Redis last said per key; nil: disabled
-	ctx        context.Context
-	cancel     context.CancelFunc
-	closed     atomic.Bool
-	closeOnce  sync.Once
-	wg         sync.WaitGroup
+	// oneCallUntil: until then (Unix ns) each decision is a call of its
+	// own, since Redis's library lacked the batch function (olderLibrary).
+	oneCallUntil atomic.Int64
+	fallback     *fallback
+	view         *view // what Redis last said per key; nil: disabled
+	ctx          context.Context
+	cancel       context.CancelFunc
+	closed       atomic.Bool
+	closeOnce    sync.Once
+	wg           sync.WaitGroup
 
 	stats stats
 	// cancels counts the lost replies' cancels still being sent.
@@ -185,6 +188,10 @@ type Stats struct {
 	// deadline (a process that was not running may have missed an answer
 	// that came in time).
 	ReadAgain int64
+	// OlderLibrary counts round trips whose batch calls Redis did not know
+	// (a library of the release before): their decisions were resent one
+	// call each.
+	OlderLibrary int64
 	// NotReplicated counts durable admits that no replica acknowledged in
 	// time, taken back (ErrNotReplicated).
 	NotReplicated int64
@@ -193,7 +200,7 @@ type Stats struct {
 type stats struct {
 	redis, fallback, failedClosed, timeouts, denyCache atomic.Int64
 	roundTrips, ops, noScript, undos, resent           atomic.Int64
-	notReplicated, readAgain                           atomic.Int64
+	notReplicated, readAgain, olderLibrary             atomic.Int64
 }
 
 // Stats returns the counters.
@@ -203,6 +210,6 @@ func (l *Limiter) Stats() Stats {
 		Timeouts: l.stats.timeouts.Load(), RoundTrips: l.stats.roundTrips.Load(), Ops: l.stats.ops.Load(),
 		NoScript: l.stats.noScript.Load(), Undos: l.stats.undos.Load(), BreakerOpens: l.breaker.opens.Load(),
 		DenyCache: l.stats.denyCache.Load(), Resent: l.stats.resent.Load(), NotReplicated: l.stats.notReplicated.Load(),
-		ReadAgain: l.stats.readAgain.Load(),
+		ReadAgain: l.stats.readAgain.Load(), OlderLibrary: l.stats.olderLibrary.Load(),
 	}
 }
