@@ -66,8 +66,9 @@ func startSentinel(tb testing.TB, bin string, master *Redis, masterName string, 
 	if err != nil {
 		return nil, func() {}, err
 	}
-	dir := tb.TempDir()
-	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, masterName, master.Port)
+	dir := configDir(tb)
+	logPath := filepath.Join(dir, "sentinel.log")
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, logPath, masterName, master.Port)
 	if password != "" {
 		conf += "requirepass " + password + "\n"
 	}
@@ -88,6 +89,12 @@ func startSentinel(tb testing.TB, bin string, master *Redis, masterName string, 
 	stop := func() {
 		_ = cmd.Process.Kill()
 		<-exited
+		// What the sentinel saw (+sdown, +failover-abort-no-good-slave, …)
+		// is the only account of a failover that did not happen.
+		if tb.Failed() {
+			b, _ := os.ReadFile(logPath)
+			tb.Logf("sentinel %d's log:\n%s", port, b)
+		}
 	}
 	s := &Sentinel{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), password: password}
 	deadline := time.Now().Add(10 * time.Second)
@@ -130,6 +137,55 @@ func (s *Sentinel) Master(masterName string) (string, error) {
 		return "", fmt.Errorf("GET-MASTER-ADDR-BY-NAME %s: %q", masterName, got)
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// configDir is where a sentinel keeps its config: on a tmpfs when the
+// machine has one. A sentinel rewrites and fsyncs its config when it votes
+// and when it switches masters, from its event loop; on a busy disk that
+// fsync can hold the loop past the 2 s that put the sentinel in TILT (see
+// Await).
+func configDir(tb testing.TB) string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if dir, err := os.MkdirTemp("/dev/shm", "slidegate-sentinel-"); err == nil {
+			tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+			return dir
+		}
+	}
+	return tb.TempDir()
+}
+
+// Await polls cond every 50 ms until it holds or timeout has passed, and
+// does not count the time the sentinel spends in TILT. A sentinel whose
+// event loop did not run for 2 s (a starved process, a slow fsync) no
+// longer trusts its clock and acts on nothing for 30 s, by design: a
+// failover waits that long, and a test that gave it 30 s would fail on a
+// busy machine for a reason that is not its subject. tilted is how long
+// the sentinel was seen in TILT.
+func (s *Sentinel) Await(timeout time.Duration, cond func() bool) (tilted time.Duration, ok bool) {
+	const poll = 50 * time.Millisecond
+	start := time.Now()
+	last, inTilt := start, false
+	for {
+		if cond() {
+			return tilted, true
+		}
+		now := time.Now()
+		if inTilt {
+			tilted += now.Sub(last)
+		}
+		last = now
+		inTilt = s.inTilt()
+		if now.Sub(start) > timeout+tilted {
+			return tilted, false
+		}
+		time.Sleep(poll)
+	}
+}
+
+// inTilt reports whether the sentinel says it is in TILT (INFO sentinel).
+func (s *Sentinel) inTilt() bool {
+	info, err := s.Do("INFO", "sentinel")
+	return err == nil && strings.Contains(info, "sentinel_tilt:1")
 }
 
 // WaitReplicas waits until the sentinel knows n replicas of masterName that
