@@ -2,7 +2,10 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +77,80 @@ func TestCounterErrorBound(t *testing.T) {
 	if busiest <= limit {
 		t.Errorf("the worst case did not exceed the limit (%d): the test does not reach it", busiest)
 	}
+}
+
+// TestCounterKeyOutlivesNextWindow: a counter key lives until the end of
+// the fixed window after its last admit, since that window still weighs
+// the last one's count. A client that spends its limit early in a window
+// and comes back early in the next is admitted only what the weighted
+// estimate leaves, by both the batch call and one call per decision.
+// Before, one call per decision (decide_v1) expired the key window+margin
+// after the admit, so it had forgotten the burst and admitted the whole
+// limit again: twice the limit within one window.
+func TestCounterKeyOutlivesNextWindow(t *testing.T) {
+	t.Parallel()
+	const limit, window, margin = 10, time.Second, 50 * time.Millisecond
+	for _, perDecision := range []bool{false, true} {
+		t.Run(fmt.Sprintf("CallPerDecision=%v", perDecision), func(t *testing.T) {
+			t.Parallel()
+			r := testsupport.StartRedis(t)
+			l := newLimiter(t, standalone(t, r.Addr), Options{DenyCacheMax: -1, ExpiryMargin: margin, CallPerDecision: perDecision})
+			rule := Rule{ID: "ns/ctr-ttl", Limit: limit, Window: window, Algorithm: SlidingWindowCounter}
+			// A starved run may place a burst too late in its window to
+			// tell; it tries again with another client.
+			for attempt := range 5 {
+				client := fmt.Sprintf("c%d", attempt)
+				// Early in a fixed window (they start on whole seconds of
+				// Redis's clock), so the burst and the measure fit in it.
+				for in := into(t, r, window); in > window/10; in = into(t, r, window) {
+					time.Sleep(window - in + 5*time.Millisecond)
+				}
+				for i := range limit {
+					if d := one(l, rule, client); !d.Allowed || d.Source != SourceRedis {
+						t.Fatalf("burst admit %d: %+v", i, d)
+					}
+				}
+				if end := into(t, r, window); end > window/4 {
+					t.Logf("the burst ended %v into its window; again", end)
+					continue
+				}
+				// Early in the next window, past window+margin after the burst.
+				time.Sleep(window + margin + 100*time.Millisecond)
+				admitted := 0
+				for range limit {
+					if d := one(l, rule, client); d.Allowed {
+						admitted++
+					}
+				}
+				el := into(t, r, window)
+				if el > window*7/10 {
+					t.Logf("the second burst ended %v into its window; again", el)
+					continue
+				}
+				// Each admit needs its count plus the burst's weight to stay
+				// ≤ limit−1, so by el into the window at most limit·el/window.
+				bound := int(float64(limit) * float64(el) / float64(window))
+				t.Logf("%d admitted %v into the window after the burst (at most %d)", admitted, el, bound)
+				if admitted > bound {
+					t.Errorf("%d admitted %v into the window after a burst of %d: the burst's weight was forgotten (at most %d)", admitted, el, limit, bound)
+				}
+				return
+			}
+			t.Fatal("in 5 attempts no burst fit early enough in its window: the machine is too starved to run this test")
+		})
+	}
+}
+
+// into is how far Redis's clock is into its current fixed window.
+func into(t *testing.T, r *testsupport.Redis, window time.Duration) time.Duration {
+	t.Helper()
+	s, err := r.Do("TIME")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, usec, _ := strings.Cut(s, "\n")
+	a, _ := strconv.ParseInt(sec, 10, 64)
+	b, _ := strconv.ParseInt(usec, 10, 64)
+	now := time.Duration((a-scoreEpoch)*1e6+b) * time.Microsecond
+	return now % window
 }

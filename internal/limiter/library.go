@@ -42,7 +42,7 @@ const LibraryName = "slidegate"
 
 // LibraryRevision numbers the library's source; any change to the source
 // raises it (TestLibraryRevision holds the source's hash for it).
-const LibraryRevision = 2
+const LibraryRevision = 3
 
 // libraryFunctions are the functions of the library, in order.
 var libraryFunctions = []struct {

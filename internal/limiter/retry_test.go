@@ -140,3 +140,38 @@ func TestUndoTwice(t *testing.T) {
 		})
 	}
 }
+
+// TestUndoLeavesGoneCounterKeyAlone: an undo that comes after its counter
+// key expired (a caller that gave up long ago) creates no key. Before, its
+// idempotency field "u" created the key again, with no expiry: a key that
+// never left Redis.
+func TestUndoLeavesGoneCounterKeyAlone(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	l := newLimiter(t, rdb, Options{DenyCacheMax: -1})
+	ctx := context.Background()
+	rule := Rule{ID: "ns/undo-gone", Limit: 5, Window: time.Hour, Algorithm: SlidingWindowCounter}
+	reqs := []Request{{Rule: rule, Client: "c"}}
+	keys := []string{l.keyOf(&reqs[0])}
+	member := l.nextMember()
+	v, err := rdb.Do(ctx, asEval(decideArgs(nil, api{}, reqs, []int{0}, keys, member, l.marginMs, true), &decideLua)...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := decodeDecide(v, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As if it expired: nothing of the admit is left to take back.
+	if err := rdb.Del(ctx, keys[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	undo := asEval(undoArgs(api{}, member, []undoKey{{key: keys[0], counter: true, field: rep.keys[0].field, hits: 1}}), &undoLua)
+	if err := rdb.Do(ctx, undo...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, keys[0]).Val(); n != 0 {
+		t.Errorf("the undo created %s again (PTTL %v): a key without an expiry", keys[0], rdb.PTTL(ctx, keys[0]).Val())
+	}
+}

@@ -110,8 +110,11 @@ end
 local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
   local rem, retry, reset, field = 0, 0, 0, 0
   local exists = commit
+  local ttl = w
   if ctr then
     local elapsed = now - x * w
+    -- This window's count weighs on the next one until that one ends.
+    ttl = 2 * w - elapsed
     if commit then
       if redis.call('HINCRBY', key, x, h) == h and redis.call('HLEN', key) > 2 then
         for _, k in ipairs(redis.call('HKEYS', key)) do
@@ -166,7 +169,7 @@ local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
     end
     rem = l - c
   end
-  if exists then redis.call('PEXPIRE', key, math.ceil(w / 1000) + margin) end
+  if exists then redis.call('PEXPIRE', key, math.ceil(ttl / 1000) + margin) end
   if rem < 0 then rem = 0 end
   local o = #out
   out[o + 1] = ok and 1 or 0
@@ -228,7 +231,9 @@ return out
 // denied (the compensating call of a cross-slot request), or of a decision
 // whose caller gave up before the reply came (undoLate). Run twice (a
 // Cluster client's retry), it takes back once: ZREM is idempotent, and a
-// counter key's field "u" holds the member last undone.
+// counter key's field "u" holds the member last undone. A counter key that
+// is gone is left alone: it expired, so its admits no longer weigh on any
+// window, and writing "u" would create it without an expiry.
 //
 //	KEYS[i]     the key of an admitted rule
 //	ARGV[1]     the member that was added
@@ -249,7 +254,7 @@ for i = 1, n do
     local ms = {ARGV[1]}
     for j = 2, h do ms[j] = ARGV[1] .. '.' .. j end
     redis.call('ZREM', KEYS[i], unpack(ms))
-  elseif redis.call('HGET', KEYS[i], 'u') ~= ARGV[1] then
+  elseif redis.call('HGET', KEYS[i], 'u') ~= ARGV[1] and redis.call('EXISTS', KEYS[i]) == 1 then
     local v = tonumber(redis.call('HGET', KEYS[i], f))
     if v and v > 0 then redis.call('HINCRBY', KEYS[i], f, -math.min(v, h)) end
     redis.call('HSET', KEYS[i], 'u', ARGV[1])
