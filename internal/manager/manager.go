@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -72,8 +73,32 @@ func Command() cli.Command {
 	}
 }
 
+// Run is cmd/manager with args for its command line, on cfg instead of the
+// kubeconfig, until ctx ends: the manager's own flags and wiring, for a
+// test that runs it in-process as a ServiceAccount of the install
+// (test/rbac), so the RBAC is checked against what the manager itself asks.
+func Run(ctx context.Context, cfg *rest.Config, args []string) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	o := &options{restConfig: cfg}
+	o.bindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	p, err := o.setup()
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}
+
 // options are the manager's flags.
 type options struct {
+	// restConfig is the API server's; nil: the kubeconfig's (--kubeconfig,
+	// in-cluster).
+	restConfig             *rest.Config
 	metricsAddr, probeAddr string
 	leaderElect, secure    bool
 	trustedProxies         string
@@ -216,7 +241,11 @@ func newManager(o options, namespace string) (ctrl.Manager, error) {
 	if o.secure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	return ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg := o.restConfig
+	if cfg == nil {
+		cfg = ctrl.GetConfigOrDie()
+	}
+	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         controllers.CacheOptions(),
 		Metrics:                       metricsOpts,

@@ -50,23 +50,20 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
 	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/manager"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
-	"github.com/slidegate/slidegate/internal/webhook"
 )
 
 // The install's names (config/default: namespace slidegate-system, prefix
@@ -264,66 +261,44 @@ func asServiceAccount(cfg *rest.Config, name string, log *forbiddenLog) *rest.Co
 	return c
 }
 
-// startManager wires the manager as cmd/manager does (cache options,
-// leader election, the controller, the webhook with its certificate
-// rotator in cert-mode self), on cfg.
+// startManager runs the manager (internal/manager.Run: cmd/manager's flags
+// and wiring) on cfg, with the flags config/default gives it, pointed at
+// this test's Redis and webhook certificate directory: leader election, the
+// controllers, the webhook with its certificate rotator in cert-mode self,
+// and the shared Redis identity with an administrative one.
 func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error) {
 	certDir, err := os.MkdirTemp("", "slidegate-rbac-certs")
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Cache:                         controllers.CacheOptions(),
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                true,
-		LeaderElectionID:              leaseName,
-		LeaderElectionNamespace:       systemNS,
-		LeaderElectionReleaseOnCancel: true,
-		WebhookServer:                 ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", CertDir: certDir}),
-	})
+	// An open Redis: the administrative identity has no files.
+	adminDir, err := os.MkdirTemp("", "slidegate-rbac-redis-admin")
 	if err != nil {
 		return nil, err
 	}
-	redisAdmin, err := redisadmin.New(redisadmin.Options{Redis: redisconn.Config{Addrs: []string{redisServer.Addr}}})
-	if err != nil {
-		return nil, err
+	// What config/manager sets from the downward API.
+	for k, v := range map[string]string{"POD_NAMESPACE": systemNS, "POD_NAME": "manager-0"} {
+		if err := os.Setenv(k, v); err != nil {
+			return nil, err
+		}
 	}
-	r := &controllers.RateLimitPolicyReconciler{
-		Client:           mgr.GetClient(),
-		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
-		RedisCredentials: types.NamespacedName{Namespace: systemNS, Name: redisSecretName},
-		InstallSecret:    types.NamespacedName{Namespace: systemNS, Name: clienthash.InstallSecretName},
+	args := []string{
+		"--leader-elect",
+		"--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--webhook-host=127.0.0.1", "--webhook-cert-dir=" + certDir,
+		"--cert-mode=self", "--webhook-secret-name=" + webhookSecret, "--webhook-service-name=" + webhookService,
+		"--webhook-configuration-name=" + webhookConfig,
+		"--" + redisconn.FlagAddrs + "=" + redisServer.Addr, "--redis-secret-name=" + redisSecretName,
 		// The shared mode with an administrative identity: the shared
 		// credentials are mirrored and each namespace's own prepared.
-		Identities: &controllers.RedisIdentities{Mode: controllers.IdentityShared, Admin: redisAdmin, Interval: 300 * time.Millisecond,
-			RLSSecret: types.NamespacedName{Namespace: systemNS, Name: controllers.RLSCredentialsSecretName},
-			Pod:       types.NamespacedName{Namespace: systemNS, Name: "manager-0"}},
-	}
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		return nil, err
-	}
-	rls := &controllers.RateLimitServiceReconciler{
-		Client:    mgr.GetClient(),
-		Recorder:  mgr.GetEventRecorder("slidegate-controller"),
-		Namespace: systemNS,
-	}
-	if err := rls.SetupWithManager(ctx, mgr); err != nil {
-		return nil, err
-	}
-	if _, err := webhook.Setup(mgr, webhook.Options{
-		CertMode: webhook.CertModeSelf, CertDir: certDir, Namespace: systemNS,
-		SecretName: webhookSecret, ServiceName: webhookService, ConfigurationName: webhookConfig,
-	}); err != nil {
-		return nil, err
+		"--redis-identity=shared", "--redis-admin-credentials-dir=" + adminDir, "--redis-identity-interval=300ms",
 	}
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		defer os.RemoveAll(certDir)
-		defer redisAdmin.Close()
-		if err := mgr.Start(ctx); err != nil {
+		defer os.RemoveAll(adminDir)
+		if err := manager.Run(ctx, cfg, args); err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 		}
 	}()
