@@ -254,7 +254,7 @@ for i = 1, n do
     local ms = {ARGV[1]}
     for j = 2, h do ms[j] = ARGV[1] .. '.' .. j end
     redis.call('ZREM', KEYS[i], unpack(ms))
-  elseif redis.call('HGET', KEYS[i], 'u') ~= ARGV[1] and redis.call('EXISTS', KEYS[i]) == 1 then
+  elseif redis.call('HGET', KEYS[i], 'u') ~= ARGV[1] and redis.call('PTTL', KEYS[i]) ~= -2 then
     local v = tonumber(redis.call('HGET', KEYS[i], f))
     if v and v > 0 then redis.call('HINCRBY', KEYS[i], f, -math.min(v, h)) end
     redis.call('HSET', KEYS[i], 'u', ARGV[1])
