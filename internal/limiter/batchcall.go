@@ -15,7 +15,7 @@ import (
 var decideBatchLua = newScript(redisschema.DecideBatch)
 
 // maxBatchHits bounds the hits of one batch call (the script refuses
-// more); a decision that alone has more goes by decideScript.
+// more); a decision that alone has more goes by redisschema.Decide.
 const maxBatchHits = 65536
 
 // wireCall is one command of a round trip and the ops it answers: one op
@@ -140,7 +140,7 @@ func argCount(n int) any {
 
 // answers appends to cmds the answer of each op of c, from w, c's command
 // as Redis answered it: w itself for an op sent alone, else each
-// decision's part of the batch reply in decideScript's layout, with w's
+// decision's part of the batch reply in redisschema.Decide's layout, with w's
 // error or replica acknowledgement.
 func (c *wireCall) answers(ctx context.Context, w *redis.Cmd, acks *replicaAcks, cmds []*redis.Cmd) []*redis.Cmd {
 	if c.script != &decideBatchLua {
@@ -171,7 +171,7 @@ func (c *wireCall) answers(ctx context.Context, w *redis.Cmd, acks *replicaAcks,
 }
 
 // splitBatch turns v, the reply of a batch call over ops, into each op's
-// reply as decideScript would have given it.
+// reply as redisschema.Decide would have given it.
 func splitBatch(v any, ops []*op) ([]any, bool) {
 	vals, ok := v.([]any)
 	if !ok || len(vals) < 1 {

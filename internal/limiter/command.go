@@ -20,9 +20,9 @@ func serverTime(us int64) time.Time {
 	return time.Unix(scoreEpoch, 0).Add(time.Duration(us) * time.Microsecond)
 }
 
-// script is one of the limiter's Lua scripts, called by EVALSHA of its
-// source or, from the slidegate library (library.go), by FCALL of its
-// function.
+// script is one of the limiter's Lua scripts (a redisschema.Function),
+// called by EVALSHA of its source or, from the slidegate library, by FCALL
+// of its function.
 type script struct {
 	src string
 	sha string
@@ -65,8 +65,8 @@ func (a api) head(s *script) (cmd, name any) {
 func apiOf(args []any) api { return api{functions: args[0] == argFCall} }
 
 // The layout of the two scripts' commands and of the decide reply, as the
-// comments on decideScript and undoScript document it. Nothing outside the
-// functions below indexes into a command or a reply.
+// comments on redisschema's decideScript and undoScript document it.
+// Nothing outside the functions below indexes into a command or a reply.
 //
 //	EVALSHA sha numkeys KEYS[1..n] ARGV[1..]
 //	FCALL function numkeys KEYS[1..n] ARGV[1..]

@@ -59,7 +59,7 @@ var (
 	peekEval = redis.NewScript(redisschema.Peek.Script())
 )
 
-// peekReply is the decoded reply of peekScript.
+// peekReply is the decoded reply of the peek script (redisschema.Peek).
 type peekReply struct {
 	now, allowed, remaining, retry, reset, count, prev, elapsed, oldest, pttl int64
 }

@@ -13,12 +13,12 @@ import (
 // The slidegate library: the limiter's scripts as Redis Functions
 // (Redis 7+), loaded by the manager with an administrative identity
 // (FUNCTION LOAD) and called by the sidecars and the rate limit service
-// with FCALL (Options.Functions). A namespace's own Redis identity may
+// with FCALL (limiter.Options.Functions). A namespace's own Redis identity may
 // call the functions and nothing of EVAL, SCRIPT or FUNCTION: it runs no
 // code of its own. Functions replicate to the replicas and persist with
 // RDB and AOF, so a failover or a restart with persistence keeps them; a
 // Redis that lost them (a restart without persistence, a new empty
-// replica promoted) answers "ERR Function not found" (ErrNoFunctions)
+// replica promoted) answers "ERR Function not found" (limiter.ErrNoFunctions)
 // until the manager loads them again, and meanwhile each rule's fail mode
 // decides.
 //

@@ -6,7 +6,7 @@ package redisschema
 // attempt, so a read can never change a window (and it may run on a
 // read-only replica). The arithmetic is decideScript's, kept beside it
 // rather than shared so that the two scripts can change independently;
-// TestPeekAgreesWithNextDecide pins them together.
+// the limiter's TestPeekAgreesWithNextDecide pins them together.
 //
 //	KEYS[1]  the key of the rule and client
 //	ARGV[1]  limit, ARGV[2] window in µs, ARGV[3] "1" for a counter key

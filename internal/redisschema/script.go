@@ -10,8 +10,8 @@ const ScoreEpoch = 1577836800
 // in one atomic step, with the time of the Redis server (TIME), never the
 // caller's: sidecars with skewed clocks still agree.
 //
-// The arguments are checked first (at most maxScriptKeys keys, hits in
-// [1, MaxHits], windows in [1 ms, 1 year]), as in undoScript and
+// The arguments are checked first (at most 1024 keys, hits in
+// [1, limiter.MaxHits], windows in [1 ms, 1 year]), as in undoScript and
 // cancelScript: as the library's functions they run under the namespaces'
 // own Redis identities, which can call them directly (FCALL) with any
 // arguments, and one call must not loop or allocate without bound (a
