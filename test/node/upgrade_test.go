@@ -840,7 +840,7 @@ func (m *monitor) sample(ctx context.Context) {
 		m.violate("no policies")
 	}
 	for _, p := range policies.Items {
-		if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionEnforced); c == nil || c.Status != "True" {
+		if c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionEnforced)); c == nil || c.Status != "True" {
 			m.violate("policy %s not Enforced: %+v", p.Name, c)
 		}
 	}
