@@ -35,7 +35,7 @@ import (
 // enforcedIs checks p's Enforced condition, for eventually.
 func enforcedIs(t *testing.T, p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msgParts ...string) func() error {
 	return func() error {
-		c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced)
+		c := meta.FindStatusCondition(get(t, p).Status.Conditions, string(v1alpha1.ConditionEnforced))
 		if c == nil || c.Status != status || c.Reason != string(reason) {
 			return fmt.Errorf("Enforced = %+v; want %s %s", c, status, reason)
 		}
@@ -128,7 +128,7 @@ func TestTargetPortAnnotationBypass(t *testing.T) {
 		if err := enforcedIs(t, p, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced, keeps)(); err != nil {
 			return err
 		}
-		if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced); strings.Contains(c.Message, "Service web") {
+		if c := meta.FindStatusCondition(get(t, p).Status.Conditions, string(v1alpha1.ConditionEnforced)); strings.Contains(c.Message, "Service web") {
 			return fmt.Errorf("still names the Service: %s", c.Message)
 		}
 		return nil

@@ -64,7 +64,7 @@ func TestConfigTooLarge(t *testing.T) {
 	}
 
 	// Every policy converges one way or the other.
-	tooLarge := map[string]metav1.ConditionStatus{
+	tooLarge := map[v1alpha1.ConditionType]metav1.ConditionStatus{
 		v1alpha1.ConditionAccepted: metav1.ConditionFalse,
 		v1alpha1.ConditionReady:    metav1.ConditionFalse,
 		v1alpha1.ConditionEnforced: metav1.ConditionFalse,
@@ -77,7 +77,7 @@ func TestConfigTooLarge(t *testing.T) {
 			if got.Status.ObservedGeneration != got.Generation {
 				return fmt.Errorf("%s: observedGeneration %d, generation %d", p.Name, got.Status.ObservedGeneration, got.Generation)
 			}
-			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted)
+			c := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionAccepted))
 			switch {
 			case c != nil && c.Status == metav1.ConditionTrue:
 				if err := settled(p, readyAccepted); err != nil {
@@ -133,7 +133,7 @@ func TestConfigTooLarge(t *testing.T) {
 	// Each left-out policy says why, with the sizes, and got a Warning.
 	for _, name := range left {
 		got := get(t, newPolicy(ns, name))
-		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted)
+		c := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		for _, want := range []string{"1,000,000-byte budget", "bytes", sidecarconfig.ConfigMapName} {
 			if !strings.Contains(c.Message, want) {
 				t.Errorf("%s: Accepted message %q does not contain %q", name, c.Message, want)

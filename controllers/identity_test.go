@@ -303,7 +303,7 @@ func TestRLSNamespaceGetsNoIdentity(t *testing.T) {
 	create(t, p)
 	t.Cleanup(func() { _ = k.Delete(context.Background(), p) })
 	eventually(t, "Ready False", func() error {
-		c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionReady)
+		c := meta.FindStatusCondition(get(t, p).Status.Conditions, string(v1alpha1.ConditionReady))
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != string(v1alpha1.ReasonRedisCredentialsUnavailable) || !strings.Contains(c.Message, "rate limit service") {
 			return fmt.Errorf("Ready %+v", c)
 		}

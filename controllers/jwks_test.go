@@ -84,7 +84,7 @@ func readyIs(t *testing.T, p *v1alpha1.RateLimitPolicy, status metav1.ConditionS
 	t.Helper()
 	eventually(t, "Ready "+string(status)+" "+string(reason), func() error {
 		got := get(t, p)
-		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+		c := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionReady))
 		if c == nil || c.Status != status || c.Reason != string(reason) || !strings.Contains(c.Message, msg) || got.Status.ObservedGeneration != got.Generation {
 			return &mismatch{got: "Ready " + conditionString(c)}
 		}

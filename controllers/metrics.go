@@ -144,7 +144,7 @@ func notEnforced(target string, policies []v1alpha1.RateLimitPolicy) map[v1alpha
 		counts[r] = 0
 	}
 	for i := range policies {
-		if c := meta.FindStatusCondition(policies[i].Status.Conditions, v1alpha1.ConditionEnforced); c != nil && c.Status == metav1.ConditionFalse {
+		if c := meta.FindStatusCondition(policies[i].Status.Conditions, string(v1alpha1.ConditionEnforced)); c != nil && c.Status == metav1.ConditionFalse {
 			counts[v1alpha1.ConditionReason(c.Reason)]++
 		}
 	}

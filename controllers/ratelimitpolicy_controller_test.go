@@ -213,7 +213,7 @@ func get(t *testing.T, p *v1alpha1.RateLimitPolicy) *v1alpha1.RateLimitPolicy {
 
 // settled checks that a policy's status describes its current generation
 // and has the wanted condition statuses.
-func settled(p *v1alpha1.RateLimitPolicy, want map[string]metav1.ConditionStatus) error {
+func settled(p *v1alpha1.RateLimitPolicy, want map[v1alpha1.ConditionType]metav1.ConditionStatus) error {
 	var got v1alpha1.RateLimitPolicy
 	if err := k.Get(context.Background(), client.ObjectKeyFromObject(p), &got); err != nil {
 		return err
@@ -222,7 +222,7 @@ func settled(p *v1alpha1.RateLimitPolicy, want map[string]metav1.ConditionStatus
 		return fmt.Errorf("%s: observedGeneration %d, generation %d", p.Name, got.Status.ObservedGeneration, got.Generation)
 	}
 	for typ, st := range want {
-		c := meta.FindStatusCondition(got.Status.Conditions, typ)
+		c := meta.FindStatusCondition(got.Status.Conditions, string(typ))
 		if c == nil || c.Status != st || c.ObservedGeneration != got.Generation {
 			return fmt.Errorf("%s: condition %s is %+v, want %s", p.Name, typ, c, st)
 		}
@@ -230,7 +230,7 @@ func settled(p *v1alpha1.RateLimitPolicy, want map[string]metav1.ConditionStatus
 	return nil
 }
 
-var readyAccepted = map[string]metav1.ConditionStatus{
+var readyAccepted = map[v1alpha1.ConditionType]metav1.ConditionStatus{
 	v1alpha1.ConditionReady:    metav1.ConditionTrue,
 	v1alpha1.ConditionAccepted: metav1.ConditionTrue,
 }
@@ -465,18 +465,18 @@ func TestCredentialsMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "Ready False without credentials", func() error {
-		return settled(p, map[string]metav1.ConditionStatus{
+		return settled(p, map[v1alpha1.ConditionType]metav1.ConditionStatus{
 			v1alpha1.ConditionReady:    metav1.ConditionFalse,
 			v1alpha1.ConditionAccepted: metav1.ConditionTrue,
 		})
 	})
-	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionReady); c.Reason != string(v1alpha1.ReasonRedisCredentialsUnavailable) {
+	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, string(v1alpha1.ConditionReady)); c.Reason != string(v1alpha1.ReasonRedisCredentialsUnavailable) {
 		t.Errorf("Ready reason %q, want %q", c.Reason, v1alpha1.ReasonRedisCredentialsUnavailable)
 	}
 	// After the grace (2 s here, a minute by default) it is a failure that
 	// Flux and Argo CD report: Stalled, kstatus Failed.
 	eventually(t, "Stalled once the grace has passed", func() error {
-		c := meta.FindStatusCondition(get(t, p).Status.Conditions, ConditionStalled)
+		c := meta.FindStatusCondition(get(t, p).Status.Conditions, string(v1alpha1.ConditionStalled))
 		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(v1alpha1.ReasonRedisCredentialsUnavailable) {
 			return fmt.Errorf("Stalled %+v", c)
 		}
@@ -488,7 +488,7 @@ func TestCredentialsMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "Ready again with credentials", func() error { return settled(p, readyAccepted) })
-	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, ConditionStalled); c != nil {
+	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, string(v1alpha1.ConditionStalled)); c != nil {
 		t.Errorf("still Stalled with credentials: %+v", c)
 	}
 	events := recorder.about(ns, "p")
@@ -721,7 +721,7 @@ func TestPodCounts(t *testing.T) {
 	eventually(t, "one of two selected pods injected", counts(2, 1, metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced))
 	// The test namespace has no injection label: the message says so and
 	// names the pod, rather than guessing.
-	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced); !strings.Contains(c.Message, "namespace is not labelled") || !strings.Contains(c.Message, "plain") {
+	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, string(v1alpha1.ConditionEnforced)); !strings.Contains(c.Message, "namespace is not labelled") || !strings.Contains(c.Message, "plain") {
 		t.Errorf("Enforced message %q does not name the cause and the pod", c.Message)
 	}
 	waitGauge(t, unprotectedPodsGauge.WithLabelValues(ns), 1)
@@ -1072,7 +1072,7 @@ func TestNoEventsWhileTheNamespaceTerminates(t *testing.T) {
 	pod := newPod(ns, "web", map[string]string{"app": "checkout"}, true)
 	create(t, p, pod)
 	eventually(t, "policy enforced", func() error {
-		return settled(p, map[string]metav1.ConditionStatus{v1alpha1.ConditionEnforced: metav1.ConditionTrue})
+		return settled(p, map[v1alpha1.ConditionType]metav1.ConditionStatus{v1alpha1.ConditionEnforced: metav1.ConditionTrue})
 	})
 	var namespace corev1.Namespace
 	if err := k.Get(context.Background(), client.ObjectKey{Name: ns}, &namespace); err != nil {
@@ -1098,7 +1098,7 @@ func TestNoEventsWhileTheNamespaceTerminates(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "status follows: no pod selected", func() error {
-		return settled(p, map[string]metav1.ConditionStatus{v1alpha1.ConditionEnforced: metav1.ConditionFalse})
+		return settled(p, map[v1alpha1.ConditionType]metav1.ConditionStatus{v1alpha1.ConditionEnforced: metav1.ConditionFalse})
 	})
 	if evs := recorder.about(ns, "p"); len(evs) != before {
 		t.Errorf("events in a terminating namespace: %q", evs[before:])
@@ -1127,7 +1127,7 @@ func TestServiceBypassWarning(t *testing.T) {
 	create(t, p, newPod(ns, "web", map[string]string{"app": "checkout"}, true))
 	enforced := func(status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msgPart string) func() error {
 		return func() error {
-			c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced)
+			c := meta.FindStatusCondition(get(t, p).Status.Conditions, string(v1alpha1.ConditionEnforced))
 			if c == nil || c.Status != status || c.Reason != string(reason) || !strings.Contains(c.Message, msgPart) {
 				return fmt.Errorf("Enforced = %+v; want %s %s containing %q", c, status, reason, msgPart)
 			}
@@ -1153,7 +1153,7 @@ func TestServiceBypassWarning(t *testing.T) {
 	create(t, svc, other)
 	eventually(t, "bypass reported", enforced(metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar, "Service web port 80 targets the app's port number 8080"))
 	waitGauge(t, notEnforcedGauge.WithLabelValues(ns, string(v1alpha1.ReasonServiceBypassesSidecar), targetSidecar), 1)
-	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, v1alpha1.ConditionEnforced); strings.Contains(c.Message, "Service other") || strings.Contains(c.Message, "9090") {
+	if c := meta.FindStatusCondition(get(t, p).Status.Conditions, string(v1alpha1.ConditionEnforced)); strings.Contains(c.Message, "Service other") || strings.Contains(c.Message, "9090") {
 		t.Errorf("a Service selecting other pods, or a port that is not the app's, is reported: %s", c.Message)
 	}
 	eventually(t, "warning event", func() error {
@@ -1218,7 +1218,7 @@ func TestTargetPortMismatch(t *testing.T) {
 func podCounts(t *testing.T, p *v1alpha1.RateLimitPolicy, matched, enforced int32, cond metav1.ConditionStatus, reason v1alpha1.ConditionReason) func() error {
 	return func() error {
 		got := get(t, p)
-		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEnforced)
+		c := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionEnforced))
 		if got.Status.MatchedPods != matched || got.Status.EnforcedPods != enforced || c == nil || c.Status != cond || c.Reason != string(reason) {
 			return fmt.Errorf("matched %d enforced %d Enforced %+v; want %d %d %s %s",
 				got.Status.MatchedPods, got.Status.EnforcedPods, c, matched, enforced, cond, reason)

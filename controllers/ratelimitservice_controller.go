@@ -206,7 +206,7 @@ func (r *RateLimitServiceReconciler) requeue(conflicted bool, want []v1alpha1.Ra
 // serversBehind reports whether st is the status of an accepted policy
 // that a ready RLS server has not loaded (yet).
 func serversBehind(st v1alpha1.RateLimitPolicyStatus) bool {
-	return meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionAccepted) && st.EnforcedPods < st.MatchedPods
+	return meta.IsStatusConditionTrue(st.Conditions, string(v1alpha1.ConditionAccepted)) && st.EnforcedPods < st.MatchedPods
 }
 
 // rlsRender is the desired document of the rate limit service.

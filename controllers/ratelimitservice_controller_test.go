@@ -183,7 +183,7 @@ func enforcedCondition(p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatu
 		if err := cached.Get(context.Background(), client.ObjectKeyFromObject(p), &got); err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEnforced)
+		c := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionEnforced))
 		if got.Status.ObservedGeneration != got.Generation || c == nil || c.Status != status || c.Reason != string(reason) {
 			return fmt.Errorf("%s: Enforced %+v, want %s/%s", p.Name, c, status, reason)
 		}

@@ -62,7 +62,7 @@ func acceptedIs(p *v1alpha1.RateLimitPolicy, status metav1.ConditionStatus, reas
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(p), got); err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted)
+		c := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		if got.Status.ObservedGeneration != got.Generation || c == nil || c.Status != status || c.Reason != string(reason) ||
 			strings.Contains(c.Message, text) != has {
 			return fmt.Errorf("%s: Accepted %+v, want %s/%s with %q %v", p.Name, c, status, reason, text, has)
@@ -111,10 +111,10 @@ func TestRLSDomainOwnership(t *testing.T) {
 	theirs := rlsPolicy(other, "theirs", domain)
 	create(t, theirs)
 	eventually(t, "refused on another namespace's domain", acceptedIs(theirs, metav1.ConditionFalse, v1alpha1.ReasonDomainNotAllowed, render.RLSDomainsConfigMapName, true))
-	if err := settled(theirs, map[string]metav1.ConditionStatus{v1alpha1.ConditionReady: metav1.ConditionFalse, ConditionStalled: metav1.ConditionTrue}); err != nil {
+	if err := settled(theirs, map[v1alpha1.ConditionType]metav1.ConditionStatus{v1alpha1.ConditionReady: metav1.ConditionFalse, v1alpha1.ConditionStalled: metav1.ConditionTrue}); err != nil {
 		t.Error(err)
 	}
-	if c := meta.FindStatusCondition(get(t, theirs).Status.Conditions, v1alpha1.ConditionAccepted); strings.Contains(c.Message, owner) {
+	if c := meta.FindStatusCondition(get(t, theirs).Status.Conditions, string(v1alpha1.ConditionAccepted)); strings.Contains(c.Message, owner) {
 		t.Errorf("the refusal names the owner: %s", c.Message)
 	}
 	ids, _, err := rlsPolicyIDs()

@@ -44,12 +44,6 @@ import (
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
-// ConditionStalled is kstatus's "abnormal-true" condition: True (with Ready
-// False) when the spec is invalid, so that Flux and Argo CD (kstatus) report
-// the policy as Failed at once instead of waiting for it to become Ready.
-// It is absent otherwise.
-const ConditionStalled = "Stalled"
-
 // problem is why a condition is not True: Reason is the condition's reason
 // (for machines: kstatus, alerts, event reasons), Message its message (for
 // people). Conditions are built from problems, never from a loose error or
@@ -141,14 +135,14 @@ type conditionSetter struct {
 
 // set sets one condition, keeping its lastTransitionTime if its status
 // does not change.
-func (c conditionSetter) set(typ string, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
+func (c conditionSetter) set(typ v1alpha1.ConditionType, status metav1.ConditionStatus, reason v1alpha1.ConditionReason, msg string) {
 	meta.SetStatusCondition(&c.status.Conditions, metav1.Condition{
-		Type: typ, Status: status, Reason: string(reason), Message: msg, ObservedGeneration: c.generation,
+		Type: string(typ), Status: status, Reason: string(reason), Message: msg, ObservedGeneration: c.generation,
 	})
 }
 
 // failed sets typ False for the problem.
-func (c conditionSetter) failed(typ string, p *problem) {
+func (c conditionSetter) failed(typ v1alpha1.ConditionType, p *problem) {
 	c.set(typ, metav1.ConditionFalse, p.Reason(), p.Message())
 }
 
@@ -157,11 +151,11 @@ func (c conditionSetter) failed(typ string, p *problem) {
 // the same reason; otherwise it is now (the clock, as for any transition),
 // even if typ was False for another reason: it then says since when the
 // problem is this one.
-func (c conditionSetter) failedSince(typ string, p *problem) *metav1.Condition {
-	prev := meta.FindStatusCondition(c.status.Conditions, typ)
+func (c conditionSetter) failedSince(typ v1alpha1.ConditionType, p *problem) *metav1.Condition {
+	prev := meta.FindStatusCondition(c.status.Conditions, string(typ))
 	same := prev != nil && prev.Status == metav1.ConditionFalse && prev.Reason == string(p.Reason())
 	c.failed(typ, p)
-	cond := meta.FindStatusCondition(c.status.Conditions, typ)
+	cond := meta.FindStatusCondition(c.status.Conditions, string(typ))
 	if !same {
 		cond.LastTransitionTime = metav1.Now()
 	}
@@ -171,7 +165,7 @@ func (c conditionSetter) failedSince(typ string, p *problem) *metav1.Condition {
 // stalled sets Stalled True for the problem: nothing the controller does
 // clears it, so kstatus tools should report it at once.
 func (c conditionSetter) stalled(p *problem) {
-	c.set(ConditionStalled, metav1.ConditionTrue, p.Reason(), p.Message())
+	c.set(v1alpha1.ConditionStalled, metav1.ConditionTrue, p.Reason(), p.Message())
 }
 
 // notAccepted reports a policy left out of the configuration, for both
@@ -190,7 +184,7 @@ func (c conditionSetter) notAccepted(p *problem, enforcedMsg string) {
 // True) and clears Stalled; Ready and Enforced are the caller's.
 func (c conditionSetter) accepted(revision, cm string) {
 	c.status.Revision = revision
-	meta.RemoveStatusCondition(&c.status.Conditions, ConditionStalled)
+	meta.RemoveStatusCondition(&c.status.Conditions, string(v1alpha1.ConditionStalled))
 	c.set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "rendered into ConfigMap "+cm)
 }
 
@@ -216,7 +210,7 @@ func desiredStatus(p *v1alpha1.RateLimitPolicy, in statusInput) v1alpha1.RateLim
 		// Valid, and progress (kstatus InProgress, Argo CD Progressing):
 		// it is published once the legacy sidecars are restarted.
 		c.status.Revision = ""
-		meta.RemoveStatusCondition(&c.status.Conditions, ConditionStalled)
+		meta.RemoveStatusCondition(&c.status.Conditions, string(v1alpha1.ConditionStalled))
 		c.set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, "valid; "+in.heldBack.Message())
 		c.failed(v1alpha1.ConditionReady, in.heldBack)
 		c.failed(v1alpha1.ConditionEnforced, in.heldBack)
@@ -425,12 +419,12 @@ func emitTransitions(rec events.EventRecorder, old, updated *v1alpha1.RateLimitP
 	var reason string
 	var notes []string
 	kind := corev1.EventTypeNormal
-	for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionEnforced, v1alpha1.ConditionAccepted} {
-		c := meta.FindStatusCondition(updated.Status.Conditions, typ)
+	for _, typ := range []v1alpha1.ConditionType{v1alpha1.ConditionReady, v1alpha1.ConditionEnforced, v1alpha1.ConditionAccepted} {
+		c := meta.FindStatusCondition(updated.Status.Conditions, string(typ))
 		if c == nil {
 			continue
 		}
-		if prev := meta.FindStatusCondition(old.Status.Conditions, typ); prev != nil && prev.Status == c.Status && prev.Reason == c.Reason {
+		if prev := meta.FindStatusCondition(old.Status.Conditions, string(typ)); prev != nil && prev.Status == c.Status && prev.Reason == c.Reason {
 			continue
 		}
 		// An unverified token policy is accepted, and still warned about.

@@ -53,14 +53,14 @@ type cond struct {
 
 // conditionsOf keys a status's conditions by type, as tables state them,
 // and fails if a condition does not describe generation.
-func conditionsOf(t *testing.T, st v1alpha1.RateLimitPolicyStatus, generation int64) map[string]cond {
+func conditionsOf(t *testing.T, st v1alpha1.RateLimitPolicyStatus, generation int64) map[v1alpha1.ConditionType]cond {
 	t.Helper()
-	out := map[string]cond{}
+	out := map[v1alpha1.ConditionType]cond{}
 	for _, c := range st.Conditions {
 		if c.ObservedGeneration != generation {
 			t.Errorf("%s: observedGeneration %d, want %d", c.Type, c.ObservedGeneration, generation)
 		}
-		out[c.Type] = cond{c.Status, v1alpha1.ConditionReason(c.Reason), c.Message}
+		out[v1alpha1.ConditionType(c.Type)] = cond{c.Status, v1alpha1.ConditionReason(c.Reason), c.Message}
 	}
 	return out
 }
@@ -68,18 +68,18 @@ func conditionsOf(t *testing.T, st v1alpha1.RateLimitPolicyStatus, generation in
 // notAcceptedConds are the conditions of a policy left out of the
 // configuration for reason, with message msg, whose Enforced says
 // enforcedMsg.
-func notAcceptedConds(reason v1alpha1.ConditionReason, msg, enforcedMsg string) map[string]cond {
-	return map[string]cond{
+func notAcceptedConds(reason v1alpha1.ConditionReason, msg, enforcedMsg string) map[v1alpha1.ConditionType]cond {
+	return map[v1alpha1.ConditionType]cond{
 		v1alpha1.ConditionAccepted: {metav1.ConditionFalse, reason, msg},
 		v1alpha1.ConditionReady:    {metav1.ConditionFalse, reason, msg},
-		ConditionStalled:           {metav1.ConditionTrue, reason, msg},
+		v1alpha1.ConditionStalled:  {metav1.ConditionTrue, reason, msg},
 		v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonNotAccepted, enforcedMsg},
 	}
 }
 
 // conds are the conditions of an accepted policy, without Stalled.
-func conds(accepted, ready, enforced cond) map[string]cond {
-	return map[string]cond{v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: ready, v1alpha1.ConditionEnforced: enforced}
+func conds(accepted, ready, enforced cond) map[v1alpha1.ConditionType]cond {
+	return map[v1alpha1.ConditionType]cond{v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: ready, v1alpha1.ConditionEnforced: enforced}
 }
 
 var condOpt = cmp.AllowUnexported(cond{})
@@ -125,7 +125,7 @@ func TestDesiredStatus(t *testing.T) {
 		spec         *v1alpha1.RateLimitPolicySpec
 		before       v1alpha1.RateLimitPolicyStatus
 		in           statusInput
-		want         map[string]cond
+		want         map[v1alpha1.ConditionType]cond
 		wantRevision string
 	}{
 		// Verified tokens (issue 23).
@@ -180,13 +180,13 @@ func TestDesiredStatus(t *testing.T) {
 		},
 		{
 			name:   "no room in the ConfigMap (wrapped): not accepted, stalled, the old revision dropped",
-			before: previously(metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)}),
+			before: previously(metav1.Condition{Type: string(v1alpha1.ConditionAccepted), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)}),
 			in:     statusInput{notAccepted: notAcceptedProblem(fmt.Errorf("namespace shop: %w", tooLarge)), matched: 1},
 			want:   notAcceptedConds(v1alpha1.ReasonConfigTooLarge, tooLargeMsg, "not enforced: the policy is not accepted (1 pods selected)"),
 		},
 		{
 			name:         "accepted again: Stalled goes",
-			before:       previously(metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid)}),
+			before:       previously(metav1.Condition{Type: string(v1alpha1.ConditionStalled), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid)}),
 			in:           statusInput{revision: "r2", matched: 1, enforced: 1},
 			want:         conds(accepted, published, cond{metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"}),
 			wantRevision: "r2",
@@ -220,10 +220,10 @@ func TestDesiredStatus(t *testing.T) {
 		},
 		{
 			name: "held back for sidecars of an earlier release: accepted, not ready, not stalled, no revision",
-			before: previously(metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid)},
-				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)}),
+			before: previously(metav1.Condition{Type: string(v1alpha1.ConditionStalled), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid)},
+				metav1.Condition{Type: string(v1alpha1.ConditionAccepted), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)}),
 			in: statusInput{heldBack: heldBackProblem(1, []string{"web-1", "web-2", "web-3", "web-4"}, "shop"), revision: "r1", matched: 4, enforced: 4},
-			want: map[string]cond{
+			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: {metav1.ConditionTrue, v1alpha1.ReasonAccepted, "valid; " + heldBackMsg},
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonSidecarsOutdated, heldBackMsg},
 				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonSidecarsOutdated, heldBackMsg},
@@ -232,7 +232,7 @@ func TestDesiredStatus(t *testing.T) {
 		{
 			name: "credentials missing just now: not ready, not yet stalled",
 			in:   statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
-			want: map[string]cond{
+			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted,
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
 				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"},
@@ -241,13 +241,13 @@ func TestDesiredStatus(t *testing.T) {
 		},
 		{
 			name: "credentials missing for longer than the grace: stalled",
-			before: previously(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+			before: previously(metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse,
 				Reason: string(v1alpha1.ReasonRedisCredentialsUnavailable), Message: noCredentials}),
 			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
-			want: map[string]cond{
+			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted,
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
-				ConditionStalled:           {metav1.ConditionTrue, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
+				v1alpha1.ConditionStalled:  {metav1.ConditionTrue, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
 				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"},
 			},
 			wantRevision: "r1",
@@ -255,12 +255,12 @@ func TestDesiredStatus(t *testing.T) {
 		{
 			name: "fixed while the credentials are missing: Ready was False (Invalid) long ago, the grace starts now",
 			before: previously(
-				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
-				metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
-				metav1.Condition{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
-				metav1.Condition{Type: v1alpha1.ConditionEnforced, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNotAccepted)}),
+				metav1.Condition{Type: string(v1alpha1.ConditionAccepted), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
+				metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
+				metav1.Condition{Type: string(v1alpha1.ConditionStalled), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
+				metav1.Condition{Type: string(v1alpha1.ConditionEnforced), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNotAccepted)}),
 			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
-			want: map[string]cond{
+			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted,
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
 				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"},
@@ -270,10 +270,10 @@ func TestDesiredStatus(t *testing.T) {
 		{
 			name: "room made while the credentials are missing: Ready was False (ConfigTooLarge) long ago, the grace starts now",
 			before: previously(
-				metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigTooLarge), Message: tooLargeMsg},
-				metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigTooLarge), Message: tooLargeMsg}),
+				metav1.Condition{Type: string(v1alpha1.ConditionAccepted), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigTooLarge), Message: tooLargeMsg},
+				metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigTooLarge), Message: tooLargeMsg}),
 			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
-			want: map[string]cond{
+			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted,
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
 				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"},
@@ -282,10 +282,10 @@ func TestDesiredStatus(t *testing.T) {
 		},
 		{
 			name: "credentials missing, no clock (now unset): never stalled",
-			before: previously(metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+			before: previously(metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse,
 				Reason: string(v1alpha1.ReasonRedisCredentialsUnavailable), Message: noCredentials}),
 			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), grace: time.Minute},
-			want: map[string]cond{
+			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted,
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
 				v1alpha1.ConditionEnforced: {metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"},
@@ -577,7 +577,7 @@ func TestRLSDesiredStatus(t *testing.T) {
 		name              string
 		before            v1alpha1.RateLimitPolicyStatus
 		in                rlsStatusInput
-		want              map[string]cond
+		want              map[v1alpha1.ConditionType]cond
 		matched, enforced int32
 		// recheck: the reconcile asks to come back after Recheck (a server
 		// may yet load the policy; nothing watched says when).
@@ -600,7 +600,7 @@ func TestRLSDesiredStatus(t *testing.T) {
 		{
 			name: "not accepted, after it was enforced: counts drop, no recheck",
 			before: v1alpha1.RateLimitPolicyStatus{MatchedPods: 2, EnforcedPods: 2, Conditions: []metav1.Condition{
-				{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted), ObservedGeneration: 3},
+				{Type: string(v1alpha1.ConditionAccepted), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted), ObservedGeneration: 3},
 			}},
 			in:      rlsStatusInput{notAccepted: notAcceptedProblem(invalid), servers: []serverState{server("10.0.0.1:8082", "r1"), server("10.0.0.2:8082", "r1")}},
 			matched: 0, enforced: 0,
@@ -623,7 +623,7 @@ func TestRLSDesiredStatus(t *testing.T) {
 			name:    "a server that could not be asked, one behind, one without the policy",
 			in:      rlsStatusInput{revision: "r2", servers: []serverState{server("10.0.0.1:8082", "r1"), down, {addr: "10.0.0.3:8082"}}},
 			matched: 3, enforced: 0, recheck: true,
-			want: map[string]cond{
+			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
 				v1alpha1.ConditionEnforced: {metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
 					"0 of 3 rate limit service servers loaded revision r2; 10.0.0.1:8082, 10.0.0.3:8082 serve an older configuration (the kubelet refreshes the mounted ConfigMap within about a minute); " +

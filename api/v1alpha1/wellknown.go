@@ -152,20 +152,31 @@ type TakenOverPort struct {
 	HostIP   string `json:"hostIP,omitempty"`
 }
 
+// ConditionType is the type of a RateLimitPolicy condition
+// (metav1.Condition.Type holds it as a string). A type of its own, as
+// gateway-api's GatewayConditionType, so that a condition type is never
+// mistaken for a reason (ConditionReason) or a message.
+type ConditionType string
+
 // Condition types of a RateLimitPolicy.
 const (
 	// ConditionReady is True when the policy is accepted and the sidecar
 	// configuration containing it (and the Redis credentials) are published
 	// in its namespace. kstatus-based tools (Flux, Argo CD) read it.
-	ConditionReady = "Ready"
+	ConditionReady ConditionType = "Ready"
 	// ConditionAccepted is True when the spec is valid and rendered into the
 	// namespace's sidecar configuration; False with reason Invalid or
 	// ConfigTooLarge otherwise (or, for the rate limit service,
 	// DomainNotAllowed).
-	ConditionAccepted = "Accepted"
+	ConditionAccepted ConditionType = "Accepted"
 	// ConditionEnforced is True when at least one pod is selected and every
 	// selected pod carries the sidecar. Its message counts them.
-	ConditionEnforced = "Enforced"
+	ConditionEnforced ConditionType = "Enforced"
+	// ConditionStalled is kstatus's "abnormal-true" condition: True (with
+	// Ready False) when the spec is invalid, so that Flux and Argo CD
+	// (kstatus) report the policy as Failed at once instead of waiting for
+	// it to become Ready. It is absent otherwise.
+	ConditionStalled ConditionType = "Stalled"
 )
 
 // ConditionReason is the reason of a RateLimitPolicy condition, one word in

@@ -12,11 +12,10 @@ import (
 // (package debugapi) and finds the sidecar by the API's names; linking the
 // sidecar for them pulled in the proxy, the limiter, the Redis client and
 // Prometheus. The manager renders documents (sidecarconfig, rlsconfig)
-// whose enumerations live in those wire packages, not in the limiter; it
-// links the limiter for one reason only: it administers the shared Redis
-// (internal/redisadmin), loading the limiter's scripts as the Functions
-// library and deriving each identity's key patterns from the limiter's key
-// layout, whose one home is the limiter.
+// whose enumerations live in those wire packages, not in the limiter, and
+// administers the shared Redis (internal/redisadmin) from what slidegate
+// keeps there (internal/redisschema: the keys, the Functions library, the
+// ACL rules); linking the limiter for that pulled in its request path.
 func TestLinksOnlyWhatItNeeds(t *testing.T) {
 	const mod = "github.com/slidegate/slidegate/"
 	for _, tt := range []struct {
@@ -27,7 +26,7 @@ func TestLinksOnlyWhatItNeeds(t *testing.T) {
 			mod + "internal/sidecar", mod + "internal/limiter", mod + "internal/inject", mod + "internal/redisconn",
 			"github.com/redis/go-redis/v9", "github.com/prometheus/client_golang/prometheus",
 		}},
-		{"../manager", []string{mod + "internal/sidecar", mod + "internal/rls"}},
+		{"../manager", []string{mod + "internal/sidecar", mod + "internal/rls", mod + "internal/limiter"}},
 	} {
 		out, err := exec.Command("go", "list", "-deps", tt.pkg).CombinedOutput()
 		if err != nil {
@@ -38,6 +37,18 @@ func TestLinksOnlyWhatItNeeds(t *testing.T) {
 			if slices.Contains(deps, f) {
 				t.Errorf("%s links %s", tt.pkg, f)
 			}
+		}
+	}
+	// What slidegate keeps in Redis is a leaf: the limiter and the manager
+	// both import it, so anything internal it imported would be linked by
+	// both again.
+	out, err := exec.Command("go", "list", "-deps", "../../internal/redisschema").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps internal/redisschema: %v\n%s", err, out)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if strings.HasPrefix(d, mod) && d != mod+"internal/redisschema" {
+			t.Errorf("internal/redisschema imports %s", d)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 )
 
 // TestFunctionIdentityFollowsASK: a namespace's own identity
@@ -20,7 +21,7 @@ func TestFunctionIdentityFollowsASK(t *testing.T) {
 	loadLibrary(t, clusterClient(t, c))
 	ns := "ask" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	user := "test-ns-" + ns
-	setuser := append([]string{"ACL", "SETUSER", user, "reset", "on", ">pw"}, FunctionACLRules(KeyPatterns("", ns, nil, ""))...)
+	setuser := append([]string{"ACL", "SETUSER", user, "reset", "on", ">pw"}, redisschema.FunctionACLRules(redisschema.KeyPatterns("", ns, nil, ""))...)
 	for _, n := range c.Nodes {
 		if _, err := n.Do(setuser...); err != nil {
 			t.Fatal(err)
@@ -42,11 +43,11 @@ func TestFunctionIdentityFollowsASK(t *testing.T) {
 		t.Fatalf("before the migration: %+v", d)
 	}
 	key := Key("", rule.ID, "c")
-	from, err := c.Owner(slot(key))
+	from, err := c.Owner(redisschema.Slot(key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := c.StartMigration(slot(key), otherMaster(t, c, from))
+	m, err := c.StartMigration(redisschema.Slot(key), otherMaster(t, c, from))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -55,7 +56,7 @@ func BenchmarkDecide(b *testing.B) {
 func BenchmarkDecideFunctions(b *testing.B) {
 	r := testsupport.StartRedis(b)
 	rdb := standalone(b, r.Addr)
-	if _, err := EnsureLibrary(context.Background(), rdb); err != nil {
+	if _, err := redisschema.EnsureLibrary(context.Background(), rdb); err != nil {
 		b.Fatal(err)
 	}
 	for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
@@ -143,7 +144,7 @@ func BenchmarkTextbook(b *testing.B) {
 			benchParallel(b, callers, func(i int) {
 				key := Key(defaultPrefix, "bench/textbook", strconv.Itoa(i%10000))
 				member := "m" + strconv.Itoa(i)
-				if err := rdb.Eval(context.Background(), decideScript, []string{key},
+				if err := rdb.Eval(context.Background(), redisschema.Decide.Body, []string{key},
 					member, 1000, 1, int64(1)<<40, time.Second.Microseconds(), 0, 1).Err(); err != nil {
 					b.Fatal(err)
 				}

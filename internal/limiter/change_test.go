@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -288,7 +289,7 @@ func clientsInSlot(prefix, rule string, n int) ([]string, int) {
 	want := -1
 	for i := 0; len(out) < n; i++ {
 		c := fmt.Sprintf("hot-%d", i)
-		s := slot(Key(prefix, rule, c))
+		s := redisschema.Slot(Key(prefix, rule, c))
 		if want == -1 {
 			want = s
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -133,8 +134,8 @@ func TestSlotMatchesRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := slot(k); int64(got) != want {
-			t.Fatalf("slot(%q) = %d, CLUSTER KEYSLOT = %d", k, got, want)
+		if got := redisschema.Slot(k); int64(got) != want {
+			t.Fatalf("redisschema.Slot(%q) = %d, CLUSTER KEYSLOT = %d", k, got, want)
 		}
 	}
 }
@@ -144,7 +145,7 @@ func TestSlotMatchesRedis(t *testing.T) {
 func TestClusterACLUser(t *testing.T) {
 	c := sharedCluster(t)
 	for _, n := range c.Nodes {
-		if _, err := n.Do(append([]string{"ACL", "SETUSER", "limiter", "on", ">s3cret"}, ACLRules("")...)...); err != nil {
+		if _, err := n.Do(append([]string{"ACL", "SETUSER", "limiter", "on", ">s3cret"}, redisschema.ACLRules("")...)...); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -173,7 +173,7 @@ func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, ou
 // and the score make a listpack entry of 20 B (a process id and sequence
 // number, as before, took 13-15 B and made 26). Because it comes from
 // the caller, a call that runs twice (go-redis or the limiter resending
-// it) finds its own admit and admits nothing more (decideBatchScript).
+// it) finds its own admit and admits nothing more (redisschema.DecideBatch).
 func (l *Limiter) nextMember() string {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], rand.Uint64()) //nolint:gosec // uniqueness, not secrecy

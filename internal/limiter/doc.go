@@ -24,7 +24,7 @@
 // pipelined round trips are in flight, each carrying whatever decisions were
 // queued when its connection became free (at most MaxBatch), and one
 // script call decides all of them whose keys share a slot
-// (decideBatchScript). Throughput is then bounded by Redis executing the
+// (redisschema.DecideBatch). Throughput is then bounded by Redis executing the
 // scripts, not by round trips.
 //
 // # Failure

@@ -1,6 +1,10 @@
 package limiter
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidegate/slidegate/internal/redisschema"
+)
 
 // grouping says which keys one script may touch together.
 type grouping int
@@ -76,9 +80,9 @@ func (gr grouping) split(keys []string) []group {
 		s, tag := 0, ""
 		switch gr {
 		case groupSlot:
-			s = slot(k)
+			s = redisschema.Slot(k)
 		case groupTag:
-			tag = hashTag(k)
+			tag = redisschema.HashTag(k)
 		}
 		found := false
 		for gi := range gs {

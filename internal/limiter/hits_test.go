@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -186,7 +187,7 @@ func TestHitsUndoAcrossSlots(t *testing.T) {
 		// Different clients hash to different slots; find a pair that does.
 		ca, cb := "x", ""
 		for i := 0; cb == ""; i++ {
-			if k := "y" + strconv.Itoa(i); slot(l.keyOf(&Request{Rule: b, Client: k})) != slot(l.keyOf(&Request{Rule: a, Client: ca})) {
+			if k := "y" + strconv.Itoa(i); redisschema.Slot(l.keyOf(&Request{Rule: b, Client: k})) != redisschema.Slot(l.keyOf(&Request{Rule: a, Client: ca})) {
 				cb = k
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidegate/slidegate/internal/redisschema"
 )
 
 // TestClusterPipelineRunsACommandOnce: in a slot that is moving, one
@@ -23,7 +25,7 @@ func TestClusterPipelineRunsACommandOnce(t *testing.T) {
 	c := changingCluster(t)
 	tag := "{guard" + strconv.FormatInt(time.Now().UnixNano(), 36) + "}"
 	kept, moved, counter := tag+"kept", tag+"moved", tag+"counter"
-	s := slot(kept)
+	s := redisschema.Slot(kept)
 	from, err := c.Owner(s)
 	if err != nil {
 		t.Fatal(err)

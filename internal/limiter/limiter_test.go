@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -503,7 +504,7 @@ func TestCloseFailsFast(t *testing.T) {
 // epoch the script hardcodes.
 func TestServerTime(t *testing.T) {
 	t.Parallel()
-	for _, src := range []string{decideScript, decideBatchScript} {
+	for _, src := range []string{redisschema.Decide.Body, redisschema.DecideBatch.Body} {
 		if !strings.Contains(src, "- "+strconv.Itoa(scoreEpoch)+")") {
 			t.Fatal("a script does not use scoreEpoch")
 		}

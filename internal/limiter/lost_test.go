@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -68,7 +69,7 @@ func TestGivenUpAdmitIsUndone(t *testing.T) {
 			cli := ""
 			for i := 0; cli == ""; i++ {
 				c := "c" + strconv.Itoa(i)
-				if slot(l.keyOf(&Request{Rule: tc.a, Client: c})) < 8192 && slot(l.keyOf(&Request{Rule: tc.b, Client: c})) >= 8192 {
+				if redisschema.Slot(l.keyOf(&Request{Rule: tc.a, Client: c})) < 8192 && redisschema.Slot(l.keyOf(&Request{Rule: tc.b, Client: c})) >= 8192 {
 					cli = c
 				}
 			}

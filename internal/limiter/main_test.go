@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -88,11 +89,11 @@ func loadLibrary(tb testing.TB, rdb redis.UniversalClient) {
 	var err error
 	if c, ok := rdb.(*redis.ClusterClient); ok {
 		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			_, err := EnsureLibrary(ctx, m)
+			_, err := redisschema.EnsureLibrary(ctx, m)
 			return err
 		})
 	} else {
-		_, err = EnsureLibrary(ctx, rdb)
+		_, err = redisschema.EnsureLibrary(ctx, rdb)
 	}
 	if err != nil {
 		tb.Fatalf("loading the slidegate library: %v", err)
@@ -131,3 +132,7 @@ func eventually(d time.Duration, cond func() bool) (time.Duration, bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// Key is redisschema.Key, under the name the package's tests have long
+// used for it.
+var Key = redisschema.Key

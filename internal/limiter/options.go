@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/slidegate/slidegate/internal/redisschema"
 )
 
 // Options tune a Limiter. The zero value of every field means its default.
@@ -108,7 +110,7 @@ type Options struct {
 }
 
 const (
-	defaultPrefix      = "slidegate:"
+	defaultPrefix      = redisschema.DefaultPrefix
 	defaultTimeout     = time.Second
 	defaultMargin      = time.Second
 	defaultMaxBatch    = 256

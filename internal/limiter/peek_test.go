@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -118,7 +119,7 @@ func TestPeekNeverWrites(t *testing.T) {
 				if alg == SlidingWindowCounter {
 					flags = "1"
 				}
-				err := rdb.Eval(ctx, decideScript, []string{key}, "naive", "1000", "0",
+				err := rdb.Eval(ctx, redisschema.Decide.Body, []string{key}, "naive", "1000", "0",
 					rule.Limit, rule.Window.Microseconds(), flags, 1).Err()
 				if err != nil {
 					t.Fatal(err)
@@ -131,7 +132,7 @@ func TestPeekNeverWrites(t *testing.T) {
 	}
 	// Redis itself refuses a write from the read script's flags: a
 	// future edit that writes fails loudly instead of changing windows.
-	bad := strings.Replace(peekScript, "local pttl", "redis.call('PEXPIRE', key, 1)\nlocal pttl", 1)
+	bad := strings.Replace(redisschema.Peek.Script(), "local pttl", "redis.call('PEXPIRE', key, 1)\nlocal pttl", 1)
 	err := rdb.Eval(ctx, bad, []string{"ns:any"}, 5, 60_000_000, "0").Err()
 	if err == nil || !strings.Contains(err.Error(), "Write commands are not allowed") {
 		t.Errorf("a write in the no-writes script: %v", err)

@@ -6,35 +6,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// announceScript registers one member under a rule's presence key and
-// counts the members seen within the ttl, on Redis's clock.
-//
-//	KEYS[1]  the presence key of a rule
-//	ARGV[1]  the member (this process)
-//	ARGV[2]  ttl in ms
-const announceScript = `
-local ttl = tonumber(ARGV[2])
-if #KEYS ~= 1 or #ARGV ~= 2 or not ttl or ttl < 1 then
-  return redis.error_reply('ERR slidegate: malformed announce call')
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
-redis.call('PEXPIRE', KEYS[1], 2 * ttl)
-return redis.call('ZCARD', KEYS[1])
-`
+	"github.com/slidegate/slidegate/internal/redisschema"
+)
 
 var (
-	announceLua  = newScript(announceScript, "slidegate_announce_v1")
-	announceEval = redis.NewScript(announceScript)
+	announceLua  = newScript(redisschema.Announce)
+	announceEval = redis.NewScript(redisschema.Announce.Script())
 )
-
-// presenceKey is the Redis key under which the sidecars enforcing a rule
-// announce themselves.
-func presenceKey(prefix, ruleID string) string { return prefix + "peers:" + ruleID }
 
 // Announce registers this process as enforcing each rule of ids and
 // returns, per rule, how many processes did so within ttl (this one
@@ -47,7 +26,7 @@ func (l *Limiter) Announce(ctx context.Context, ids []string, ttl time.Duration)
 	var errs []error
 	ms := max(ttl.Milliseconds(), 1)
 	for _, id := range ids {
-		n, err := l.announce(ctx, presenceKey(l.opts.Prefix, id), ms)
+		n, err := l.announce(ctx, redisschema.PresenceKey(l.opts.Prefix, id), ms)
 		if err != nil {
 			errs = append(errs, err)
 			continue

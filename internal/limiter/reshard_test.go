@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -22,13 +23,13 @@ import (
 func sharedSlot(a string, n int) (b string, clients []string, at int) {
 	client := func(i int) string { return fmt.Sprintf("hot-%06d", i) }
 	for j := 0; b == ""; j++ {
-		if id := fmt.Sprintf("ns/b-%d", j); slot(Key("", a, client(0))) == slot(Key("", id, client(0))) {
+		if id := fmt.Sprintf("ns/b-%d", j); redisschema.Slot(Key("", a, client(0))) == redisschema.Slot(Key("", id, client(0))) {
 			b = id
 		}
 	}
-	at = slot(Key("", a, client(0)))
+	at = redisschema.Slot(Key("", a, client(0)))
 	for i := 0; len(clients) < n; i++ {
-		if c := client(i); slot(Key("", a, c)) == at {
+		if c := client(i); redisschema.Slot(Key("", a, c)) == at {
 			clients = append(clients, c)
 		}
 	}

@@ -55,7 +55,7 @@ func counted(t *testing.T, l *Limiter, rule Rule, client string) int64 {
 // whose reply was lost (MaxRedirects, not MaxRetries, governs that), so
 // Redis runs the decide script twice. The second run must find the first's
 // admit and admit nothing more. SlidingLog keys only: a counter key keeps
-// no members, and such a rerun counts twice (decideScript says why).
+// no members, and such a rerun counts twice (redisschema's decideScript says why).
 func TestClusterRetryDecidesOnce(t *testing.T) {
 	r := testsupport.StartRedis(t)
 	// The reply to the decide script is lost after the script ran.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slidegate/slidegate/internal/redisschema"
 )
 
 // Table tests of the one place that knows the scripts' command and reply
@@ -125,7 +127,7 @@ func TestUndoArgs(t *testing.T) {
 func TestAsEval(t *testing.T) {
 	args := []any{"evalsha", undoLua.sha, 1, "k", "m", "", "1"}
 	got := asEval(args, &undoLua)
-	want := []any{"eval", undoScript, 1, "k", "m", "", "1"}
+	want := []any{"eval", redisschema.Undo.Body, 1, "k", "m", "", "1"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("args:\n got %+v\nwant %+v", got, want)
 	}

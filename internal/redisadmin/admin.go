@@ -35,8 +35,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 )
 
 // The names of the users the manager owns. Sync deletes any user of these
@@ -65,7 +65,7 @@ type User struct {
 	// one and, during a rotation, the previous one.
 	Passwords []string
 	// Rules follow "on" and the passwords in ACL SETUSER
-	// (limiter.FunctionACLRules).
+	// (redisschema.FunctionACLRules).
 	Rules []string
 }
 
@@ -156,7 +156,7 @@ type NodeStatus struct {
 	// set there (or is new to the Admin): every user was set again.
 	Restarted bool
 	// Library is what EnsureLibrary found (masters; Sync only).
-	Library limiter.LibraryState
+	Library redisschema.LibraryState
 	// Unauthenticated: the node answered a command sent without AUTH
 	// (Sync only).
 	Unauthenticated bool
@@ -252,7 +252,7 @@ func (a *Admin) sync(ctx context.Context, users []User) (Status, error) {
 	st := a.each(ctx, nodes, func(ctx context.Context, n *node, ns *NodeStatus) error {
 		ns.Unauthenticated = a.unauthenticated(ctx, n.addr)
 		if ns.Master {
-			state, err := limiter.EnsureLibrary(ctx, n.client)
+			state, err := redisschema.EnsureLibrary(ctx, n.client)
 			if err != nil {
 				return err
 			}

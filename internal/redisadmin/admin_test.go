@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -128,7 +128,7 @@ func TestSyncStandalone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Nodes) != 1 || !st.Nodes[0].Master || !st.Nodes[0].Restarted || st.Nodes[0].Library != limiter.LibraryLoaded || !st.Nodes[0].Unauthenticated {
+	if len(st.Nodes) != 1 || !st.Nodes[0].Master || !st.Nodes[0].Restarted || st.Nodes[0].Library != redisschema.LibraryLoaded || !st.Nodes[0].Unauthenticated {
 		t.Errorf("first sync: %+v", st)
 	}
 	for name, want := range map[string]bool{"slidegate-ns-a": true, "slidegate-ns-b": true, "slidegate-ns-gone": false, "someone-else": true} {
@@ -147,7 +147,7 @@ func TestSyncStandalone(t *testing.T) {
 	}
 
 	st, err = a.Sync(ctx, users(t, "a"))
-	if err != nil || st.Nodes[0].Restarted || st.Nodes[0].Library != limiter.LibraryCurrent {
+	if err != nil || st.Nodes[0].Restarted || st.Nodes[0].Library != redisschema.LibraryCurrent {
 		t.Fatalf("second sync: %+v, %v", st, err)
 	}
 	if err := r.Kill(); err != nil {
@@ -157,7 +157,7 @@ func TestSyncStandalone(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err = a.Sync(ctx, users(t, "a"))
-	if err != nil || !st.Nodes[0].Restarted || st.Nodes[0].Library != limiter.LibraryLoaded || !hasUser(r, "slidegate-ns-a") {
+	if err != nil || !st.Nodes[0].Restarted || st.Nodes[0].Library != redisschema.LibraryLoaded || !hasUser(r, "slidegate-ns-a") {
 		t.Fatalf("after a restart without persistence: %+v, %v", st, err)
 	}
 }
@@ -195,7 +195,7 @@ func TestSyncCluster(t *testing.T) {
 			t.Errorf("node %s lacks the user", n.Addr)
 		}
 		testsupport.Eventually(t, 10*time.Second, 20*time.Millisecond, "the library on "+n.Addr, func() error {
-			got, err := n.Do("FUNCTION", "LIST", "LIBRARYNAME", limiter.LibraryName)
+			got, err := n.Do("FUNCTION", "LIST", "LIBRARYNAME", redisschema.LibraryName)
 			if err == nil && !strings.Contains(got, "slidegate_decide_v1") {
 				err = errMissing
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -23,7 +24,7 @@ import (
 // sidecar decides. Every attempt must be refused (NOPERM), B's decisions
 // must be what they would be without A, and no code of A's runs on the
 // server. Its pair, "shared identity", makes the same attempts with the
-// one identity every namespace held before (limiter.ACLRules, which this
+// one identity every namespace held before (redisschema.ACLRules, which this
 // suite's own check must catch): they succeed.
 func TestHostileTenant(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
@@ -52,7 +53,7 @@ func hostileTenant(t *testing.T, cfg redisconn.Config, shared bool) {
 	ctx := context.Background()
 	run := strconv.FormatInt(time.Now().UnixNano()%1e9, 36) // a fresh keyspace per run (-count, the shared cluster)
 	nsA, nsB := "a-"+run, "b-"+run
-	longB := nsB + "/" + strings.Repeat("long", 40) // hashed keys (limiter.HashedRuleID)
+	longB := nsB + "/" + strings.Repeat("long", 40) // hashed keys (redisschema.HashedRuleID)
 	rlsID := "rls/" + nsB + "/gateway"
 	perUser := limiter.Rule{ID: nsB + "/per-user", Limit: 10, Window: time.Minute}
 	counter := limiter.Rule{ID: nsB + "/counter", Limit: 10, Window: time.Minute, Algorithm: limiter.SlidingWindowCounter}
@@ -74,7 +75,7 @@ func hostileTenant(t *testing.T, cfg redisconn.Config, shared bool) {
 	}
 	if shared {
 		// Before: one user for the whole keyspace, handed to every namespace.
-		userA = User{Name: "slidegate", Passwords: []string{"pw-a"}, Rules: limiter.ACLRules("")}
+		userA = User{Name: "slidegate", Passwords: []string{"pw-a"}, Rules: redisschema.ACLRules("")}
 		if _, err := admin.Apply(ctx, []User{userA}, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -103,13 +104,13 @@ func hostileTenant(t *testing.T, cfg redisconn.Config, shared bool) {
 	if _, err := limB.Announce(ctx, []string{perUser.ID}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	rlsKey := limiter.Key("slidegate:", rlsID, "victim")
+	rlsKey := redisschema.Key("slidegate:", rlsID, "victim")
 	if err := adminClient.ZAdd(ctx, rlsKey, redis.Z{Score: 1, Member: "admit"}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	victimKey := limiter.Key("slidegate:", perUser.ID, "victim")
-	counterKey := limiter.Key("slidegate:", counter.ID, "victim") + "c"
-	longKey := limiter.Key("slidegate:", long.ID, "victim")
+	victimKey := redisschema.Key("slidegate:", perUser.ID, "victim")
+	counterKey := redisschema.Key("slidegate:", counter.ID, "victim") + "c"
+	longKey := redisschema.Key("slidegate:", long.ID, "victim")
 	presence := "slidegate:peers:" + perUser.ID
 	before := snapshot(t, adminClient, victimKey, counterKey, longKey, presence, rlsKey)
 
@@ -289,11 +290,11 @@ func loadLibrary(t *testing.T, rdb redis.UniversalClient) {
 	var err error
 	if c, ok := rdb.(*redis.ClusterClient); ok {
 		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			_, err := limiter.EnsureLibrary(ctx, m)
+			_, err := redisschema.EnsureLibrary(ctx, m)
 			return err
 		})
 	} else {
-		_, err = limiter.EnsureLibrary(ctx, rdb)
+		_, err = redisschema.EnsureLibrary(ctx, rdb)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/redisschema"
 )
 
 // RLSScope is the first part of the rate limit service's rule IDs
@@ -16,7 +16,7 @@ import (
 const RLSScope = "rls"
 
 // NamespaceIdentity is namespace's user: it may call the slidegate
-// library on the namespace's keys only (limiter.KeyPatterns: its
+// library on the namespace's keys only (redisschema.KeyPatterns: its
 // counters, its presence keys, and a pattern for each of ruleIDs — its
 // policies' — whose keys are hashed), with passwords. A namespace named
 // like the rate limit service's scope gets none: its key pattern would be
@@ -28,7 +28,7 @@ func NamespaceIdentity(prefix, namespace string, ruleIDs, passwords []string) (U
 	return User{
 		Name:      NamespaceUser(namespace),
 		Passwords: passwords,
-		Rules:     limiter.FunctionACLRules(limiter.KeyPatterns(prefix, namespace, ruleIDs, "")),
+		Rules:     redisschema.FunctionACLRules(redisschema.KeyPatterns(prefix, namespace, ruleIDs, "")),
 	}, nil
 }
 
@@ -38,7 +38,7 @@ func RLSIdentity(prefix string, ruleIDs, passwords []string) User {
 	return User{
 		Name:      RLSUser,
 		Passwords: passwords,
-		Rules:     limiter.FunctionACLRules(limiter.KeyPatterns(prefix, RLSScope, ruleIDs, RLSScope)),
+		Rules:     redisschema.FunctionACLRules(redisschema.KeyPatterns(prefix, RLSScope, ruleIDs, RLSScope)),
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 //     round trip whose reply was lost (the breaker and fallback handle it).
 //     A ClusterClient still does: MaxRedirects, not MaxRetries, bounds its
 //     retries, network errors included, so Redis may run a decide script
-//     twice; the limiter's scripts make that harmless (see decideScript).
+//     twice; the limiter's scripts make that harmless (see redisschema.Decide).
 func (c Config) UniversalOptions() (*redis.UniversalOptions, error) {
 	if c.Mode == "" {
 		c.Mode = Standalone

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 )
 
 // TestClusterAllOrNothing: on a Redis Cluster, the descriptors of one
@@ -27,14 +28,14 @@ func TestClusterAllOrNothing(t *testing.T) {
 	rep := startReplica(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()}, cfg,
 		limiter.Options{Timeout: 5 * time.Second, Prefix: prefix, DenyCacheMax: -1})
 	// Find a user whose key is in another slot than the address's.
-	ipKey := limiter.Key(prefix, "rls/t/big", mustMatch(t, rep, "remote_address", "192.0.2.9"))
+	ipKey := redisschema.Key(prefix, "rls/t/big", mustMatch(t, rep, "remote_address", "192.0.2.9"))
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	defer func() { _ = rdb.Close() }()
 	slotOf := func(key string) int64 { return rdb.ClusterKeySlot(t.Context(), key).Val() }
 	user := ""
 	for i := 0; user == ""; i++ {
 		u := "u" + strconv.Itoa(i)
-		if slotOf(ipKey) != slotOf(limiter.Key(prefix, "rls/t/small", mustMatch(t, rep, "generic_key", "small", "user", u))) {
+		if slotOf(ipKey) != slotOf(redisschema.Key(prefix, "rls/t/small", mustMatch(t, rep, "generic_key", "small", "user", u))) {
 			user = u
 		}
 	}

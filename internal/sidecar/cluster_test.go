@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -31,14 +31,14 @@ func TestRunOnRedisCluster(t *testing.T) {
 	t.Cleanup(cl.Close)
 
 	const prefix, limit = "cl:", 30
-	global := limiter.Key(prefix, testNamespace+"/global", keyGlobal)
+	global := redisschema.Key(prefix, testNamespace+"/global", keyGlobal)
 	// userOutside is a user, named from base, whose per-user key is in
 	// another slot than the global key, and that key.
 	userOutside := func(base string) (string, string) {
 		t.Helper()
 		for i := range 100 {
 			u := fmt.Sprintf("%s-%d", base, i)
-			k := limiter.Key(prefix, testNamespace+"/per-user", hashKey(keyPrefixHeader, u))
+			k := redisschema.Key(prefix, testNamespace+"/per-user", hashKey(keyPrefixHeader, u))
 			if keySlot(t, cl, k) != keySlot(t, cl, global) {
 				return u, k
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -141,7 +142,7 @@ func TestExactLimitAcrossSidecars(t *testing.T) {
 	if notCounted != 10 {
 		t.Errorf("per-user not_counted = %v, want 10 (admits undone)", notCounted)
 	}
-	n, err := r.Do("ZCARD", limiter.Key("test:", testNamespace+"/per-user", hashKey(keyPrefixHeader, "alice")))
+	n, err := r.Do("ZCARD", redisschema.Key("test:", testNamespace+"/per-user", hashKey(keyPrefixHeader, "alice")))
 	if err != nil || n != "0" {
 		t.Errorf("per-user entries of alice in Redis = %q (%v), want 0: a rejected request must not consume budget", n, err)
 	}
@@ -330,7 +331,7 @@ func TestRun(t *testing.T) {
 	o.DecisionTimeout = exactTimeout
 	front, admin := startRun(t, o, testLogger(t))
 	assertRedisDecides(t, front, admin, func() (string, error) {
-		return r.Do("ZCARD", limiter.Key("run:", testNamespace+"/p", keyGlobal))
+		return r.Do("ZCARD", redisschema.Key("run:", testNamespace+"/p", keyGlobal))
 	})
 }
 

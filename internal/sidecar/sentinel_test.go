@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -21,7 +21,7 @@ import (
 func TestRunThroughSentinel(t *testing.T) {
 	master := testsupport.StartRedis(t)
 	const prefix, masterPW, sentinelPW, wrongPW = "sen:", "pw-master-5c0e", "pw-sentinel-91ad", "pw-wrong-3b7f"
-	if _, err := master.Do(append([]string{"ACL", "SETUSER", "sidecar", "on", ">" + masterPW}, limiter.ACLRules(prefix)...)...); err != nil {
+	if _, err := master.Do(append([]string{"ACL", "SETUSER", "sidecar", "on", ">" + masterPW}, redisschema.ACLRules(prefix)...)...); err != nil {
 		t.Fatal(err)
 	}
 	sentinel := testsupport.StartSentinel(t, master, "shop-redis", sentinelPW)
@@ -53,7 +53,7 @@ func TestRunThroughSentinel(t *testing.T) {
 
 	front, admin := run(sentinelPW)
 	assertRedisDecides(t, front, admin, func() (string, error) {
-		return master.Do("ZCARD", limiter.Key(prefix, testNamespace+"/p", keyGlobal))
+		return master.Do("ZCARD", redisschema.Key(prefix, testNamespace+"/p", keyGlobal))
 	})
 	front, admin = run(wrongPW)
 	assertFallsBackQuietly(t, front, admin, &logs, "WRONGPASS", masterPW, sentinelPW, wrongPW)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -33,7 +33,7 @@ func TestRunOverTLSAsACLUser(t *testing.T) {
 	}
 	secret.write(t, files)
 	const prefix, good, wrong = "tls:", "pw-9f3b7c1e-good", "pw-2d6a0e84-wrong"
-	if _, err := r.Do(append([]string{"ACL", "SETUSER", "sidecar", "on", ">" + good}, limiter.ACLRules(prefix)...)...); err != nil {
+	if _, err := r.Do(append([]string{"ACL", "SETUSER", "sidecar", "on", ">" + good}, redisschema.ACLRules(prefix)...)...); err != nil {
 		t.Fatal(err)
 	}
 	up := newUpstream(t)
@@ -55,7 +55,7 @@ func TestRunOverTLSAsACLUser(t *testing.T) {
 
 	front, admin := run(good)
 	assertRedisDecides(t, front, admin, func() (string, error) {
-		return r.Do("ZCARD", limiter.Key(prefix, testNamespace+"/p", keyGlobal))
+		return r.Do("ZCARD", redisschema.Key(prefix, testNamespace+"/p", keyGlobal))
 	})
 	// A wrong password: the sidecar stays up, decides by the fail mode, and
 	// says why in its log, without either password.

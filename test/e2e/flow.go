@@ -400,9 +400,9 @@ func statuses(ctx context.Context, c client.Client) ([]PolicyStatus, error) {
 	}
 	var out []PolicyStatus
 	for _, p := range list.Items {
-		cond := func(t string) metav1.ConditionStatus {
+		cond := func(t v1alpha1.ConditionType) metav1.ConditionStatus {
 			for _, c := range p.Status.Conditions {
-				if c.Type == t {
+				if c.Type == string(t) {
 					return c.Status
 				}
 			}

@@ -241,7 +241,7 @@ func waitPolicyEnforced(ctx context.Context, t *testing.T, ns string, want int32
 		var p v1alpha1.RateLimitPolicy
 		getJSON(ctx, t, &p, "-n", ns, "get", "rlp", "per-user")
 		for _, c := range p.Status.Conditions {
-			if c.Type == v1alpha1.ConditionEnforced && c.Status == "True" && p.Status.EnforcedPods == want && p.Status.MatchedPods == want {
+			if c.Type == string(v1alpha1.ConditionEnforced) && c.Status == "True" && p.Status.EnforcedPods == want && p.Status.MatchedPods == want {
 				return nil
 			}
 		}

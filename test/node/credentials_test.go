@@ -60,7 +60,7 @@ spec:
 	eventually(t, time.Minute, time.Second, "the policy reconciled", func() error {
 		var p v1alpha1.RateLimitPolicy
 		getJSON(ctx, t, &p, "-n", ns, "get", "rlp", "tenant")
-		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionAccepted)
+		c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionAccepted))
 		if c == nil || c.ObservedGeneration != p.Generation {
 			return fmt.Errorf("not reconciled yet: %+v", p.Status.Conditions)
 		}

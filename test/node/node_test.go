@@ -845,11 +845,11 @@ func serviceIP(ctx context.Context, t *testing.T, name string) string {
 	return svc.Spec.ClusterIP
 }
 
-func condition(ctx context.Context, t *testing.T, policy, typ string) *metav1.Condition {
+func condition(ctx context.Context, t *testing.T, policy string, typ v1alpha1.ConditionType) *metav1.Condition {
 	t.Helper()
 	var p v1alpha1.RateLimitPolicy
 	getJSON(ctx, t, &p, "-n", demo, "get", "rlp", policy)
-	return meta.FindStatusCondition(p.Status.Conditions, typ)
+	return meta.FindStatusCondition(p.Status.Conditions, string(typ))
 }
 
 // waitEnforced waits for Enforced=True on the policy with want pods.
@@ -858,7 +858,7 @@ func waitEnforced(ctx context.Context, t *testing.T, policy string, want int32) 
 	eventually(t, 2*time.Minute, time.Second, policy+" enforced on every pod", func() error {
 		var p v1alpha1.RateLimitPolicy
 		getJSON(ctx, t, &p, "-n", demo, "get", "rlp", policy)
-		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionEnforced)
+		c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionEnforced))
 		if c == nil || c.Status != "True" || p.Status.EnforcedPods != want || p.Status.MatchedPods != want {
 			return fmt.Errorf("enforced %d/%d matched, condition %+v", p.Status.EnforcedPods, p.Status.MatchedPods, c)
 		}

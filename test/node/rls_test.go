@@ -74,7 +74,7 @@ func testRateLimitService(ctx context.Context, t *testing.T, n *node) {
 	var p v1alpha1.RateLimitPolicy
 	took := eventually(t, 2*n.sync+45*time.Second, time.Second, "the policy Enforced by both RLS servers", func() error {
 		getJSON(ctx, t, &p, "-n", demo, "get", "rlp", "gateway-login")
-		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionEnforced)
+		c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionEnforced))
 		if c == nil || c.Status != "True" || p.Status.MatchedPods != 2 || p.Status.EnforcedPods != 2 {
 			return fmt.Errorf("matched %d, enforced %d, Enforced %+v", p.Status.MatchedPods, p.Status.EnforcedPods, c)
 		}

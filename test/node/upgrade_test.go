@@ -29,9 +29,9 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
-	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -74,13 +74,13 @@ func TestUpgrade(t *testing.T) {
 	u := &upgrade{n: n, prev: previousTree(t, n)}
 	u.newRelease = readVersion(t, n.root)
 	// Redis with AUTH, as an install of the previous release with its one
-	// shared identity has it (the user of limiter.ACLRules, whose
+	// shared identity has it (the user of redisschema.ACLRules, whose
 	// credentials the Secret of --redis-secret-name holds), and with the
 	// quickstart's administrative user, which the move to the namespace
 	// mode adds first (operations.md, "Moving an install to the namespace
 	// mode", step 1).
 	acl, adminUser, adminPassword := quickstartACL(t, n)
-	acl += fmt.Sprintf("\nuser %s on >%s %s\n", sharedRedisUser, sharedRedisPassword, strings.Join(limiter.ACLRules(""), " "))
+	acl += fmt.Sprintf("\nuser %s on >%s %s\n", sharedRedisUser, sharedRedisPassword, strings.Join(redisschema.ACLRules(""), " "))
 	u.redis = startRedisACL(t, n, acl)
 	u.adminUser, u.adminPassword = adminUser, adminPassword
 	steps := []struct {
@@ -840,7 +840,7 @@ func (m *monitor) sample(ctx context.Context) {
 		m.violate("no policies")
 	}
 	for _, p := range policies.Items {
-		if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionEnforced); c == nil || c.Status != "True" {
+		if c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionEnforced)); c == nil || c.Status != "True" {
 			m.violate("policy %s not Enforced: %+v", p.Name, c)
 		}
 	}

@@ -369,7 +369,7 @@ func TestManagerRunsWithInstallRBAC(t *testing.T) {
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+		c := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionReady))
 		if c == nil || c.Status != metav1.ConditionTrue || got.Status.ObservedGeneration != got.Generation {
 			return fmt.Errorf("Ready is %+v", c)
 		}
@@ -488,7 +488,7 @@ func TestRateLimitServiceWithInstallRBAC(t *testing.T) {
 			if err := admin.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
 				return err
 			}
-			if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted); c == nil || c.Reason != string(reason) {
+			if c := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionAccepted)); c == nil || c.Reason != string(reason) {
 				return fmt.Errorf("Accepted is %+v, want reason %s", c, reason)
 			}
 			return nil

@@ -38,6 +38,7 @@ import (
 
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 	"github.com/slidegate/slidegate/test/bench/internal/closedloop"
 )
@@ -210,7 +211,7 @@ func measureLimiter(ctx context.Context, srv *testsupport.Redis, alg limiter.Alg
 	}
 	defer func() { _ = rdb.Close() }()
 	if opts.Functions {
-		if _, err := limiter.EnsureLibrary(ctx, rdb); err != nil {
+		if _, err := redisschema.EnsureLibrary(ctx, rdb); err != nil {
 			return point{}, err
 		}
 	}
@@ -289,7 +290,7 @@ func measureTextbook(ctx context.Context, srv *testsupport.Redis, alg limiter.Al
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer func() { _ = rdb.Close() }()
-	src, flags := limiter.DecideScript(), 0
+	src, flags := redisschema.Decide.Body, 0
 	if alg == limiter.SlidingWindowCounter {
 		flags = 1
 	}
@@ -297,7 +298,7 @@ func measureTextbook(ctx context.Context, srv *testsupport.Redis, alg limiter.Al
 	var firstErr atomic.Pointer[error]
 	lat, elapsed := drive(callers, d, func(rng *rand.Rand) bool {
 		member := "tb" + strconv.FormatInt(seq.Add(1), 36)
-		key := limiter.Key("slidegate:", "bench/textbook", strconv.Itoa(rng.IntN(clients)))
+		key := redisschema.Key("slidegate:", "bench/textbook", strconv.Itoa(rng.IntN(clients)))
 		err := rdb.Eval(ctx, src, []string{key}, member, 1000, 1, benchLimit, benchWindow.Microseconds(), flags, 1).Err()
 		if err != nil {
 			firstErr.CompareAndSwap(nil, &err)
@@ -317,7 +318,7 @@ func measureCeiling(srv *testsupport.Redis, bin string, alg limiter.Algorithm, c
 	if err := flush(srv); err != nil {
 		return point{}, err
 	}
-	sha, err := srv.Do("SCRIPT", "LOAD", limiter.DecideScript())
+	sha, err := srv.Do("SCRIPT", "LOAD", redisschema.Decide.Body)
 	if err != nil {
 		return point{}, fmt.Errorf("SCRIPT LOAD: %w", err)
 	}
@@ -392,7 +393,7 @@ func measureMemory(ctx context.Context, srv *testsupport.Redis) ([]memRow, error
 			used := (usedMemory(srv) - usedBefore) / tracked
 			var sum float64
 			for c := range tracked {
-				key := limiter.Key("slidegate:", rule.ID, "client-"+strconv.Itoa(c))
+				key := redisschema.Key("slidegate:", rule.ID, "client-"+strconv.Itoa(c))
 				if alg == limiter.SlidingWindowCounter {
 					key += "c"
 				}

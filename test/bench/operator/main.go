@@ -588,7 +588,7 @@ func churnPod(ns, name string) (*corev1.Pod, error) {
 }
 
 func isReady(p *v1alpha1.RateLimitPolicy) bool {
-	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+	c := meta.FindStatusCondition(p.Status.Conditions, string(v1alpha1.ConditionReady))
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == p.Generation && p.Status.ObservedGeneration == p.Generation
 }
 

@@ -1,10 +1,13 @@
-package limiter
+package redisschema
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
 )
+
+// DefaultPrefix is the prefix of every key when none is configured.
+const DefaultPrefix = "slidegate:"
 
 // Bounds of the parts of a key after escaping. Longer parts are replaced by
 // a hash so that a client value chosen by a caller (a header, a path) cannot
@@ -43,10 +46,10 @@ func Key(prefix, ruleID, client string) string {
 	return b.String()
 }
 
-// counterKey is the key of the SlidingWindowCounter hash: a different key
+// CounterKey is the key of the SlidingWindowCounter hash: a different key
 // than the log's, so that switching a rule's algorithm never meets a key of
 // the wrong type (WRONGTYPE), in the same slot.
-func counterKey(prefix, ruleID, client string) string {
+func CounterKey(prefix, ruleID, client string) string {
 	return Key(prefix, ruleID, client) + "c"
 }
 
@@ -112,9 +115,9 @@ func escapePrefix(p string) string {
 	return r.Replace(p)
 }
 
-// hashTag returns the part of key that Redis Cluster hashes: the bytes
+// HashTag returns the part of key that Redis Cluster hashes: the bytes
 // between the first '{' and the next '}', when that is not empty.
-func hashTag(key string) string {
+func HashTag(key string) string {
 	if s := strings.IndexByte(key, '{'); s >= 0 {
 		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
 			return key[s+1 : s+1+e]
@@ -123,10 +126,10 @@ func hashTag(key string) string {
 	return key
 }
 
-// slot is the Redis Cluster hash slot of key (CRC16/XMODEM of the hash tag,
+// Slot is the Redis Cluster hash slot of key (CRC16/XMODEM of the hash tag,
 // mod 16384), as the cluster itself computes it.
-func slot(key string) int {
-	tag := hashTag(key)
+func Slot(key string) int {
+	tag := HashTag(key)
 	var crc uint16
 	for i := 0; i < len(tag); i++ {
 		crc = crc<<8 ^ crc16tab[byte(crc>>8)^tag[i]]
@@ -148,10 +151,3 @@ var crc16tab = func() (t [256]uint16) {
 	}
 	return t
 }()
-
-func (l *Limiter) keyOf(r *Request) string {
-	if r.Rule.Algorithm == SlidingWindowCounter {
-		return counterKey(l.opts.Prefix, r.Rule.ID, r.Client)
-	}
-	return Key(l.opts.Prefix, r.Rule.ID, r.Client)
-}

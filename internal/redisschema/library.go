@@ -1,8 +1,7 @@
-package limiter
+package redisschema
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -14,12 +13,12 @@ import (
 // The slidegate library: the limiter's scripts as Redis Functions
 // (Redis 7+), loaded by the manager with an administrative identity
 // (FUNCTION LOAD) and called by the sidecars and the rate limit service
-// with FCALL (Options.Functions). A namespace's own Redis identity may
+// with FCALL (limiter.Options.Functions). A namespace's own Redis identity may
 // call the functions and nothing of EVAL, SCRIPT or FUNCTION: it runs no
 // code of its own. Functions replicate to the replicas and persist with
 // RDB and AOF, so a failover or a restart with persistence keeps them; a
 // Redis that lost them (a restart without persistence, a new empty
-// replica promoted) answers "ERR Function not found" (ErrNoFunctions)
+// replica promoted) answers "ERR Function not found" (limiter.ErrNoFunctions)
 // until the manager loads them again, and meanwhile each rule's fail mode
 // decides.
 //
@@ -44,19 +43,40 @@ const LibraryName = "slidegate"
 // raises it (TestLibraryRevision holds the source's hash for it).
 const LibraryRevision = 3
 
-// libraryFunctions are the functions of the library, in order.
-var libraryFunctions = []struct {
-	s        *script
-	body     string
-	noWrites bool
-}{
-	{&decideLua, decideScript, false},
-	{&decideBatchLua, decideBatchScript, false},
-	{&undoLua, undoScript, false},
-	{&cancelLua, cancelScript, false},
-	{&announceLua, announceScript, false},
-	{&peekLua, peekBody, true},
+// A Function is one function of the slidegate library. Its Lua is also
+// the EVAL script of the same name (Script), for the sidecars that call
+// EVALSHA.
+type Function struct {
+	// Name is the library's function: a versioned name.
+	Name string
+	// Body is the Lua; KEYS and ARGV are its parameters.
+	Body string
+	// NoWrites registers it with the no-writes flag (FCALL_RO; Redis
+	// refuses any write it attempts).
+	NoWrites bool
 }
+
+// Script is the function's EVAL form: its body, with the no-writes flag
+// in a shebang when it has it.
+func (f Function) Script() string {
+	if f.NoWrites {
+		return noWritesShebang + f.Body
+	}
+	return f.Body
+}
+
+// The functions of the library.
+var (
+	Decide      = Function{Name: "slidegate_decide_v1", Body: decideScript}
+	DecideBatch = Function{Name: "slidegate_decide_batch_v1", Body: decideBatchScript}
+	Undo        = Function{Name: "slidegate_undo_v1", Body: undoScript}
+	Cancel      = Function{Name: "slidegate_cancel_v1", Body: cancelScript}
+	Announce    = Function{Name: "slidegate_announce_v1", Body: announceScript}
+	Peek        = Function{Name: "slidegate_peek_v1", Body: peekBody, NoWrites: true}
+)
+
+// libraryFunctions are the functions of the library, in order.
+var libraryFunctions = []Function{Decide, DecideBatch, Undo, Cancel, Announce, Peek}
 
 // librarySource is the library's code, as FUNCTION LOAD takes it.
 var librarySource = buildLibrary()
@@ -67,8 +87,8 @@ func buildLibrary() string {
 	for _, f := range libraryFunctions {
 		// KEYS and ARGV are the parameters' names, so each body is the EVAL
 		// script's text unchanged.
-		fmt.Fprintf(&b, "\nredis.register_function{function_name='%s', callback=function(KEYS, ARGV)\n%s\nend", f.s.fn, strings.TrimSpace(f.body))
-		if f.noWrites {
+		fmt.Fprintf(&b, "\nredis.register_function{function_name='%s', callback=function(KEYS, ARGV)\n%s\nend", f.Name, strings.TrimSpace(f.Body))
+		if f.NoWrites {
 			b.WriteString(", flags={'no-writes'}")
 		}
 		b.WriteString("}\n")
@@ -80,21 +100,6 @@ func buildLibrary() string {
 // loads it itself (`redis-cli FUNCTION LOAD REPLACE "$(...)"`) and for the
 // benchmarks.
 func LibrarySource() string { return librarySource }
-
-// ErrNoFunctions marks the error of a call to the slidegate library on a
-// Redis that does not have it ("ERR Function not found"): the manager
-// loads it (EnsureLibrary), and meanwhile decisions follow each rule's fail
-// mode.
-var ErrNoFunctions = errors.New("limiter: the slidegate functions are not loaded on this Redis")
-
-// functionsMissing wraps err with ErrNoFunctions when Redis said it does
-// not have the function called.
-func functionsMissing(err error) error {
-	if err != nil && strings.HasPrefix(err.Error(), "ERR Function not found") {
-		return fmt.Errorf("%w: %w", ErrNoFunctions, err)
-	}
-	return err
-}
 
 // LibraryState is what EnsureLibrary found on a server.
 type LibraryState string

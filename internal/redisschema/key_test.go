@@ -1,4 +1,4 @@
-package limiter
+package redisschema
 
 import (
 	"strings"
@@ -58,11 +58,11 @@ func FuzzKey(f *testing.F) {
 		if len(k) > len(p)+maxRulePart+maxClientPart+3 {
 			t.Fatalf("%q: %d bytes, unbounded", k, len(k))
 		}
-		tag := hashTag(k)
+		tag := HashTag(k)
 		if tag != k[len(p)+1:len(k)-1] {
 			t.Fatalf("%q: hash tag %q is not the rule and client", k, tag)
 		}
-		if slot(k) != slot(tag) || slot(k) != slot(counterKey(prefix, rule, client)) {
+		if Slot(k) != Slot(tag) || Slot(k) != Slot(CounterKey(prefix, rule, client)) {
 			t.Fatalf("%q: the counter key is in another slot", k)
 		}
 		k2 := Key(prefix, rule2, client2)

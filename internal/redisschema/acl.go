@@ -1,4 +1,4 @@
-package limiter
+package redisschema
 
 import (
 	"slices"
@@ -16,7 +16,7 @@ import (
 // Lua (EVAL), which blocks the server while it runs.
 func ACLRules(prefix string) []string {
 	if prefix == "" {
-		prefix = defaultPrefix
+		prefix = DefaultPrefix
 	}
 	return []string{
 		"resetkeys", "~" + prefix + "*", "-@all",
@@ -75,12 +75,12 @@ func FunctionACLRules(keyPatterns []string) []string {
 // service), else "".
 func KeyPatterns(prefix, scope string, ruleIDs []string, presence string) []string {
 	if prefix == "" {
-		prefix = defaultPrefix
+		prefix = DefaultPrefix
 	}
 	p := globEscape(escapePrefix(prefix))
-	out := []string{p + "{" + globEscape(scope) + "/*", globEscape(presenceKey(prefix, scope+"/")) + "*"}
+	out := []string{p + "{" + globEscape(scope) + "/*", globEscape(PresenceKey(prefix, scope+"/")) + "*"}
 	if presence != "" {
-		out = append(out, globEscape(presenceKey(prefix, presence)))
+		out = append(out, globEscape(PresenceKey(prefix, presence)))
 	}
 	var hashedIDs []string
 	for _, id := range ruleIDs {

@@ -1,0 +1,75 @@
+package redisschema
+
+// peekBody reads one key the way decideScript's check and finish judge
+// it, without admitting, trimming or touching the expiry. The shebang's
+// no-writes flag makes Redis itself refuse any write the script might
+// attempt, so a read can never change a window (and it may run on a
+// read-only replica). The arithmetic is decideScript's, kept beside it
+// rather than shared so that the two scripts can change independently;
+// the limiter's TestPeekAgreesWithNextDecide pins them together.
+//
+//	KEYS[1]  the key of the rule and client
+//	ARGV[1]  limit, ARGV[2] window in µs, ARGV[3] "1" for a counter key
+//
+// Reply: now (µs since scoreEpoch), allowed, remaining, retry-after µs,
+// reset-after µs, count, previous count (counter), elapsed µs in the
+// current fixed window (counter), oldest age µs (-1: none), PTTL ms.
+const peekBody = `
+if #KEYS ~= 1 or #ARGV ~= 3 or not tonumber(ARGV[1]) or not tonumber(ARGV[2]) or tonumber(ARGV[2]) < 1 then
+  return redis.error_reply('ERR slidegate: malformed peek call')
+end
+local t = redis.call('TIME')
+local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
+local key, l, w, ctr = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local pttl = redis.call('PTTL', key)
+local ok, rem, retry, reset, c, p, elapsed, oldest = false, 0, 0, 0, 0, 0, 0, -1
+if ctr then
+  local x = math.floor(now / w)
+  local v = redis.call('HMGET', key, x, x - 1)
+  c, p = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+  elapsed = now - x * w
+  local e = p * (w - elapsed) / w + c
+  ok = e + 1 <= l
+  rem = math.floor(l - e)
+  if c > 0 then
+    reset = w
+  elseif p > 0 then
+    reset = w - elapsed
+  end
+  if not ok then
+    if l <= 0 then
+      retry = w
+    elseif p > 0 and l - 1 - c >= 0 then
+      retry = math.ceil(w * (1 - (l - 1 - c) / p) - elapsed)
+    else
+      local need = 0
+      if c > l - 1 then need = w * (1 - (l - 1) / c) end
+      retry = math.ceil(w - elapsed + need)
+    end
+    if retry < 1 then retry = 1 end
+  end
+else
+  -- decideScript trims scores <= now-w; here they are only skipped.
+  local stale = redis.call('ZCOUNT', key, '-inf', now - w)
+  c = redis.call('ZCARD', key) - stale
+  ok = c < l
+  if c > 0 then
+    local first = redis.call('ZRANGE', key, stale, stale, 'WITHSCORES')
+    oldest = now - tonumber(first[2])
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    reset = tonumber(last[2]) + w - now
+  end
+  if not ok then
+    local r = {}
+    if l > 0 then r = redis.call('ZRANGE', key, stale + c - l, stale + c - l, 'WITHSCORES') end
+    if r[2] then retry = tonumber(r[2]) + w - now else retry = w end
+  end
+  rem = l - c
+end
+if rem < 0 then rem = 0 end
+return {now, ok and 1 or 0, rem, retry, reset, c, p, elapsed, oldest, pttl}
+`
+
+// noWritesShebang gives the EVAL form of a no-writes function (Peek) its
+// flag; the library registers the body with the same flag.
+const noWritesShebang = "#!lua flags=no-writes\n"
