@@ -198,18 +198,7 @@ func TestRetryAfterIsExact(t *testing.T) {
 			// The deny cache answers without a server time; TestDenyCache
 			// holds it to the retry time this test checks.
 			l := newLimiter(t, standalone(t, r.Addr), Options{Timeout: 2 * time.Second, DenyCacheMax: -1})
-			var mu sync.Mutex
-			var serverNow int64
-			l.observe = func(_ context.Context, now int64, _ []Request, _ []int, _ []Decision) {
-				mu.Lock()
-				serverNow = now
-				mu.Unlock()
-			}
-			last := func() int64 {
-				mu.Lock()
-				defer mu.Unlock()
-				return serverNow
-			}
+			last := serverClock(l)
 			rule := Rule{ID: "ns/retry-" + string(alg), Limit: 5, Window: 400 * time.Millisecond, Algorithm: alg}
 			// Spread the admits, so that for the counter the estimate
 			// depends on the previous window's weight, not only on counts.
@@ -223,35 +212,96 @@ func TestRetryAfterIsExact(t *testing.T) {
 			if d.Allowed {
 				t.Fatalf("6th admitted: %+v", d)
 			}
-			denyAt := last()
-			openAt := denyAt + d.RetryAfter.Microseconds()
-			t.Logf("retry after %v", d.RetryAfter)
-			// Wait until shortly before the reopening, then poll hard.
-			time.Sleep(d.RetryAfter - 30*time.Millisecond)
-			lastDenied := denyAt
-			for {
-				d := one(l, rule, "c")
-				now := last()
-				if !d.Allowed {
-					if now >= openAt {
-						t.Fatalf("denied %dµs after the retry-after", now-openAt)
-					}
-					lastDenied = now
-					continue
-				}
-				if now < openAt {
-					t.Fatalf("admitted %dµs before the retry-after", openAt-now)
-				}
-				// How late the first admit comes is the polling cadence, i.e.
-				// the scheduler (48.7 ms once on a busy machine), so it is
-				// logged, not asserted: exactness is the two checks above, on
-				// server time, and a denial after the retry time fails.
-				late := time.Duration(now-openAt) * time.Microsecond
-				t.Logf("last denial %dµs before, first admit %v after the retry-after", openAt-lastDenied, late)
-				break
-			}
+			pollRetryExact(t, l, rule, "c", d, last)
 		})
 	}
+}
+
+// serverClock records the server time of each decision of l (observe).
+func serverClock(l *Limiter) func() int64 {
+	var mu sync.Mutex
+	var serverNow int64
+	l.observe = func(_ context.Context, now int64, _ []Request, _ []int, _ []Decision) {
+		mu.Lock()
+		serverNow = now
+		mu.Unlock()
+	}
+	return func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return serverNow
+	}
+}
+
+// pollRetryExact polls client's key after the denial d (the last decision,
+// at server time last()): every poll before d's RetryAfter must be denied
+// and the first one after it admitted.
+func pollRetryExact(t *testing.T, l *Limiter, rule Rule, client string, d Decision, last func() int64) {
+	t.Helper()
+	denyAt := last()
+	openAt := denyAt + d.RetryAfter.Microseconds()
+	t.Logf("retry after %v", d.RetryAfter)
+	// Wait until shortly before the reopening, then poll hard.
+	time.Sleep(d.RetryAfter - 30*time.Millisecond)
+	lastDenied := denyAt
+	for {
+		d := one(l, rule, client)
+		now := last()
+		if !d.Allowed {
+			if now >= openAt {
+				t.Fatalf("denied %dµs after the retry-after", now-openAt)
+			}
+			lastDenied = now
+			continue
+		}
+		if now < openAt {
+			t.Fatalf("admitted %dµs before the retry-after", openAt-now)
+		}
+		// How late the first admit comes is the polling cadence, i.e.
+		// the scheduler (48.7 ms once on a busy machine), so it is
+		// logged, not asserted: exactness is the two checks above, on
+		// server time, and a denial after the retry time fails.
+		late := time.Duration(now-openAt) * time.Microsecond
+		t.Logf("last denial %dµs before, first admit %v after the retry-after", openAt-lastDenied, late)
+		return
+	}
+}
+
+// TestCounterRetryAfterPreviousWindow: a counter key denied early in a
+// fixed window by the previous window's weight alone reopens when enough
+// of that weight has left, exactly (the retry's branch with a previous
+// count, which TestRetryAfterIsExact's admits, all in one fixed window,
+// do not reach).
+func TestCounterRetryAfterPreviousWindow(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	l := newLimiter(t, standalone(t, r.Addr), Options{Timeout: 2 * time.Second, DenyCacheMax: -1})
+	last := serverClock(l)
+	const limit, window = 5, 2 * time.Second
+	rule := Rule{ID: "ns/retry-prev", Limit: limit, Window: window, Algorithm: SlidingWindowCounter}
+	// A starved run may come too late into the next window, where the
+	// weight left admits; it tries again with another client.
+	for attempt := range 5 {
+		client := fmt.Sprintf("c%d", attempt)
+		for in := into(t, r, window); in > window/10; in = into(t, r, window) {
+			time.Sleep(window - in + 5*time.Millisecond)
+		}
+		for i := range limit {
+			if d := one(l, rule, client); !d.Allowed {
+				t.Fatalf("admit %d denied: %+v", i, d)
+			}
+		}
+		// A tenth into the next window: the limit's weight is 4.5, so one
+		// more does not fit until a fifth has passed.
+		time.Sleep(window - into(t, r, window) + window/10)
+		d := one(l, rule, client)
+		if d.Allowed {
+			t.Logf("admitted %v into the next window; again", into(t, r, window))
+			continue
+		}
+		pollRetryExact(t, l, rule, client, d, last)
+		return
+	}
+	t.Fatal("in 5 attempts no denial came early enough in the next window: the machine is too starved to run this test")
 }
 
 // TestKeysExpire: right after a decision, a log key has a TTL in

@@ -37,7 +37,7 @@ package redisschema
 //     decideScript call of a mixed fleet may have shortened it.) A counter
 //     admit sets it to the end of the next fixed window plus the margin:
 //     that window still reads this one's count.
-const decideBatchScript = `
+const decideBatchScript = commonLua + `
 local n = #KEYS
 local margin = tonumber(ARGV[1])
 if n < 1 or n > 1024 or #ARGV > 1 + 7 * n or not margin then
@@ -56,7 +56,7 @@ while a <= #ARGV do
   for i = 0, nk - 1 do
     local b = a + 3 + 4 * i
     local l, w, f, h = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-    if not l or not w or w < 1000 or w > 31536000000000 or not f or f < 0 or f > 3 or not h or h < 1 or h > 1000 then
+    if outOfRange(l, w, f, h) then
       return redis.error_reply('ERR slidegate: decide argument out of range')
     end
     hits = hits + h
@@ -68,8 +68,7 @@ while a <= #ARGV do
   k, a = k + nk, a + 3 + 4 * nk
 end
 if k ~= n then return redis.error_reply('ERR slidegate: malformed decide batch call') end
-local t = redis.call('TIME')
-local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
+local now = clock()
 -- Numbers go to Redis as strings formatted here once: Redis would format
 -- each Lua number with %.17g, a measurable part of a call's time.
 local function int(v) return string.format('%d', v) end
@@ -130,33 +129,12 @@ local function finish(out, key, l, w, ctr, h, hs, ok, commit, e, x, c, p)
     local elapsed = now - x * w
     if commit then
       local s = st[key]
-      s.c, s.admitted = redis.call('HINCRBY', key, int(x), hs), true
-      if s.c == h and redis.call('HLEN', key) > 2 then
-        for _, f in ipairs(redis.call('HKEYS', key)) do
-          local fn = tonumber(f)
-          if fn and fn ~= x and fn ~= x - 1 then redis.call('HDEL', key, f) end
-        end
-      end
+      s.c, s.admitted = counterAdd(key, x, int(x), h, hs), true
       c, e, field = c + h, e + h, x
     end
     rem = math.floor(l - e)
-    if commit or c > 0 then
-      reset = w
-    elseif p > 0 then
-      reset = w - elapsed
-    end
-    if not ok then
-      if l < h then
-        retry = w
-      elseif p > 0 and l - h - c >= 0 then
-        retry = math.ceil(w * (1 - (l - h - c) / p) - elapsed)
-      else
-        local need = 0
-        if c > l - h then need = w * (1 - (l - h) / c) end
-        retry = math.ceil(w - elapsed + need)
-      end
-      if retry < 1 then retry = 1 end
-    end
+    reset = counterReset(w, c, p, elapsed)
+    if not ok then retry = counterRetry(l, w, h, c, p, elapsed) end
   else
     if commit then
       c = c + h
@@ -174,13 +152,7 @@ local function finish(out, key, l, w, ctr, h, hs, ok, commit, e, x, c, p)
     end
     rem = l - c
   end
-  if rem < 0 then rem = 0 end
-  local o = #out
-  out[o + 1] = ok and 1 or 0
-  out[o + 2] = rem
-  out[o + 3] = retry
-  out[o + 4] = reset
-  out[o + 5] = field
+  reply(out, ok, rem, retry, reset, field)
 end
 
 -- Per key of the call (by its index in KEYS), what count found.

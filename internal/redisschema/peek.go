@@ -4,9 +4,9 @@ package redisschema
 // it, without admitting, trimming or touching the expiry. The shebang's
 // no-writes flag makes Redis itself refuse any write the script might
 // attempt, so a read can never change a window (and it may run on a
-// read-only replica). The arithmetic is decideScript's, kept beside it
-// rather than shared so that the two scripts can change independently;
-// the limiter's TestPeekAgreesWithNextDecide pins them together.
+// read-only replica). The counter's retry is decideScript's
+// (commonLua); the rest is written beside it, and the limiter's
+// TestPeekAgreesWithNextDecide pins the two together.
 //
 //	KEYS[1]  the key of the rule and client
 //	ARGV[1]  limit, ARGV[2] window in µs, ARGV[3] "1" for a counter key
@@ -14,12 +14,11 @@ package redisschema
 // Reply: now (µs since scoreEpoch), allowed, remaining, retry-after µs,
 // reset-after µs, count, previous count (counter), elapsed µs in the
 // current fixed window (counter), oldest age µs (-1: none), PTTL ms.
-const peekBody = `
+const peekBody = commonLua + `
 if #KEYS ~= 1 or #ARGV ~= 3 or not tonumber(ARGV[1]) or not tonumber(ARGV[2]) or tonumber(ARGV[2]) < 1 then
   return redis.error_reply('ERR slidegate: malformed peek call')
 end
-local t = redis.call('TIME')
-local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
+local now = clock()
 local key, l, w, ctr = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local pttl = redis.call('PTTL', key)
 local ok, rem, retry, reset, c, p, elapsed, oldest = false, 0, 0, 0, 0, 0, 0, -1
@@ -31,23 +30,8 @@ if ctr then
   local e = p * (w - elapsed) / w + c
   ok = e + 1 <= l
   rem = math.floor(l - e)
-  if c > 0 then
-    reset = w
-  elseif p > 0 then
-    reset = w - elapsed
-  end
-  if not ok then
-    if l <= 0 then
-      retry = w
-    elseif p > 0 and l - 1 - c >= 0 then
-      retry = math.ceil(w * (1 - (l - 1 - c) / p) - elapsed)
-    else
-      local need = 0
-      if c > l - 1 then need = w * (1 - (l - 1) / c) end
-      retry = math.ceil(w - elapsed + need)
-    end
-    if retry < 1 then retry = 1 end
-  end
+  reset = counterReset(w, c, p, elapsed)
+  if not ok then retry = counterRetry(l, w, 1, c, p, elapsed) end
 else
   -- decideScript trims scores <= now-w; here they are only skipped.
   local stale = redis.call('ZCOUNT', key, '-inf', now - w)

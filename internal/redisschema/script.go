@@ -53,20 +53,18 @@ const ScoreEpoch = 1577836800
 // a marker per key would have cost every counter key a third more memory
 // (104 → 136 B per client), for a rare lost reply on Redis Cluster, and
 // would only remember the key's last admit.
-const decideScript = `
+const decideScript = commonLua + `
 local n = #KEYS
 if n < 1 or n > 1024 or #ARGV ~= 3 + 4 * n or not tonumber(ARGV[2]) then
   return redis.error_reply('ERR slidegate: malformed decide call')
 end
 for i = 1, n do
   local b = 4 * i
-  local w, f, h = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  if not tonumber(ARGV[b]) or not w or w < 1000 or w > 31536000000000 or not f or f < 0 or f > 3 or not h or h < 1 or h > 1000 then
+  if outOfRange(tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])) then
     return redis.error_reply('ERR slidegate: decide argument out of range')
   end
 end
-local t = redis.call('TIME')
-local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
+local now = clock()
 local member = ARGV[1]
 local margin = tonumber(ARGV[2])
 
@@ -103,33 +101,13 @@ local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
     -- This window's count weighs on the next one until that one ends.
     ttl = 2 * w - elapsed
     if commit then
-      if redis.call('HINCRBY', key, x, h) == h and redis.call('HLEN', key) > 2 then
-        for _, k in ipairs(redis.call('HKEYS', key)) do
-          local kn = tonumber(k)
-          if kn and kn ~= x and kn ~= x - 1 then redis.call('HDEL', key, k) end
-        end
-      end
+      counterAdd(key, x, x, h, h)
       c, e, field = c + h, e + h, x
     end
     rem = math.floor(l - e)
-    if commit or c > 0 then
-      reset = w
-    elseif p > 0 then
-      reset = w - elapsed
-    end
+    reset = counterReset(w, c, p, elapsed)
     exists = exists or c > 0 or p > 0
-    if not ok then
-      if l < h then
-        retry = w
-      elseif p > 0 and l - h - c >= 0 then
-        retry = math.ceil(w * (1 - (l - h - c) / p) - elapsed)
-      else
-        local need = 0
-        if c > l - h then need = w * (1 - (l - h) / c) end
-        retry = math.ceil(w - elapsed + need)
-      end
-      if retry < 1 then retry = 1 end
-    end
+    if not ok then retry = counterRetry(l, w, h, c, p, elapsed) end
   else
     if commit then
       if h == 1 then
@@ -157,13 +135,7 @@ local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
     rem = l - c
   end
   if exists then redis.call('PEXPIRE', key, math.ceil(ttl / 1000) + margin) end
-  if rem < 0 then rem = 0 end
-  local o = #out
-  out[o + 1] = ok and 1 or 0
-  out[o + 2] = rem
-  out[o + 3] = retry
-  out[o + 4] = reset
-  out[o + 5] = field
+  reply(out, ok, rem, retry, reset, field)
 end
 
 -- replay answers a decision already admitted: committed, each key as it
@@ -260,14 +232,13 @@ return 1
 //	KEYS[i]     a SlidingLog key of the decision
 //	ARGV[1]     its member, ARGV[2] the expiry margin in ms
 //	ARGV[2i+1]  the key's hits, ARGV[2i+2] its window in µs
-const cancelScript = `
+const cancelScript = commonLua + `
 local n = #KEYS
 if n < 1 or n > 1024 or #ARGV ~= 2 + 2 * n or not tonumber(ARGV[2]) then
   return redis.error_reply('ERR slidegate: malformed cancel call')
 end
 for i = 1, n do
-  local h, w = tonumber(ARGV[2 * i + 1]), tonumber(ARGV[2 * i + 2])
-  if not h or h < 1 or h > 1000 or not w or w < 1000 or w > 31536000000000 then
+  if outOfRange(0, tonumber(ARGV[2 * i + 2]), 0, tonumber(ARGV[2 * i + 1])) then
     return redis.error_reply('ERR slidegate: cancel argument out of range')
   end
 end
