@@ -126,7 +126,7 @@ func run(rounds, nkeys, live, ticks, workers int) error {
 	if err := exact(ctx, rdb, designs, nkeys, live); err != nil {
 		return err
 	}
-	fmt.Println("Exactness: for every client of (a), (c), (d) and (f), the kept sum (and (d)'s index) equals the sum of the live members' weights; (e)'s twin lists the log's live ids in order, each step a weight in 1..4000 (checked).")
+	fmt.Println("Exactness: for every client of (a), (c), (d) and (f), the kept sum (and (d)'s index) equals the sum of the live members' weights, and (f)'s retry from the checkpoints its admits kept equals the brute force's at three limits; (e)'s twin lists the log's live ids in order, each step a weight in 1..4000 (checked).")
 	fmt.Println()
 	return retries(ctx, rdb)
 }
@@ -313,6 +313,42 @@ func exact(ctx context.Context, rdb *redis.Client, designs []*design, nkeys, liv
 			if kept != want {
 				return fmt.Errorf("%s client %d: kept sum %d, live members weigh %d", d.name, i, kept, want)
 			}
+			if d.src == checkpointLua {
+				if err := checkpointRetries(ctx, rdb, d, i, ms, live); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkpointRetries checks design (f)'s retry on the checkpoints its
+// admits kept (through every trim of the run), against the brute force
+// over the live members ms, for a target at each member in turn.
+func checkpointRetries(ctx context.Context, rdb *redis.Client, d *design, i int, ms []redis.Z, live int) error {
+	sha, err := rdb.ScriptLoad(ctx, retryCheckpointLua).Result()
+	if err != nil {
+		return err
+	}
+	now := baseNow + (d.tick-1)*int64(window/live)
+	ws := make([]int64, len(ms))
+	scores := make([]int64, len(ms))
+	var sum int64
+	for j, m := range ms {
+		ws[j], _ = strconv.ParseInt(m.Member.(string)[8:], 10, 64)
+		scores[j] = int64(m.Score)
+		sum += ws[j]
+	}
+	k := key(d, i)
+	for _, limit := range []int64{sum, sum / 2, ws[len(ws)-1]} {
+		want := bruteRetry(ws, scores, sum, limit, now)
+		got, err := rdb.EvalSha(ctx, sha, []string{k, k + "s", k + "p"}, now, window, limit, 1, "", 0).Int64Slice()
+		if err != nil {
+			return err
+		}
+		if got[0] != want {
+			return fmt.Errorf("%s client %d, limit %d: retry %d µs from the kept checkpoints, brute force %d", d.name, i, limit, got[0], want)
 		}
 	}
 	return nil
