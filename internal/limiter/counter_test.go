@@ -100,16 +100,8 @@ func TestCounterKeyOutlivesNextWindow(t *testing.T) {
 			// tell; it tries again with another client.
 			for attempt := range 5 {
 				client := fmt.Sprintf("c%d", attempt)
-				// Early in a fixed window (they start on whole seconds of
-				// Redis's clock), so the burst and the measure fit in it.
-				for in := into(t, r, window); in > window/10; in = into(t, r, window) {
-					time.Sleep(window - in + 5*time.Millisecond)
-				}
-				for i := range limit {
-					if d := one(l, rule, client); !d.Allowed || d.Source != SourceRedis {
-						t.Fatalf("burst admit %d: %+v", i, d)
-					}
-				}
+				// Early in a fixed window, so the burst and the measure fit in it.
+				burst(t, r, l, rule, client)
 				if end := into(t, r, window); end > window/4 {
 					t.Logf("the burst ended %v into its window; again", end)
 					continue
@@ -138,6 +130,21 @@ func TestCounterKeyOutlivesNextWindow(t *testing.T) {
 			}
 			t.Fatal("in 5 attempts no burst fit early enough in its window: the machine is too starved to run this test")
 		})
+	}
+}
+
+// burst waits until Redis's clock is early in a fixed window (a tenth in;
+// they start on whole multiples of the window) and admits rule's whole
+// limit for client there.
+func burst(t *testing.T, r *testsupport.Redis, l *Limiter, rule Rule, client string) {
+	t.Helper()
+	for in := into(t, r, rule.Window); in > rule.Window/10; in = into(t, r, rule.Window) {
+		time.Sleep(rule.Window - in + 5*time.Millisecond)
+	}
+	for i := range int(rule.Limit) {
+		if d := one(l, rule, client); !d.Allowed || d.Source != SourceRedis {
+			t.Fatalf("burst admit %d: %+v", i, d)
+		}
 	}
 }
 

@@ -282,14 +282,7 @@ func TestCounterRetryAfterPreviousWindow(t *testing.T) {
 	// weight left admits; it tries again with another client.
 	for attempt := range 5 {
 		client := fmt.Sprintf("c%d", attempt)
-		for in := into(t, r, window); in > window/10; in = into(t, r, window) {
-			time.Sleep(window - in + 5*time.Millisecond)
-		}
-		for i := range limit {
-			if d := one(l, rule, client); !d.Allowed {
-				t.Fatalf("admit %d denied: %+v", i, d)
-			}
-		}
+		burst(t, r, l, rule, client)
 		// A tenth into the next window: the limit's weight is 4.5, so one
 		// more does not fit until a fifth has passed.
 		time.Sleep(window - into(t, r, window) + window/10)
