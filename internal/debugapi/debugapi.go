@@ -68,11 +68,15 @@ type WhyWindow struct {
 	// InWindow is the admits in the sliding window (SlidingLog) or the
 	// counter's weighted estimate (SlidingWindowCounter, with its
 	// fixed-window counts in Current and Previous).
-	InWindow  float64 `json:"inWindow"`
-	Current   *int64  `json:"current,omitempty"`
-	Previous  *int64  `json:"previous,omitempty"`
-	Allowed   bool    `json:"allowed"`
-	Remaining int64   `json:"remaining"`
+	InWindow float64 `json:"inWindow"`
+	// Unit is "cost" when the policy limits cost (spec.cost: InWindow,
+	// Current, Previous and Remaining are cost, e.g. tokens, and Allowed
+	// and the retry answer a request that needs one unit); absent, admits.
+	Unit      string `json:"unit,omitempty"`
+	Current   *int64 `json:"current,omitempty"`
+	Previous  *int64 `json:"previous,omitempty"`
+	Allowed   bool   `json:"allowed"`
+	Remaining int64  `json:"remaining"`
 	// OldestAgeSeconds: the oldest admit in the window (SlidingLog only).
 	OldestAgeSeconds  *float64  `json:"oldestAgeSeconds,omitempty"`
 	RetryAfterSeconds float64   `json:"retryAfterSeconds"`

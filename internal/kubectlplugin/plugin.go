@@ -284,6 +284,10 @@ func PrintWhy(w io.Writer, res *WhyResult, format string) error {
 			if win.Current != nil {
 				row[2] = strconv.FormatFloat(win.InWindow, 'f', 2, 64) + " (est.)"
 			}
+			if win.Unit != "" {
+				// A cost policy: the window holds cost (tokens), not admits.
+				row[2] += " " + win.Unit
+			}
 			row[4] = strconv.FormatInt(win.Remaining, 10)
 			if win.OldestAgeSeconds != nil {
 				row[5] = seconds(*win.OldestAgeSeconds)

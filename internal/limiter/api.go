@@ -71,7 +71,34 @@ type Rule struct {
 	// are decided by one script: if one of them is durable, so are the
 	// others' admits.
 	Durable bool
+	// Weighted makes Limit a cost per Window (tokens, bytes, …), not a
+	// number of requests: a request costs its Hits, and Request.Op says
+	// when the cost is counted. A SlidingLog key then keeps one member per
+	// admit whatever its cost, and the window's sum beside it
+	// (redisschema's weighted log), so its Remaining and RetryAfter are
+	// exact in cost. Its keys are not a count rule's: switching a rule to
+	// Weighted starts its clients afresh.
+	Weighted bool
 }
+
+// Op is what a request does to a Weighted rule.
+type Op uint8
+
+const (
+	// OpDecide admits the request if its Hits (its cost, known when it
+	// arrives) fit under the limit, all or nothing with its other rules.
+	OpDecide Op = iota
+	// OpCheck is for a cost known only from the response: the request is
+	// admitted while the window's cost is under the limit, and counts
+	// nothing (a later OpCharge counts it). Hits is ignored.
+	OpCheck
+	// OpCharge counts Hits when the response has ended, even past the
+	// limit (the budget goes into debt, and later requests wait until
+	// enough cost has left the window). Always Allowed, never undone when
+	// another rule of the call denies, and never taken back when its reply
+	// is lost (it counts once if Redis ran it).
+	OpCharge
+)
 
 // Request asks whether one request of Client may pass Rule.
 type Request struct {
@@ -83,20 +110,45 @@ type Request struct {
 	// Hits is what the request costs in Rule: it is admitted only if all
 	// of them fit, and then counts Hits times in every window. 0 means 1
 	// (an HTTP request); above MaxHits the request is invalid (denied,
-	// ErrInvalidRule), since each hit is one sorted-set member.
+	// ErrInvalidRule), since each hit is one sorted-set member. For a
+	// Weighted rule it is the cost, 0 to MaxCost, and 0 means 1 only for
+	// OpDecide.
 	Hits int64
+	// Op is OpDecide, or for a Weighted rule OpCheck or OpCharge.
+	Op Op
 }
 
 // MaxHits bounds Request.Hits: a SlidingLog admit of Hits writes Hits
 // sorted-set members in one script call.
 const MaxHits = 1000
 
-// hits is r.Hits with its default.
+// MaxCost bounds the Hits of a Weighted rule's request (Envoy's own bound
+// on hits_addend): one member whatever the cost, and a window's sum stays
+// a whole number in a double up to millions of members at this cost.
+const MaxCost = 1_000_000_000
+
+// hits is what r adds when admitted: r.Hits with its default (none for a
+// check).
 func (r *Request) hits() int64 {
-	if r.Hits == 0 {
+	switch {
+	case r.Op == OpCheck:
+		return 0
+	case r.Hits == 0 && r.Op == OpDecide:
 		return 1
 	}
 	return r.Hits
+}
+
+// need is the room r needs to be admitted: its hits, 1 for a check, none
+// for a charge.
+func (r *Request) need() int64 {
+	switch r.Op {
+	case OpCheck:
+		return 1
+	case OpCharge:
+		return 0
+	}
+	return r.hits()
 }
 
 // Decision is the answer for one Request.

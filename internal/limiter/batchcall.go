@@ -100,7 +100,12 @@ func decideSize(o *op) (keys int, hits int64) {
 	}
 	n := o.args[2].(int)
 	for k := range n {
-		hits += argInt(o.args[cmdHead+n+decideHead+decidePerKey*k+3])
+		b := cmdHead + n + decideHead + decidePerKey*k
+		if argInt(o.args[b+2])&flagWeighted != 0 {
+			hits++ // one member whatever the cost
+			continue
+		}
+		hits += argInt(o.args[b+3])
 	}
 	return n, hits
 }

@@ -81,8 +81,10 @@ const (
 
 // Flags of one key in the decide script's arguments.
 const (
-	flagCounter = 1 // SlidingWindowCounter instead of SlidingLog
-	flagDryRun  = 2 // a denial here does not stop the group's commit
+	flagCounter  = 1 // SlidingWindowCounter instead of SlidingLog
+	flagDryRun   = 2 // a denial here does not stop the group's commit
+	flagWeighted = 4 // hits are a cost (Rule.Weighted): 0 is a check
+	flagCharge   = 8 // a weighted charge: admitted whatever the limit
 )
 
 // Arguments boxed once: converting a string to any allocates, and these
@@ -93,7 +95,7 @@ var (
 	// argCommit is ARGV[3], indexed by whether the script may admit.
 	argCommit = [2]any{"0", "1"}
 	// argKeyFlags is a key's flags argument, indexed by its flags.
-	argKeyFlags = [flagCounter | flagDryRun + 1]any{"0", "1", "2", "3"}
+	argKeyFlags = [flagCharge << 1]any{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15"}
 	argOneHit   = any("1")
 )
 
@@ -125,6 +127,12 @@ func decideArgs(buf []any, a api, reqs []Request, idx []int, keys []string, memb
 		if r.DryRun {
 			f |= flagDryRun
 		}
+		if r.Rule.Weighted {
+			f |= flagWeighted
+			if r.Op == OpCharge {
+				f |= flagCharge
+			}
+		}
 		args = append(args, r.Rule.Limit, windowMicros(r.Rule.Window), argKeyFlags[f])
 		if h := r.hits(); h == 1 {
 			args = append(args, argOneHit)
@@ -143,10 +151,11 @@ func windowMicros(w time.Duration) int64 {
 
 // undoKey is one key whose admit the undo script takes back.
 type undoKey struct {
-	key     string
-	counter bool  // a SlidingWindowCounter key
-	field   int64 // the counter field it incremented (counter only)
-	hits    int64
+	key      string
+	counter  bool  // a SlidingWindowCounter key
+	weighted bool  // a Weighted rule's key (a log's field is "w")
+	field    int64 // the counter field it incremented (counter only)
+	hits     int64
 }
 
 // undoArgs lays out the undo script's command taking back the admits of keys,
@@ -161,8 +170,11 @@ func undoArgs(a api, member string, keys []undoKey) []any {
 	args = append(args, member)
 	for _, k := range keys {
 		field := ""
-		if k.counter {
+		switch {
+		case k.counter:
 			field = strconv.FormatInt(k.field, 10)
+		case k.weighted:
+			field = "w"
 		}
 		args = append(args, field, strconv.FormatInt(k.hits, 10))
 	}
@@ -209,8 +221,9 @@ func lateUndoArgs(args []any, rep decideReply) []any {
 	member, _, keys := decideKeys(args)
 	var undo []undoKey
 	for k, dk := range keys {
-		if rep.keys[k].allowed {
-			undo = append(undo, undoKey{key: dk.key, counter: dk.flags&flagCounter != 0, field: rep.keys[k].field, hits: dk.hits})
+		// A charge counts even when its caller gave up; a check wrote nothing.
+		if rep.keys[k].allowed && dk.flags&flagCharge == 0 && dk.hits > 0 {
+			undo = append(undo, undoKey{key: dk.key, counter: dk.flags&flagCounter != 0, weighted: dk.flags&flagWeighted != 0, field: rep.keys[k].field, hits: dk.hits})
 		}
 	}
 	if len(undo) == 0 {
@@ -231,7 +244,14 @@ func cancelArgs(args []any) []any {
 	out := []any{cmd, name, 0}
 	var rest []any
 	for _, k := range keys {
-		if k.flags&flagCounter == 0 {
+		switch {
+		case k.flags&flagCounter != 0, k.flags&flagCharge != 0, k.flags&flagWeighted != 0 && k.hits == 0:
+			// A counter keeps no members; a charge counts once if it ran
+			// (a cancel would lose it); a check wrote nothing.
+		case k.flags&flagWeighted != 0:
+			out = append(out, k.key)
+			rest = append(rest, "w"+strconv.FormatInt(k.hits, 10), k.window)
+		default:
 			out = append(out, k.key)
 			rest = append(rest, k.hits, k.window)
 		}
@@ -319,6 +339,9 @@ func functionsMissing(err error) error {
 }
 
 func (l *Limiter) keyOf(r *Request) string {
+	if r.Rule.Weighted {
+		return redisschema.WeightedKey(l.opts.Prefix, r.Rule.ID, r.Client, r.Rule.Algorithm == SlidingWindowCounter)
+	}
 	if r.Rule.Algorithm == SlidingWindowCounter {
 		return redisschema.CounterKey(l.opts.Prefix, r.Rule.ID, r.Client)
 	}

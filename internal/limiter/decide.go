@@ -108,8 +108,15 @@ func failedClosed(r *Request, err error) Decision {
 
 // validRequest checks r's rule and hits.
 func validRequest(r *Request) error {
-	if r.Hits < 0 || r.Hits > MaxHits {
-		return fmt.Errorf("%w: %q hits %d outside [0, %d]", ErrInvalidRule, r.Rule.ID, r.Hits, MaxHits)
+	most := int64(MaxHits)
+	if r.Rule.Weighted {
+		most = MaxCost
+	}
+	if r.Hits < 0 || r.Hits > most {
+		return fmt.Errorf("%w: %q hits %d outside [0, %d]", ErrInvalidRule, r.Rule.ID, r.Hits, most)
+	}
+	if r.Op > OpCharge || (r.Op != OpDecide && !r.Rule.Weighted) {
+		return fmt.Errorf("%w: %q: op %d on a rule that is not weighted", ErrInvalidRule, r.Rule.ID, r.Op)
 	}
 	return validRule(&r.Rule)
 }
@@ -142,8 +149,8 @@ func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, ou
 		d, ok := l.view.denied(keys[i], &reqs[i].Rule, now)
 		// A denial is learned for one hit: a request of more is denied too,
 		// but may have to wait longer than that retry time, which only
-		// Redis can tell.
-		ok = ok && reqs[i].hits() == 1
+		// Redis can tell. Weighted rules are not cached (fillRedis).
+		ok = ok && reqs[i].hits() == 1 && !reqs[i].Rule.Weighted
 		switch {
 		case ok:
 			out[i] = d
@@ -283,8 +290,10 @@ func (c *call) fillRedis(ctx context.Context, g *group) {
 		g.admitted = g.admitted || (rep.committed && v.allowed)
 		c.pass = c.pass && (r.DryRun || v.allowed)
 		// A denial of several hits says nothing about one hit: it is not
-		// cached, or the deny cache would refuse what Redis admits.
-		if c.l.view != nil && (r.hits() == 1 || v.allowed) {
+		// cached, or the deny cache would refuse what Redis admits. A
+		// weighted rule's answers are in cost, which the view (and the
+		// fallback's seed from it) counts as admits: not cached.
+		if c.l.view != nil && (r.hits() == 1 || v.allowed) && !r.Rule.Weighted {
 			c.l.view.put(g.keys[k], &r.Rule, c.start, &c.out[i])
 		}
 	}
@@ -335,7 +344,7 @@ func (c *call) failOver(fbReqs []fbReq, i int, key string, err error) []fbReq {
 	if r.Rule.Replicas > 0 {
 		n = int64(r.Rule.Replicas)
 	}
-	fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, hits: r.hits(), share: ceilDiv(r.Rule.Limit, n), out: &c.out[i], err: err}
+	fr := fbReq{rule: &r.Rule, client: r.Client, dryRun: r.DryRun, hits: r.hits(), op: r.Op, share: ceilDiv(r.Rule.Limit, n), out: &c.out[i], err: err}
 	if c.l.view != nil {
 		if e, ok := c.l.view.get(key, &r.Rule); ok {
 			fr.seed = c.l.fallback.seedOf(e, n)
@@ -363,8 +372,14 @@ func (c *call) undo() {
 			}
 			r := &c.reqs[i]
 			h := r.hits()
-			keys = append(keys, undoKey{key: g.keys[k], counter: r.Rule.Algorithm == SlidingWindowCounter, field: g.reply.keys[k].field, hits: h})
+			if h == 0 || r.Op == OpCharge {
+				continue // nothing written, or a charge: counted whatever the others say
+			}
+			keys = append(keys, undoKey{key: g.keys[k], counter: r.Rule.Algorithm == SlidingWindowCounter, weighted: r.Rule.Weighted, field: g.reply.keys[k].field, hits: h})
 			c.out[i].Remaining = min(c.out[i].Remaining+h, max(c.out[i].Limit, 0))
+		}
+		if len(keys) == 0 {
+			continue
 		}
 		// An undo gets a full timeout of its own: it must not be dropped
 		// because the decision that needs it is about to give up.

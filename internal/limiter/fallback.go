@@ -129,7 +129,8 @@ type fbReq struct {
 	rule   *Rule
 	client string
 	dryRun bool
-	hits   int64 // 0 counts as 1
+	hits   int64 // 0 counts as 1 (OpDecide)
+	op     Op    // a Weighted rule's OpCheck or OpCharge
 	share  int64
 	seed   fbSeed
 	out    *Decision
@@ -147,21 +148,23 @@ func (f *fallback) decide(reqs []fbReq, commit bool) bool {
 	pass := true
 	for i := range reqs {
 		r := &reqs[i]
-		r.hits = max(r.hits, 1)
+		if r.op == OpDecide {
+			r.hits = max(r.hits, 1)
+		}
 		e := f.entry(r, now)
 		if r.seed.learned > e.seed.learned && e.key.client != "" && !f.blind {
 			e.seed = r.seed
 		}
 		entries[i] = e
-		ok, _ := e.check(now, r.hits)
+		ok, _ := r.check(e, now)
 		if !ok && !r.dryRun {
 			pass = false
 		}
 	}
 	for i := range reqs {
 		r, e := &reqs[i], entries[i]
-		ok, retry := e.check(now, r.hits)
-		if ok && pass && commit {
+		ok, retry := r.check(e, now)
+		if ok && pass && commit && r.hits > 0 {
 			f.budget(e, r.hits, now)
 			e.admit(now, r.hits)
 			if e.heapIdx >= 0 {
@@ -182,11 +185,24 @@ func (f *fallback) decide(reqs []fbReq, commit bool) bool {
 	return pass
 }
 
-// entry finds or makes the entry of r; the caller holds f.mu.
+// check is e.check for r's op: a check needs room for 1, a charge none.
+func (r *fbReq) check(e *fbEntry, now int64) (bool, int64) {
+	switch r.op {
+	case OpCheck:
+		return e.check(now, 1)
+	case OpCharge:
+		return true, 0
+	}
+	return e.check(now, r.hits)
+}
+
+// entry finds or makes the entry of r; the caller holds f.mu. A Weighted
+// rule counts in the counter mode whatever its algorithm: a log keeps a
+// time per unit of cost, and a cost may be 10^9.
 func (f *fallback) entry(r *fbReq, now int64) *fbEntry {
 	k := fbKey{r.rule.ID, r.client}
 	window := int64(r.rule.Window)
-	counter := r.rule.Algorithm == SlidingWindowCounter
+	counter := r.rule.Algorithm == SlidingWindowCounter || r.rule.Weighted
 	if e, ok := f.entries[k]; ok {
 		e.reshape(window, r.share, counter || e.demoted, now)
 		f.account(e)

@@ -48,6 +48,10 @@ type Window struct {
 	// TTL is the key's remaining time to live; 0 when the key does not
 	// exist.
 	TTL time.Duration
+	// Weighted says the rule counts cost (Rule.Weighted): Count, Previous,
+	// Estimate and Remaining are then cost, not admits, and Allowed and
+	// RetryAfter answer a check (room for one unit).
+	Weighted bool
 }
 
 // RetryAt is the instant, on Redis's clock, from which the next request can
@@ -97,7 +101,12 @@ func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, e
 	key := l.keyOf(&r)
 	win := windowMicros(rule.Window)
 	ctr := "0"
-	if rule.Algorithm == SlidingWindowCounter {
+	switch {
+	case rule.Weighted && rule.Algorithm == SlidingWindowCounter:
+		ctr = "3"
+	case rule.Weighted:
+		ctr = "2"
+	case rule.Algorithm == SlidingWindowCounter:
 		ctr = "1"
 	}
 	var v any
@@ -138,6 +147,7 @@ func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, e
 		OldestAge:  us(max(rep.oldest, 0)),
 		HasOldest:  rep.oldest >= 0,
 		TTL:        time.Duration(max(rep.pttl, 0)) * time.Millisecond,
+		Weighted:   rule.Weighted,
 	}
 	if alg == SlidingWindowCounter {
 		wus := float64(win)

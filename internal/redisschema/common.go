@@ -14,10 +14,13 @@ local function clock()
 end
 
 -- outOfRange reports a rule's arguments that no caller sends: a window of
--- 1 ms to a year (in µs), flags 0-3, 1 to 1000 hits, a limit that is a
--- number.
+-- 1 ms to a year (in µs), flags 0-15 (a charge only on a weighted key), a
+-- limit that is a number, and 1 to 1000 hits, or for a weighted key a
+-- cost of 0 to 10^9 (a sum, not members: one member whatever the cost).
 local function outOfRange(l, w, f, h)
-  return not l or not w or w < 1000 or w > 31536000000000 or not f or f < 0 or f > 3 or not h or h < 1 or h > 1000
+  if not l or not w or w < 1000 or w > 31536000000000 or not f or f < 0 or f > 15 or not h then return true end
+  if f % 8 >= 4 then return h < 0 or h > 1000000000 or h % 1 ~= 0 end
+  return f >= 8 or h < 1 or h > 1000
 end
 
 -- reply appends one key's five reply values to out: allowed, remaining
@@ -72,5 +75,134 @@ local function counterRetry(l, w, h, c, p, elapsed)
   end
   if retry < 1 then retry = 1 end
   return retry
+end
+
+-- A weighted SlidingLog key (flag 4: the limit counts cost, e.g. tokens)
+-- is three keys of one slot:
+--   key        sorted set, one member per admit or charge, named
+--              '<decision member>|<cost>' and scored by its time in µs;
+--              scores strictly increase (max(now, newest+1)), so that the
+--              order of scores is the order of admits whatever the clock
+--              (a cancel's placeholder alone sits at 0, counted nowhere);
+--   key..'s'   hash: s the live cost, t the cost ever admitted, k the
+--              admits since the last checkpoint, n the newest score;
+--   key..'p'   sorted set of checkpoints: every 32nd admit's score (as the
+--              member), scored by t just after it, so that an exact retry
+--              reads one checkpoint and at most ~32 members, however deep
+--              the key is in debt (docs/design/cost-limits.md, design f).
+-- What leaves the window is read (its cost subtracted) when a call first
+-- meets the key and removed at the call's end (wsave), after the admits:
+-- a cancel's placeholder must still be there for its own late decision.
+local wEvery, wChunk = 32, 256
+
+-- wcost is the cost a weighted member's name carries.
+local function wcost(m) return tonumber(string.match(m, '|(%d+)$')) or 0 end
+
+local function wint(v) return string.format('%d', v) end
+
+-- wload reads a weighted key as of now, for window w.
+local function wload(key, w, now)
+  local v = redis.call('HMGET', key .. 's', 's', 't', 'k', 'n')
+  local st = {s = tonumber(v[1]) or 0, t = tonumber(v[2]) or 0, k = tonumber(v[3]) or 0,
+    n = tonumber(v[4]) or 0, exists = v[1] ~= false, cut = now - w, w = w, added = false}
+  local lo = '(0'
+  while true do
+    local r = redis.call('ZRANGE', key, lo, st.cut, 'BYSCORE', 'LIMIT', 0, wChunk, 'WITHSCORES')
+    for i = 1, #r, 2 do st.s = st.s - wcost(r[i]) end
+    if #r < 2 * wChunk then break end
+    lo = '(' .. r[#r]
+  end
+  if st.s < 0 then st.s = 0 end
+  return st
+end
+
+-- wadmit adds member m of cost c (c > 0) to a weighted key at now.
+local function wadmit(key, st, m, c, now)
+  local sc = math.max(now, st.n + 1)
+  redis.call('ZADD', key, wint(sc), m)
+  st.s, st.t, st.k, st.n, st.added = st.s + c, st.t + c, st.k + 1, sc, true
+  if st.k >= wEvery then
+    redis.call('ZADD', key .. 'p', wint(st.t), wint(sc))
+    st.k = 0
+  end
+end
+
+-- wretry is how long, in µs, until a weighted key has room for need
+-- (1 for a check) under limit l: until the admits of total cost
+-- s+need-l have left, oldest first; the one whose leaving does it is the
+-- first whose t-after reaches t+need-l.
+local function wretry(key, st, need, l, now)
+  if need > l then return st.w end
+  local target = st.t + need - l
+  local lo, T = st.cut, st.t - st.s
+  local cp = redis.call('ZRANGE', key .. 'p', '(' .. wint(target), '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+  if cp[2] and tonumber(cp[2]) > T then lo, T = tonumber(cp[1]), tonumber(cp[2]) end
+  while true do
+    local r = redis.call('ZRANGE', key, '(' .. wint(lo), '+inf', 'BYSCORE', 'LIMIT', 0, wChunk, 'WITHSCORES')
+    for i = 1, #r, 2 do
+      T = T + wcost(r[i])
+      if T >= target then return tonumber(r[i + 1]) + st.w - now end
+    end
+    if #r < 2 * wChunk then return st.w end
+    lo = tonumber(r[#r])
+  end
+end
+
+-- wreset is how long until a weighted key holds nothing.
+local function wreset(st, now)
+  if st.s > 0 then return st.n + st.w - now end
+  return 0
+end
+
+-- wsave removes what left the window and the checkpoints of admits that
+-- left, and writes the state back; a key the call admitted into lives
+-- its window and margin (ms) past its newest admit.
+local function wsave(key, st, margin)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', wint(st.cut))
+  if not st.exists and not st.added then return end
+  if st.t > 1125899906842624 then
+    -- t grows while the key never empties; rebase it (and the
+    -- checkpoints) long before a double loses whole numbers (2^53).
+    local d = st.t - st.s
+    local cps = redis.call('ZRANGE', key .. 'p', 0, -1, 'WITHSCORES')
+    for i = 1, #cps, 2 do redis.call('ZADD', key .. 'p', wint(tonumber(cps[i + 1]) - d), cps[i]) end
+    st.t = st.s
+  end
+  redis.call('ZREMRANGEBYSCORE', key .. 'p', '-inf', wint(st.t - st.s))
+  redis.call('HSET', key .. 's', 's', wint(st.s), 't', wint(st.t), 'k', wint(st.k), 'n', wint(st.n))
+  if st.added then
+    local ms = math.ceil(st.w / 1000) + margin
+    redis.call('PEXPIRE', key, ms)
+    redis.call('PEXPIRE', key .. 's', ms)
+    redis.call('PEXPIRE', key .. 'p', ms)
+  end
+end
+
+-- wundo takes back member m of cost c from a weighted key, if there: the
+-- sums and the checkpoints after it are lowered by c. Run twice, the
+-- second finds nothing.
+local function wundo(key, m, c)
+  local sc = redis.call('ZSCORE', key, m)
+  if not sc then return false end
+  redis.call('ZREM', key, m)
+  sc = tonumber(sc)
+  if sc <= 0 or c <= 0 or redis.call('PTTL', key .. 's') == -2 then return true end
+  redis.call('HINCRBY', key .. 's', 's', -c)
+  redis.call('HINCRBY', key .. 's', 't', -c)
+  local off = 0
+  while true do
+    local r = redis.call('ZRANGE', key .. 'p', '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', off, 32, 'WITHSCORES')
+    for i = 1, #r, 2 do
+      local at = tonumber(r[i])
+      if at < sc then return true end
+      if at == sc then
+        redis.call('ZREM', key .. 'p', r[i])
+      else
+        redis.call('ZADD', key .. 'p', 'XX', wint(tonumber(r[i + 1]) - c), r[i])
+      end
+    end
+    if #r < 64 then return true end
+    off = off + 32
+  end
 end
 `

@@ -59,7 +59,8 @@ while a <= #ARGV do
     if outOfRange(l, w, f, h) then
       return redis.error_reply('ERR slidegate: decide argument out of range')
     end
-    hits = hits + h
+    -- A weighted key writes one member whatever its cost.
+    if f % 8 >= 4 then hits = hits + 1 else hits = hits + h end
     local j = k + i + 1
     L[j], W[j], F[j], H[j], HS[j] = l, w, f, h, ARGV[b + 3]
   end
@@ -92,11 +93,16 @@ end
 -- log's live count or the counter's current field), x and p (the
 -- counter's field and the previous one's count), admitted.
 local st, touched = {}, {}
-local function state(key, w, ctr)
+local function state(key, w, ctr, wt)
   local s = st[key]
-  if s and s.w == w then return s end
+  -- A weighted key keeps one state per call (its trim and sums are read
+  -- once and written once), whatever windows its rules name.
+  if s and (s.w == w or s.wst) then return s end
   s = {w = w, c = 0, x = 0, p = 0, ctr = ctr, admitted = false}
-  if ctr then
+  if wt and not ctr then
+    s.wst = wload(key, w, now)
+    s.c = s.wst.s
+  elseif ctr then
     local x = math.floor(now / w)
     local v = redis.call('HMGET', key, int(x), int(x - 1))
     s.x, s.c, s.p = x, tonumber(v[1]) or 0, tonumber(v[2]) or 0
@@ -111,14 +117,19 @@ end
 -- count reads one key: allowed, estimate/count, counter field, current
 -- and previous fixed-window counts. A SlidingLog key is counted, not
 -- trimmed: the trim is the call's last step (see below).
-local function count(key, l, w, ctr, h)
-  local s = state(key, w, ctr)
+-- A weighted key's need is its cost, or 1 for a check (cost 0: admitted
+-- while under the limit); a charge (flag 8) is always admitted.
+local function count(key, l, w, f, ctr, h)
+  local wt = f % 8 >= 4
+  local s = state(key, w, ctr, wt)
+  local need = h
+  if wt and h < 1 then need = 1 end
   if ctr then
     local x, c, p = s.x, s.c, s.p
     local e = p * (w - (now - x * w)) / w + c
-    return e + h <= l, e, x, c, p
+    return f >= 8 or e + need <= l, e, x, c, p
   end
-  return s.c + h <= l, s.c, 0, s.c, 0
+  return f >= 8 or s.c + need <= l, s.c, 0, s.c, 0
 end
 
 -- finish writes one key's admit (a counter's; a log's ZADD is done) and
@@ -127,14 +138,21 @@ local function finish(out, key, l, w, ctr, h, hs, ok, commit, e, x, c, p)
   local rem, retry, reset, field = 0, 0, 0, 0
   if ctr then
     local elapsed = now - x * w
-    if commit then
+    if commit and h > 0 then
       local s = st[key]
       s.c, s.admitted = counterAdd(key, x, int(x), h, hs), true
       c, e, field = c + h, e + h, x
     end
     rem = math.floor(l - e)
     reset = counterReset(w, c, p, elapsed)
-    if not ok then retry = counterRetry(l, w, h, c, p, elapsed) end
+    if not ok then retry = counterRetry(l, w, math.max(h, 1), c, p, elapsed) end
+  elseif st[key].wst then
+    -- A weighted log: its admit is done (wadmit), c is the sum before it.
+    local ws = st[key].wst
+    if commit then c = c + h end
+    rem = l - c
+    reset = wreset(ws, now)
+    if not ok then retry = wretry(key, ws, math.max(h, 1), l, now) end
   else
     if commit then
       c = c + h
@@ -156,7 +174,15 @@ local function finish(out, key, l, w, ctr, h, hs, ok, commit, e, x, c, p)
 end
 
 -- Per key of the call (by its index in KEYS), what count found.
-local ctrs, oks, es, xs, cs, ps = {}, {}, {}, {}, {}, {}
+local ctrs, oks, es, xs, cs, ps, wts = {}, {}, {}, {}, {}, {}, {}
+
+-- wname is a weighted log key's member for a decision: its cost in its
+-- name, so that a resend writes the same member and finds it; a check
+-- (cost 0) writes none.
+local function wname(member, j)
+  if wts[j] and H[j] > 0 then return member .. '|' .. int(H[j]) end
+  return nil
+end
 
 -- replay answers a decision over keys k0+1..k0+nk already admitted:
 -- committed, each key as it now stands (counting the admit), allowed where
@@ -164,8 +190,11 @@ local ctrs, oks, es, xs, cs, ps = {}, {}, {}, {}, {}, {}
 local function replay(out, k0, nk, member)
   out[#out + 1] = 1
   for j = k0 + 1, k0 + nk do
-    local ok = F[j] < 2
-    if not ctrs[j] then ok = ok or redis.call('ZSCORE', KEYS[j], member) ~= false end
+    local ok = F[j] % 4 < 2
+    if wts[j] then
+      local m = wname(member, j)
+      ok = ok or (m ~= nil and redis.call('ZSCORE', KEYS[j], m) ~= false)
+    elseif not ctrs[j] then ok = ok or redis.call('ZSCORE', KEYS[j], member) ~= false end
     finish(out, KEYS[j], L[j], W[j], ctrs[j], H[j], HS[j], ok, false, es[j], xs[j], cs[j], ps[j])
     if ok and ctrs[j] then out[#out] = xs[j] end
   end
@@ -175,7 +204,10 @@ end
 -- already did (a resend of one that did; or its cancel ran first).
 local function admitted(k0, nk, member)
   for j = k0 + 1, k0 + nk do
-    if not ctrs[j] and redis.call('ZSCORE', KEYS[j], member) then return true end
+    if wts[j] then
+      local m = wname(member, j)
+      if m and redis.call('ZSCORE', KEYS[j], m) then return true end
+    elseif not ctrs[j] and redis.call('ZSCORE', KEYS[j], member) then return true end
   end
   return false
 end
@@ -187,20 +219,30 @@ for _, a in ipairs(ds) do
   local commit = pass
   for j = k + 1, k + nk do
     ctrs[j] = F[j] % 2 == 1
-    oks[j], es[j], xs[j], cs[j], ps[j] = count(KEYS[j], L[j], W[j], ctrs[j], H[j])
-    if not oks[j] and F[j] < 2 then pass = false end
+    wts[j] = F[j] % 8 >= 4 and not ctrs[j]
+    oks[j], es[j], xs[j], cs[j], ps[j] = count(KEYS[j], L[j], W[j], F[j], ctrs[j], H[j])
+    if not oks[j] and F[j] % 4 < 2 then pass = false end
   end
   local again = commit and not pass and admitted(k, nk, member)
+  if pass and not again then
+    -- A weighted log's member is looked up before anything is written:
+    -- its admit changes sums and checkpoints, which no take-back below
+    -- should have to unwind.
+    for j = k + 1, k + nk do
+      local m = oks[j] and wname(member, j)
+      if m and redis.call('ZSCORE', KEYS[j], m) then again = true break end
+    end
+  end
   if pass then
-    -- The logs' admits first, so that finding the member (a resend)
+    -- The count logs' admits first, so that finding the member (a resend)
     -- leaves nothing to take back but these.
     for j = k + 1, k + nk do
-      if oks[j] and not ctrs[j] and not again then
+      if oks[j] and not ctrs[j] and not wts[j] and not again then
         local key = KEYS[j]
         if redis.call('ZADD', key, 'NX', nowS, member) == 0 then
           again = true
           for i = k + 1, j - 1 do
-            if oks[i] and not ctrs[i] then
+            if oks[i] and not ctrs[i] and not wts[i] then
               local ms = {member}
               for m = 2, H[i] do ms[m] = member .. '.' .. m end
               local sk = st[KEYS[i]]
@@ -221,6 +263,16 @@ for _, a in ipairs(ds) do
       end
     end
   end
+  if pass and not again then
+    for j = k + 1, k + nk do
+      local m = oks[j] and wname(member, j)
+      if m then
+        local s = st[KEYS[j]]
+        wadmit(KEYS[j], s.wst, m, H[j], now)
+        s.c, s.admitted = s.wst.s, true
+      end
+    end
+  end
   if again then
     replay(out, k, nk, member)
   else
@@ -238,7 +290,9 @@ end
 -- count) and the margin.
 for _, e in ipairs(touched) do
   local key, s = e[1], e[2]
-  if s.ctr then
+  if s.wst then
+    wsave(key, s.wst, margin)
+  elseif s.ctr then
     if s.admitted then
       redis.call('PEXPIRE', key, int(math.ceil((2 * s.w - (now - s.x * s.w)) / 1000) + margin))
     end

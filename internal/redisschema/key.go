@@ -53,6 +53,19 @@ func CounterKey(prefix, ruleID, client string) string {
 	return Key(prefix, ruleID, client) + "c"
 }
 
+// WeightedKey is the key of a weighted rule (limiter.Rule.Weighted): its
+// own key, so that a rule switched between counting requests and counting
+// cost never reads the other's counts, in the same slot. A weighted
+// SlidingLog key has two companions the scripts derive from it, its sums
+// (key+"s") and its checkpoints (key+"p"); a weighted counter is a
+// counter hash (key "…wc").
+func WeightedKey(prefix, ruleID, client string, counter bool) string {
+	if counter {
+		return Key(prefix, ruleID, client) + "wc"
+	}
+	return Key(prefix, ruleID, client) + "w"
+}
+
 func safeByte(c byte, colonSafe bool) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':

@@ -9,7 +9,11 @@ package redisschema
 // TestPeekAgreesWithNextDecide pins the two together.
 //
 //	KEYS[1]  the key of the rule and client
-//	ARGV[1]  limit, ARGV[2] window in µs, ARGV[3] "1" for a counter key
+//	ARGV[1]  limit, ARGV[2] window in µs, ARGV[3] "1" for a counter key,
+//	         "2" for a weighted log key, "3" for a weighted counter key
+//
+// A weighted key's count is the cost in the window, and the request it
+// judges is a check (room for 1).
 //
 // Reply: now (µs since scoreEpoch), allowed, remaining, retry-after µs,
 // reset-after µs, count, previous count (counter), elapsed µs in the
@@ -19,7 +23,8 @@ if #KEYS ~= 1 or #ARGV ~= 3 or not tonumber(ARGV[1]) or not tonumber(ARGV[2]) or
   return redis.error_reply('ERR slidegate: malformed peek call')
 end
 local now = clock()
-local key, l, w, ctr = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local key, l, w = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+local ctr, wt = ARGV[3] == '1' or ARGV[3] == '3', ARGV[3] == '2'
 local pttl = redis.call('PTTL', key)
 local ok, rem, retry, reset, c, p, elapsed, oldest = false, 0, 0, 0, 0, 0, 0, -1
 if ctr then
@@ -32,6 +37,16 @@ if ctr then
   rem = math.floor(l - e)
   reset = counterReset(w, c, p, elapsed)
   if not ok then retry = counterRetry(l, w, 1, c, p, elapsed) end
+elseif wt then
+  -- wload only reads: what left the window is skipped, not removed.
+  local ws = wload(key, w, now)
+  c = ws.s
+  ok = c + 1 <= l
+  local first = redis.call('ZRANGE', key, '(' .. wint(now - w), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  if first[2] then oldest = now - tonumber(first[2]) end
+  reset = wreset(ws, now)
+  if not ok then retry = wretry(key, ws, 1, l, now) end
+  rem = l - c
 else
   -- decideScript trims scores <= now-w; here they are only skipped.
   local stale = redis.call('ZCOUNT', key, '-inf', now - w)

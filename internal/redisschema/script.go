@@ -68,22 +68,54 @@ local now = clock()
 local member = ARGV[1]
 local margin = tonumber(ARGV[2])
 
+-- wname is the member of this decision in a weighted log key (flags f,
+-- cost h): the cost in its name (see commonLua); a check writes none.
+local function wname(f, h)
+  if f % 2 == 0 and f % 8 >= 4 and h > 0 then return member .. '|' .. wint(h) end
+  return nil
+end
+
 -- mine reports whether this decision already admitted into key (a
 -- SlidingLog key; a counter key keeps no members).
-local function mine(key, ctr)
-  if ctr then return false end
+local function mine(key, f, h)
+  if f % 2 == 1 then return false end
+  if f % 8 >= 4 then
+    local m = wname(f, h)
+    return m ~= nil and redis.call('ZSCORE', key, m) ~= false
+  end
   return redis.call('ZSCORE', key, member) ~= false
 end
 
+-- The weighted log keys this call read, in order, and their states.
+local wkeys, wsts = {}, {}
+-- done writes back the weighted keys' states, then returns out.
+local function done(out)
+  for _, key in ipairs(wkeys) do wsave(key, wsts[key], margin) end
+  return out
+end
+
 -- check trims and counts one key: allowed, estimate/count, counter field,
--- current and previous fixed-window counts.
-local function check(key, l, w, ctr, h)
+-- current and previous fixed-window counts. A weighted key's need is its
+-- cost, or 1 for a check (cost 0); a charge (flag 8) is always allowed.
+local function check(key, l, w, f, h)
+  local ctr = f % 2 == 1
+  local need = h
+  if f % 8 >= 4 and h < 1 then need = 1 end
   if ctr then
     local x = math.floor(now / w)
     local v = redis.call('HMGET', key, x, x - 1)
     local c, p = tonumber(v[1]) or 0, tonumber(v[2]) or 0
     local e = p * (w - (now - x * w)) / w + c
-    return e + h <= l, e, x, c, p
+    return f >= 8 or e + need <= l, e, x, c, p
+  end
+  if f % 8 >= 4 then
+    local ws = wsts[key]
+    if not ws then
+      ws = wload(key, w, now)
+      wsts[key] = ws
+      wkeys[#wkeys + 1] = key
+    end
+    return f >= 8 or ws.s + need <= l, ws.s, 0, ws.s, 0
   end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
   local c = redis.call('ZCARD', key)
@@ -92,7 +124,8 @@ end
 
 -- finish admits into one key when commit, sets its expiry and appends
 -- its five reply values to out.
-local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
+local function finish(out, key, l, w, f, h, ok, commit, e, x, c, p)
+  local ctr = f % 2 == 1
   local rem, retry, reset, field = 0, 0, 0, 0
   local exists = commit
   local ttl = w
@@ -100,14 +133,27 @@ local function finish(out, key, l, w, ctr, h, ok, commit, e, x, c, p)
     local elapsed = now - x * w
     -- This window's count weighs on the next one until that one ends.
     ttl = 2 * w - elapsed
-    if commit then
+    if commit and h > 0 then
       counterAdd(key, x, x, h, h)
       c, e, field = c + h, e + h, x
     end
     rem = math.floor(l - e)
     reset = counterReset(w, c, p, elapsed)
-    exists = exists or c > 0 or p > 0
-    if not ok then retry = counterRetry(l, w, h, c, p, elapsed) end
+    exists = (exists and h > 0) or c > 0 or p > 0
+    if not ok then retry = counterRetry(l, w, math.max(h, 1), c, p, elapsed) end
+  elseif f % 8 >= 4 then
+    -- A weighted log: wsave (done) trims it and sets its expiry.
+    local ws = wsts[key]
+    local m = commit and wname(f, h)
+    if m then
+      wadmit(key, ws, m, h, now)
+      c = c + h
+    end
+    rem = l - c
+    reset = wreset(ws, now)
+    if not ok then retry = wretry(key, ws, math.max(h, 1), l, now) end
+    reply(out, ok, rem, retry, reset, field)
+    return
   else
     if commit then
       if h == 1 then
@@ -145,45 +191,43 @@ local function replay()
   for i = 1, #KEYS do
     local b = 4 * i
     local l, w, f, h = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-    local ctr = f % 2 == 1
-    local _, e, x, c, p = check(KEYS[i], l, w, ctr, h)
+    local _, e, x, c, p = check(KEYS[i], l, w, f, h)
     -- The first run committed: every rule but the dry-run ones admitted.
-    local ok = mine(KEYS[i], ctr) or f < 2
-    finish(out, KEYS[i], l, w, ctr, h, ok, false, e, x, c, p)
-    if ok and ctr then out[#out] = x end
+    local ok = mine(KEYS[i], f, h) or f % 4 < 2
+    finish(out, KEYS[i], l, w, f, h, ok, false, e, x, c, p)
+    if ok and f % 2 == 1 then out[#out] = x end
   end
-  return out
+  return done(out)
 end
 
 local pass = ARGV[3] == '1'
 if pass then
   for i = 1, n do
-    if mine(KEYS[i], tonumber(ARGV[4 * i + 2]) % 2 == 1) then return replay() end
+    if mine(KEYS[i], tonumber(ARGV[4 * i + 2]), tonumber(ARGV[4 * i + 3])) then return replay() end
   end
 end
 if n == 1 then
   -- The common case, without the per-key tables.
   local key, l, w, f, h = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-  local ctr = f % 2 == 1
-  local ok, e, x, c, p = check(key, l, w, ctr, h)
-  pass = pass and (ok or f >= 2)
+  local ok, e, x, c, p = check(key, l, w, f, h)
+  pass = pass and (ok or f % 4 >= 2)
   local out = {now, pass and 1 or 0}
-  finish(out, key, l, w, ctr, h, ok, pass and ok, e, x, c, p)
-  return out
+  finish(out, key, l, w, f, h, ok, pass and ok, e, x, c, p)
+  return done(out)
 end
-local lim, win, ctr, hs, oks, es, xs, cs, ps = {}, {}, {}, {}, {}, {}, {}, {}, {}
+local lim, win, fl, hs, oks, es, xs, cs, ps = {}, {}, {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local b = 4 * i
   local l, w, f, h = tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  lim[i], win[i], ctr[i], hs[i] = l, w, f % 2 == 1, h
-  oks[i], es[i], xs[i], cs[i], ps[i] = check(KEYS[i], l, w, ctr[i], h)
-  if not oks[i] and f < 2 then pass = false end
+  lim[i], win[i], fl[i], hs[i] = l, w, f, h
+  oks[i], es[i], xs[i], cs[i], ps[i] = check(KEYS[i], l, w, f, h)
+  if not oks[i] and f % 4 < 2 then pass = false end
 end
 local out = {now, pass and 1 or 0}
 for i = 1, n do
-  finish(out, KEYS[i], lim[i], win[i], ctr[i], hs[i], oks[i], pass and oks[i], es[i], xs[i], cs[i], ps[i])
+  finish(out, KEYS[i], lim[i], win[i], fl[i], hs[i], oks[i], pass and oks[i], es[i], xs[i], cs[i], ps[i])
 end
-return out
+return done(out)
 `
 
 // undoScript takes back the admits of a request that another slot's rules
@@ -196,20 +240,27 @@ return out
 //
 //	KEYS[i]     the key of an admitted rule
 //	ARGV[1]     the member that was added
-//	ARGV[2i]    "" for a SlidingLog key, else the counter field incremented
-//	ARGV[2i+1]  the hits that were added
-const undoScript = `
+//	ARGV[2i]    "" for a SlidingLog key, "w" for a weighted one, else the
+//	            counter field incremented
+//	ARGV[2i+1]  the hits that were added (a weighted key's cost)
+const undoScript = commonLua + `
 local n = #KEYS
 if n < 1 or n > 1024 or #ARGV ~= 1 + 2 * n then
   return redis.error_reply('ERR slidegate: malformed undo call')
 end
 for i = 1, n do
   local h = tonumber(ARGV[2 * i + 1])
-  if not h or h < 1 or h > 1000 then return redis.error_reply('ERR slidegate: undo argument out of range') end
+  -- Hits are members in a log key; a counter's or a weighted key's cost
+  -- is a number.
+  local most = 1000000000
+  if ARGV[2 * i] == '' then most = 1000 end
+  if not h or h < 1 or h > most or h % 1 ~= 0 then return redis.error_reply('ERR slidegate: undo argument out of range') end
 end
 for i = 1, n do
   local f, h = ARGV[2 * i], tonumber(ARGV[2 * i + 1])
-  if f == '' then
+  if f == 'w' then
+    wundo(KEYS[i], ARGV[1] .. '|' .. wint(h), h)
+  elseif f == '' then
     local ms = {ARGV[1]}
     for j = 2, h do ms[j] = ARGV[1] .. '.' .. j end
     redis.call('ZREM', KEYS[i], unpack(ms))
@@ -231,25 +282,45 @@ return 1
 //
 //	KEYS[i]     a SlidingLog key of the decision
 //	ARGV[1]     its member, ARGV[2] the expiry margin in ms
-//	ARGV[2i+1]  the key's hits, ARGV[2i+2] its window in µs
+//	ARGV[2i+1]  the key's hits ("w<cost>" for a weighted key), ARGV[2i+2]
+//	            its window in µs
+//
+// A weighted key's member carries the cost ('<member>|<cost>'): found, it
+// is taken back with its cost (wundo); absent, its placeholder at 0 counts
+// in no sum.
 const cancelScript = commonLua + `
 local n = #KEYS
 if n < 1 or n > 1024 or #ARGV ~= 2 + 2 * n or not tonumber(ARGV[2]) then
   return redis.error_reply('ERR slidegate: malformed cancel call')
 end
+local function hitsOf(a)
+  if string.sub(a, 1, 1) == 'w' then return tonumber(string.sub(a, 2)), 4 end
+  return tonumber(a), 0
+end
 for i = 1, n do
-  if outOfRange(0, tonumber(ARGV[2 * i + 2]), 0, tonumber(ARGV[2 * i + 1])) then
+  local h, f = hitsOf(ARGV[2 * i + 1])
+  if outOfRange(0, tonumber(ARGV[2 * i + 2]), f, h) or (f == 4 and h < 1) then
     return redis.error_reply('ERR slidegate: cancel argument out of range')
   end
 end
 for i = 1, n do
-  local key, h = KEYS[i], tonumber(ARGV[2 * i + 1])
-  local ms = {ARGV[1]}
-  for j = 2, h do ms[j] = ARGV[1] .. '.' .. j end
-  if redis.call('ZREM', key, unpack(ms)) == 0 then
-    redis.call('ZADD', key, 0, ARGV[1])
-    if redis.call('PTTL', key) < 0 then
-      redis.call('PEXPIRE', key, math.ceil(tonumber(ARGV[2 * i + 2]) / 1000) + tonumber(ARGV[2]))
+  local key, h, f = KEYS[i], hitsOf(ARGV[2 * i + 1])
+  if f == 4 then
+    local m = ARGV[1] .. '|' .. wint(h)
+    if not wundo(key, m, h) then
+      redis.call('ZADD', key, 0, m)
+      if redis.call('PTTL', key) < 0 then
+        redis.call('PEXPIRE', key, math.ceil(tonumber(ARGV[2 * i + 2]) / 1000) + tonumber(ARGV[2]))
+      end
+    end
+  else
+    local ms = {ARGV[1]}
+    for j = 2, h do ms[j] = ARGV[1] .. '.' .. j end
+    if redis.call('ZREM', key, unpack(ms)) == 0 then
+      redis.call('ZADD', key, 0, ARGV[1])
+      if redis.call('PTTL', key) < 0 then
+        redis.call('PEXPIRE', key, math.ceil(tonumber(ARGV[2 * i + 2]) / 1000) + tonumber(ARGV[2]))
+      end
     end
   end
 end

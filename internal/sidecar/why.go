@@ -289,6 +289,9 @@ func whyWindow(w *limiter.Window) *debugapi.WhyWindow {
 	if w.Algorithm == limiter.SlidingWindowCounter {
 		ww.Current, ww.Previous = &w.Count, &w.Previous
 	}
+	if w.Weighted {
+		ww.Unit = "cost"
+	}
 	if w.HasOldest {
 		age := w.OldestAge.Seconds()
 		ww.OldestAgeSeconds = &age

@@ -1,0 +1,428 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/slidegate/slidegate/internal/redisschema"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// Weighted rules (Rule.Weighted, issue 27): the limit is a cost per
+// window; OpDecide admits a known cost if it fits, OpCheck admits while
+// the window's cost is under the limit and counts nothing, OpCharge counts
+// a cost even past the limit (debt).
+
+func weighted(l *Limiter, rule Rule, client string, op Op, cost int64) Decision {
+	return l.Decide(context.Background(), []Request{{Rule: rule, Client: client, Op: op, Hits: cost}})[0]
+}
+
+// weightedPaths are the ways a decision reaches Redis: the batch call, one
+// call per decision (decideScript), each by EVALSHA and by FCALL.
+func weightedPaths(t *testing.T, r *testsupport.Redis) map[string]*Limiter {
+	rdb := standalone(t, r.Addr)
+	loadLibrary(t, rdb)
+	out := map[string]*Limiter{}
+	for _, fn := range []bool{false, true} {
+		for _, per := range []bool{false, true} {
+			name := fmt.Sprintf("functions=%v/perDecision=%v", fn, per)
+			out[name] = newLimiter(t, rdb, Options{Timeout: 5 * time.Second, DenyCacheMax: -1, Functions: fn, CallPerDecision: per})
+		}
+	}
+	return out
+}
+
+func TestWeightedSequence(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	for name, l := range weightedPaths(t, r) {
+		for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
+			t.Run(name+"/"+string(alg), func(t *testing.T) {
+				// A minute-long window: nothing leaves it during the test.
+				rule := Rule{ID: "w/" + name + "/" + string(alg), Limit: 100, Window: time.Minute, Algorithm: alg, Weighted: true}
+				steps := []struct {
+					op      Op
+					cost    int64
+					allowed bool
+					rem     int64
+				}{
+					{OpDecide, 40, true, 60},
+					{OpDecide, 50, true, 10},
+					{OpDecide, 20, false, 10}, // does not fit: nothing counted
+					{OpCheck, 0, true, 10},    // under the limit: admitted, nothing counted
+					{OpDecide, 10, true, 0},
+					{OpCheck, 0, false, 0},    // at the limit
+					{OpCharge, 2500, true, 0}, // counted past the limit: debt of 2500
+					{OpDecide, 1, false, 0},
+					{OpCharge, 0, true, 0},
+					{OpDecide, 0, false, 0}, // 0 means 1 for a decide
+				}
+				for i, s := range steps {
+					d := weighted(l, rule, "c", s.op, s.cost)
+					if d.Allowed != s.allowed || d.Remaining != s.rem || d.Source != SourceRedis {
+						t.Fatalf("step %d (op %d cost %d): %+v, want allowed %v remaining %d", i, s.op, s.cost, d, s.allowed, s.rem)
+					}
+					if !d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter > 2*rule.Window) {
+						t.Fatalf("step %d: retry after %v", i, d.RetryAfter)
+					}
+				}
+				// A cost above the limit never fits: retry after a whole window.
+				d := weighted(l, Rule{ID: "w/big/" + name + "/" + string(alg), Limit: 3, Window: time.Minute, Algorithm: alg, Weighted: true}, "c", OpDecide, 4)
+				if d.Allowed || d.Remaining != 3 || d.RetryAfter != time.Minute {
+					t.Fatalf("cost above limit: %+v", d)
+				}
+			})
+		}
+	}
+	l := newLimiter(t, standalone(t, r.Addr), Options{Timeout: 5 * time.Second})
+	for _, c := range []struct {
+		rule Rule
+		op   Op
+		cost int64
+	}{
+		{Rule{ID: "w/inv", Limit: 10, Window: time.Minute, Weighted: true}, OpDecide, MaxCost + 1},
+		{Rule{ID: "w/inv", Limit: 10, Window: time.Minute, Weighted: true}, OpCharge, -1},
+		{Rule{ID: "w/inv", Limit: 10, Window: time.Minute, Weighted: true}, OpCharge + 1, 1},
+		{Rule{ID: "w/inv", Limit: 10, Window: time.Minute}, OpCheck, 0},  // not weighted
+		{Rule{ID: "w/inv", Limit: 10, Window: time.Minute}, OpCharge, 1}, // not weighted
+	} {
+		if d := weighted(l, c.rule, "c", c.op, c.cost); d.Allowed || !errors.Is(d.Err, ErrInvalidRule) {
+			t.Errorf("%+v op %d cost %d: %+v, want denied with ErrInvalidRule", c.rule, c.op, c.cost, d)
+		}
+	}
+}
+
+// TestWeightedCostIsNotCount pairs a weighted rule with the count rule a
+// cost limit would otherwise be: under a 1,000-token limit, requests of
+// 300 tokens each, the weighted rule admits 3 and the count rule 1,000
+// (every request counts 1) — 300,000 tokens; and Hits, the count rule's
+// own weight, cannot even carry a cost above MaxHits.
+func TestWeightedCostIsNotCount(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	l := newLimiter(t, standalone(t, r.Addr), Options{Timeout: 5 * time.Second, DenyCacheMax: -1})
+	for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
+		w := Rule{ID: "pair/w/" + string(alg), Limit: 1000, Window: time.Minute, Algorithm: alg, Weighted: true}
+		n := Rule{ID: "pair/n/" + string(alg), Limit: 1000, Window: time.Minute, Algorithm: alg}
+		var tokensW, tokensN int64
+		for range 1100 {
+			if weighted(l, w, "c", OpDecide, 300).Allowed {
+				tokensW += 300
+			}
+			if one(l, n, "c").Allowed {
+				tokensN += 300
+			}
+		}
+		if tokensW != 900 {
+			t.Errorf("%s weighted: %d tokens admitted, want 900", alg, tokensW)
+		}
+		if tokensN <= w.Limit {
+			t.Errorf("%s count rule: %d tokens admitted; the pairing shows nothing", alg, tokensN)
+		}
+		t.Logf("%s: weighted admitted %d tokens, the count rule %d (limit %d)", alg, tokensW, tokensN, w.Limit)
+	}
+	if d := hitsDecide(l, Rule{ID: "pair/hits", Limit: 100000, Window: time.Minute}, "c", 5000); !errors.Is(d.Err, ErrInvalidRule) {
+		t.Errorf("a count rule took 5000 hits: %+v", d)
+	}
+}
+
+// wlog is a weighted log key's live members, oldest first, and its state.
+type wlog struct {
+	scores, costs []int64
+	s, t, k       int64
+	checkpoints   int64
+}
+
+func readWeighted(t *testing.T, rdb redis.UniversalClient, key string, now int64, window time.Duration) wlog {
+	t.Helper()
+	ctx := context.Background()
+	zs, err := rdb.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now-window.Microseconds(), 10), Max: "+inf"}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w wlog
+	for _, z := range zs {
+		name := z.Member.(string)
+		c, err := strconv.ParseInt(name[strings.LastIndexByte(name, '|')+1:], 10, 64)
+		if err != nil {
+			t.Fatalf("member %q: %v", name, err)
+		}
+		w.scores, w.costs = append(w.scores, int64(z.Score)), append(w.costs, c)
+	}
+	h, err := rdb.HGetAll(ctx, key+"s").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.s, _ = strconv.ParseInt(h["s"], 10, 64)
+	w.t, _ = strconv.ParseInt(h["t"], 10, 64)
+	w.k, _ = strconv.ParseInt(h["k"], 10, 64)
+	w.checkpoints = rdb.ZCard(ctx, key+"p").Val()
+	return w
+}
+
+// bruteRetry is the retry of a key with these live members for need more
+// under limit: the time until the oldest members of total cost
+// sum+need-limit have left, found by walking them all.
+func (w wlog) bruteRetry(need, limit, now int64, window time.Duration) time.Duration {
+	var sum int64
+	for _, c := range w.costs {
+		sum += c
+	}
+	if sum+need <= limit {
+		return 0
+	}
+	if need > limit {
+		return window
+	}
+	gone := int64(0)
+	for i, c := range w.costs {
+		gone += c
+		if sum-gone+need <= limit {
+			return time.Duration(w.scores[i]+window.Microseconds()-now) * time.Microsecond
+		}
+	}
+	return window
+}
+
+// TestWeightedRetryDeepInDebt: a key charged far past its limit by many
+// members answers each denial with the exact retry (the brute force over
+// its members), found from a checkpoint, not by walking from the oldest;
+// after an undo of a member in the middle too (checkpoints lowered).
+func TestWeightedRetryDeepInDebt(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	l := newLimiter(t, rdb, Options{Timeout: 5 * time.Second, DenyCacheMax: -1})
+	last := serverClock(l)
+	rule := Rule{ID: "debt", Limit: 1000, Window: time.Minute, Weighted: true}
+	key := redisschema.WeightedKey(l.opts.Prefix, rule.ID, "c", false)
+	// 2,000 charges of 1..7 tokens: a debt of about 7 limits; the walk
+	// from the oldest member would read about 1,900 of them.
+	var want int64
+	for i := range 2000 {
+		c := int64(i%7 + 1)
+		want += c
+		if d := weighted(l, rule, "c", OpCharge, c); !d.Allowed {
+			t.Fatalf("charge %d denied: %+v", i, d)
+		}
+	}
+	check := func(step string) {
+		for _, need := range []int64{1, 7, 500, 1000} {
+			op, cost := OpDecide, need
+			if need == 1 {
+				op, cost = OpCheck, 0
+			}
+			d := weighted(l, rule, "c", op, cost)
+			now := last()
+			w := readWeighted(t, rdb, key, now, rule.Window)
+			var sum int64
+			for _, c := range w.costs {
+				sum += c
+			}
+			if w.s != sum {
+				t.Fatalf("%s: kept sum %d, members sum %d", step, w.s, sum)
+			}
+			if d.Allowed {
+				t.Fatalf("%s need %d: allowed in debt: %+v", step, need, d)
+			}
+			if got, want := d.RetryAfter, w.bruteRetry(need, rule.Limit, now, rule.Window); got != want {
+				t.Fatalf("%s need %d: retry after %v, brute force %v", step, need, got, want)
+			}
+		}
+	}
+	w := readWeighted(t, rdb, key, last(), rule.Window)
+	if w.s != want || w.t != want || len(w.costs) != 2000 || w.checkpoints != 2000/32 {
+		t.Fatalf("state s=%d t=%d members %d checkpoints %d, want %d, %d, 2000, %d", w.s, w.t, len(w.costs), w.checkpoints, want, want, 2000/32)
+	}
+	check("after the charges")
+	// Peek (kubectl slidegate why) reads the cost and the check's retry
+	// as the next decision reports them.
+	for _, fn := range []bool{false, true} {
+		loadLibrary(t, rdb)
+		pl := newLimiter(t, rdb, Options{Timeout: 5 * time.Second, Functions: fn})
+		win, err := pl.Peek(context.Background(), rule, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := weighted(l, rule, "c", OpCheck, 0)
+		if !win.Weighted || win.Count != want || win.Allowed || !win.RetryAt().Equal(serverTime(last()).Add(d.RetryAfter)) {
+			t.Fatalf("functions %v: peek %+v (retry at %v), decision %+v (retry at %v); want the cost %d", fn, win, win.RetryAt(), d, serverTime(last()).Add(d.RetryAfter), want)
+		}
+	}
+	// Undo a member in the middle (the compensating call of a cross-slot
+	// request): the sums and the checkpoints after it are lowered.
+	mid := w.scores[700]
+	name := rdb.ZRangeByScore(context.Background(), key, &redis.ZRangeBy{Min: strconv.FormatInt(mid, 10), Max: strconv.FormatInt(mid, 10)}).Val()[0]
+	cut := strings.LastIndexByte(name, '|') // the member is 8 random bytes: '|' may be one
+	member := name[:cut]
+	c, _ := strconv.ParseInt(name[cut+1:], 10, 64)
+	for range 2 { // twice: the second finds nothing
+		if err := rdb.Do(context.Background(), undoArgs(api{}, member, []undoKey{{key: key, weighted: true, hits: c}})...).Err(); err != nil && !isNoScript(err) {
+			t.Fatal(err)
+		} else if err != nil {
+			if err := rdb.Do(context.Background(), asEval(undoArgs(api{}, member, []undoKey{{key: key, weighted: true, hits: c}}), &undoLua)...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if w2 := readWeighted(t, rdb, key, last(), rule.Window); w2.s != want-c || len(w2.costs) != 1999 {
+		t.Fatalf("after the undo: s=%d members %d, want %d, 1999", w2.s, len(w2.costs), want-c)
+	}
+	check("after an undo")
+}
+
+// TestWeightedRetryAfterIsExact: after admits spread in time and a charge
+// into debt, the denied key reopens exactly at its retry time, on the
+// server's clock.
+func TestWeightedRetryAfterIsExact(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
+		t.Run(string(alg), func(t *testing.T) {
+			l := newLimiter(t, standalone(t, r.Addr), Options{Timeout: 2 * time.Second, DenyCacheMax: -1})
+			last := serverClock(l)
+			rule := Rule{ID: "w/retry-" + string(alg), Limit: 100, Window: 600 * time.Millisecond, Algorithm: alg, Weighted: true}
+			for i := range 4 {
+				if d := weighted(l, rule, "c", OpDecide, 20); !d.Allowed {
+					t.Fatalf("admit %d denied: %+v", i, d)
+				}
+				time.Sleep(15 * time.Millisecond) // spacing the admits, not synchronising
+			}
+			weighted(l, rule, "c", OpCharge, 60) // 140: 40 in debt
+			d := weighted(l, rule, "c", OpCheck, 0)
+			if d.Allowed {
+				t.Fatalf("check admitted in debt: %+v", d)
+			}
+			// pollRetryExact polls with one-request decisions of the count
+			// rule; a check is the weighted rule's one-unit request.
+			check := rule
+			pollWeighted(t, l, check, d, last)
+		})
+	}
+}
+
+// pollWeighted is pollRetryExact for checks of a weighted rule.
+func pollWeighted(t *testing.T, l *Limiter, rule Rule, d Decision, last func() int64) {
+	t.Helper()
+	denyAt := last()
+	openAt := denyAt + d.RetryAfter.Microseconds()
+	t.Logf("retry after %v", d.RetryAfter)
+	time.Sleep(d.RetryAfter - 30*time.Millisecond)
+	for {
+		d := weighted(l, rule, "c", OpCheck, 0)
+		now := last()
+		if !d.Allowed {
+			if now >= openAt {
+				t.Fatalf("denied %dµs after the retry-after", now-openAt)
+			}
+			continue
+		}
+		if now < openAt {
+			t.Fatalf("admitted %dµs before the retry-after", openAt-now)
+		}
+		t.Logf("first admit %v after the retry-after", time.Duration(now-openAt)*time.Microsecond)
+		return
+	}
+}
+
+// TestWeightedResendAndCancel: a decision run twice (go-redis resending
+// after a lost reply) counts its cost once; a cancel that runs before its
+// lost decision leaves a placeholder that the decision finds, so it
+// admits nothing; a cancel after it takes the cost back.
+func TestWeightedResendAndCancel(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	l := newLimiter(t, rdb, Options{Timeout: 5 * time.Second})
+	ctx := context.Background()
+	rule := Rule{ID: "resend", Limit: 100, Window: time.Minute, Weighted: true}
+	key := redisschema.WeightedKey(l.opts.Prefix, rule.ID, "c", false)
+	reqs := []Request{{Rule: rule, Client: "c", Hits: 30}}
+	run := func(args []any) {
+		t.Helper()
+		err := rdb.Do(ctx, args...).Err()
+		if isNoScript(err) {
+			err = rdb.Do(ctx, asEval(args, scriptOf(args))...).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := func() int64 { v, _ := rdb.HGet(ctx, key+"s", "s").Int64(); return v }
+	// Twice, by both scripts: one member, 30 counted.
+	args := decideArgs(nil, api{}, reqs, []int{0}, []string{key}, "m1", "1000", true)
+	run(args)
+	run(args)
+	run(batchArgs(api{}, []*op{{script: &decideLua, args: args}}, 1))
+	if s, n := sum(), rdb.ZCard(ctx, key).Val(); s != 30 || n != 1 {
+		t.Fatalf("after a decision run three times: sum %d, %d members; want 30, 1", s, n)
+	}
+	// A cancel after it takes it back; again, nothing more.
+	run(cancelArgs(args))
+	if s := sum(); s != 0 {
+		t.Fatalf("after the cancel: sum %d, want 0", s)
+	}
+	// A cancel before its decision: the decision then admits nothing, by
+	// either script. (Any call's trim drops the placeholder at its end, as
+	// a count log's: the lost decision is the next call on the key or
+	// close to it.)
+	for i, batch := range []bool{true, false} {
+		args := decideArgs(nil, api{}, reqs, []int{0}, []string{key}, "m"+strconv.Itoa(i+2), "1000", true)
+		run(cancelArgs(args))
+		if batch {
+			args = batchArgs(api{}, []*op{{script: &decideLua, args: args}}, 1)
+		}
+		run(args)
+		if s := sum(); s != 0 {
+			t.Fatalf("a decision after its cancel counted (batch %v): sum %d, want 0", batch, s)
+		}
+	}
+	// The placeholder counts in no sum and leaves with the next call's trim.
+	if d := weighted(l, rule, "c", OpDecide, 100); !d.Allowed {
+		t.Fatalf("the placeholder took budget: %+v", d)
+	}
+}
+
+// scriptOf is the script a command of decideArgs, batchArgs, undoArgs or
+// cancelArgs calls (by its SHA).
+func scriptOf(args []any) *script {
+	for _, s := range []*script{&decideLua, &decideBatchLua, &undoLua, &cancelLua} {
+		if args[1] == s.shaArg {
+			return s
+		}
+	}
+	return nil
+}
+
+// TestWeightedWindowSlides: cost leaves the window with its member, and
+// the keys expire a window (and the margin) after the last admit.
+func TestWeightedWindowSlides(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	l := newLimiter(t, rdb, Options{Timeout: 5 * time.Second, DenyCacheMax: -1, ExpiryMargin: 50 * time.Millisecond})
+	rule := Rule{ID: "slide", Limit: 100, Window: 300 * time.Millisecond, Weighted: true}
+	key := redisschema.WeightedKey(l.opts.Prefix, rule.ID, "c", false)
+	if d := weighted(l, rule, "c", OpCharge, 150); !d.Allowed {
+		t.Fatal(d)
+	}
+	for i := 0; i < 40; i++ { // so that the checkpoint set exists too
+		weighted(l, rule, "c", OpCharge, 1)
+	}
+	if d := weighted(l, rule, "c", OpCheck, 0); d.Allowed {
+		t.Fatalf("check in debt admitted: %+v", d)
+	}
+	ctx := context.Background()
+	for _, k := range []string{key, key + "s", key + "p"} {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > rule.Window+50*time.Millisecond {
+			t.Fatalf("%s: PTTL %v, want in (0, window+margin]", k, ttl)
+		}
+	}
+	time.Sleep(rule.Window + 10*time.Millisecond)
+	if d := weighted(l, rule, "c", OpDecide, 100); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after the window: %+v, want allowed with 0 remaining", d)
+	}
+	if _, ok := eventually(5*time.Second, func() bool { return rdb.DBSize(ctx).Val() == 0 }); !ok {
+		t.Fatalf("keys left after the window and margin: %v", rdb.Keys(ctx, "*").Val())
+	}
+}
