@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -424,5 +428,141 @@ func TestWeightedWindowSlides(t *testing.T) {
 	}
 	if _, ok := eventually(5*time.Second, func() bool { return rdb.DBSize(ctx).Val() == 0 }); !ok {
 		t.Fatalf("keys left after the window and margin: %v", rdb.Keys(ctx, "*").Val())
+	}
+}
+
+// TestWeightedExactUnderContention: 4 limiters × 16 goroutines admit
+// costs of 1..50 into one key; no sliding window (on the server's clock)
+// may hold more cost than the limit. Paired with the naive way to limit a
+// known cost, a check followed by a charge (two calls): under the same
+// contention it must be caught over-admitting.
+func TestWeightedExactUnderContention(t *testing.T) {
+	t.Parallel()
+	const limit, window, dur = 600, time.Second, 2500 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		naive bool
+	}{{"decide", false}, {"check-then-charge", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := testsupport.StartRedis(t)
+			rule := Rule{ID: "w/contended", Limit: limit, Window: window, FailMode: FailClosed, Weighted: true}
+			type admit struct{ at, cost int64 }
+			var mu sync.Mutex
+			var admits []admit
+			var wg sync.WaitGroup
+			stop := time.Now().Add(dur)
+			for range 4 {
+				l := newLimiter(t, standalone(t, r.Addr), Options{Timeout: 10 * time.Second, DenyCacheMax: -1})
+				l.observe = func(ctx context.Context, now int64, _ []Request, _ []int, _ []Decision) {
+					*ctx.Value(serverTimeKey{}).(*int64) = now
+				}
+				for g := range 16 {
+					rng := rand.New(rand.NewPCG(uint64(g), 11))
+					wg.Go(func() {
+						for time.Now().Before(stop) {
+							c := int64(1 + rng.IntN(50))
+							at := new(int64)
+							ctx := context.WithValue(context.Background(), serverTimeKey{}, at)
+							req := Request{Rule: rule, Client: "hot", Hits: c}
+							if tc.naive {
+								req.Op = OpCheck
+							}
+							d := l.Decide(ctx, []Request{req})[0]
+							if d.Source != SourceRedis {
+								t.Errorf("decision not from redis: %+v", d)
+								return
+							}
+							if !d.Allowed {
+								continue
+							}
+							if tc.naive {
+								req.Op = OpCharge
+								l.Decide(ctx, []Request{req})
+							}
+							mu.Lock()
+							admits = append(admits, admit{*at, c})
+							mu.Unlock()
+						}
+					})
+				}
+			}
+			wg.Wait()
+			slices.SortFunc(admits, func(a, b admit) int { return int(a.at - b.at) })
+			busiest, lo, sum := int64(0), 0, int64(0)
+			for _, a := range admits {
+				sum += a.cost
+				for admits[lo].at <= a.at-window.Microseconds() {
+					sum -= admits[lo].cost
+					lo++
+				}
+				busiest = max(busiest, sum)
+			}
+			t.Logf("%d admitted requests; busiest window %d, limit %d", len(admits), busiest, limit)
+			switch {
+			case !tc.naive && busiest > limit:
+				t.Errorf("a sliding window holds %d, limit %d", busiest, limit)
+			case !tc.naive && busiest < limit-50:
+				t.Errorf("busiest window %d: the limit was never reached, the test proves nothing", busiest)
+			case tc.naive && busiest <= limit:
+				t.Errorf("check-then-charge did not over-admit (busiest window %d): the check cannot fail", busiest)
+			}
+		})
+	}
+}
+
+// TestWeightedUndoAcrossSlots: a request whose weighted rule in one slot
+// admits a cost and whose rule in another denies gets the cost back.
+func TestWeightedUndoAcrossSlots(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t)
+	opts := Options{Timeout: 5 * time.Second, DenyCacheMax: -1, Prefix: "w" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"}
+	l := newLimiter(t, client(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()}), opts)
+	for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
+		a := Rule{ID: "w/a/" + string(alg), Limit: 1000, Window: time.Minute, Algorithm: alg, Weighted: true}
+		b := Rule{ID: "w/b/" + string(alg), Limit: 2, Window: time.Minute, Algorithm: alg}
+		ca, cb := "x", ""
+		for i := 0; cb == ""; i++ {
+			if k := "y" + strconv.Itoa(i); redisschema.Slot(l.keyOf(&Request{Rule: b, Client: k})) != redisschema.Slot(l.keyOf(&Request{Rule: a, Client: ca})) {
+				cb = k
+			}
+		}
+		ds := l.Decide(context.Background(), []Request{{Rule: a, Client: ca, Hits: 300}, {Rule: b, Client: cb, Hits: 3}})
+		if !ds[0].Allowed || ds[1].Allowed || ds[0].Remaining != 1000 {
+			t.Fatalf("%s: %+v", alg, ds)
+		}
+		if d := weighted(l, a, ca, OpDecide, 1000); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%s: after the undo, the whole limit: %+v", alg, d)
+		}
+	}
+	if l.Stats().Undos == 0 {
+		t.Fatal("no undo happened: the rules shared a slot")
+	}
+}
+
+// TestFallbackWeighted: while Redis cannot decide, a weighted fail-open
+// rule counts cost in this replica's share (as a counter: a log would keep
+// a time per unit of cost), and checks and charges keep their meaning.
+func TestFallbackWeighted(t *testing.T) {
+	f, now := fakeFallback(100)
+	rule := Rule{ID: "w", Limit: 1000, Window: time.Second, Weighted: true}
+	decide := func(op Op, cost int64) Decision {
+		var d Decision
+		f.decide([]fbReq{{rule: &rule, client: "c", hits: cost, op: op, share: rule.Limit, out: &d}}, true)
+		return d
+	}
+	for i, s := range []struct {
+		op      Op
+		cost    int64
+		allowed bool
+		rem     int64
+	}{{OpDecide, 600, true, 400}, {OpDecide, 500, false, 400}, {OpCheck, 0, true, 400}, {OpCharge, 900, true, 0}, {OpCheck, 0, false, 0}} {
+		if d := decide(s.op, s.cost); d.Allowed != s.allowed || d.Remaining != s.rem {
+			t.Fatalf("step %d: %+v", i, d)
+		}
+	}
+	*now += int64(2 * time.Second)
+	if d := decide(OpDecide, 1000); !d.Allowed {
+		t.Fatalf("two windows on: %+v", d)
 	}
 }
