@@ -414,6 +414,11 @@ type RateLimitServiceTarget struct {
 // +kubebuilder:validation:XValidation:rule="has(self.rateLimitService) || has(self.key)",message="key is required with targetSelector"
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || (!has(self.key) && !has(self.match))",message="key and match do not apply with rateLimitService: the descriptor entries without a value identify the client, and the gateway's rate limit actions choose the requests"
 // +kubebuilder:validation:XValidation:rule="!has(self.networkPolicy) || has(self.targetSelector)",message="networkPolicy applies only with targetSelector: it admits traffic to the selected pods"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetSelector) || !has(self.cost) || !has(self.cost.request) || has(self.cost.request.constant) || has(self.cost.request.header)",message="cost.request needs constant (the same cost for every request) or header (a request header that carries the cost)"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetSelector) || !has(self.cost) || !has(self.cost.response) || has(self.cost.response.header) || has(self.cost.response.jsonFields)",message="cost.response needs header (a response header or trailer that carries the cost), jsonFields (fields of a JSON response that carry it, e.g. usage.total_tokens) or both"
+// +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !has(self.cost.request) || !(has(self.cost.request.constant) || has(self.cost.request.header) || has(self.cost.request.default))",message="with rateLimitService the gateway computes the cost and sends it as hits_addend: write cost.request: {} (no constant, header or default)"
+// +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !has(self.cost.response) || !(has(self.cost.response.header) || has(self.cost.response.jsonFields) || has(self.cost.response.default))",message="with rateLimitService the gateway computes the cost and sends it as hits_addend: write cost.response: {} (no header, jsonFields or default); Envoy's apply_on_stream_done call charges the response cost"
+// +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !(has(self.cost.request) && has(self.cost.response))",message="with rateLimitService set cost.request or cost.response, not both: Envoy's apply_on_stream_done call looks like any other request, so every hits_addend above 0 of a policy with cost.response is charged as a response cost; give the request cost a policy of its own with another descriptor (e.g. a generic_key entry)"
 type RateLimitPolicySpec struct {
 	// targetSelector selects the pods of this namespace that enforce the
 	// policy, by their labels. The pods must carry the slidegate sidecar:
@@ -455,7 +460,8 @@ type RateLimitPolicySpec struct {
 
 	// limit is the number of requests a client may make in any window, from
 	// 1 to 1000000 (the exact algorithm stores one entry per admitted
-	// request).
+	// request). With cost, it is the cost a client may use in any window,
+	// e.g. 100000 for 100000 tokens per minute with window "1m".
 	// +required
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000000
@@ -507,6 +513,24 @@ type RateLimitPolicySpec struct {
 	// with targetSelector. Unset: no NetworkPolicy.
 	// +optional
 	NetworkPolicy *PodNetworkPolicy `json:"networkPolicy,omitempty"`
+
+	// Limits by cost (issue 27; the types are in cost_types.go).
+
+	// cost makes the policy limit the cost of requests in a window instead
+	// of their number: limit is then the cost a client may use in any
+	// window, e.g. LLM tokens per minute. Unset, every request costs 1.
+	// A request's cost can be known when it arrives (request: a constant
+	// or a request header), or only when its response ends (response: a
+	// response header or trailer, or fields of a JSON response, Server-Sent
+	// Events streams included), or both.
+	//
+	// Sidecars and rate limit service servers of a release before cost
+	// existed do not enforce a policy with cost (they leave it out and say
+	// so: slidegate_sidecar_config_policies_skipped,
+	// slidegate_rls_config_policies_skipped) rather than count its
+	// requests against a limit meant for their cost.
+	// +optional
+	Cost *Cost `json:"cost,omitempty"`
 
 	// Durable admits (issue 24). Kept in a block of its own.
 

@@ -214,9 +214,10 @@ func Policy(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
 		Key:          key,
 		Match:        match(s.Match),
 		Durability:   r.durability,
+		Cost:         cost(s.Cost),
 	}
-	// The document's Validate checks enum values, header names, methods
-	// and path prefixes.
+	// The document's Validate checks enum values, header names, methods,
+	// path prefixes and the cost.
 	if err := invalidPolicy(p, errs, (&sidecarconfig.Config{Version: sidecarconfig.Version, Policies: []sidecarconfig.Policy{out}}).Validate); err != nil {
 		return sidecarconfig.Policy{}, err
 	}

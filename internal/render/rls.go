@@ -62,11 +62,12 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 		FailMode:     r.failMode,
 		Mode:         r.mode,
 		Durability:   r.durability,
+		Cost:         cost(s.Cost),
 	}
 	for _, e := range s.RateLimitService.Descriptor {
 		out.Descriptor = append(out.Descriptor, rlsconfig.Entry{Key: e.Key, Value: e.Value})
 	}
-	// The document's Validate checks bounds, enums and the id.
+	// The document's Validate checks bounds, enums, the id and the cost.
 	one := []rlsconfig.Policy{out}
 	if err := invalidPolicy(p, errs, (&rlsconfig.Config{Version: rlsconfig.VersionFor(one), Policies: one}).Validate); err != nil {
 		return rlsconfig.Policy{}, err

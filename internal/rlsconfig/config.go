@@ -72,6 +72,43 @@ type Policy struct {
 	// Durability is sidecarconfig.DurabilityReplicated, or absent: as
 	// sidecarconfig.Policy's.
 	Durability string `json:"durability,omitempty" minor:"1"`
+	// Cost, when set, makes the policy weighted (issue 27): Limit is the
+	// cost allowed in any window, and the gateway sends each cost as a
+	// descriptor's hits_addend, so Cost only says which calls carry it:
+	// exactly one of Request and Response, both empty (validateCost).
+	Cost *Cost `json:"cost,omitempty" minor:"2"`
+}
+
+// Cost is the sidecars' cost type (one home); in this document its parts
+// are empty.
+type (
+	Cost         = sidecarconfig.Cost
+	RequestCost  = sidecarconfig.RequestCost
+	ResponseCost = sidecarconfig.ResponseCost
+)
+
+// validateCost checks a policy's cost for the rate limit service: the
+// cost comes from hits_addend, so its parts name no source, and a policy
+// has one of them only. With Request, a hits_addend above 0 is a request's
+// cost, admitted only if it fits; with Response, it is a response's cost
+// that Envoy's apply_on_stream_done call charges, even past the limit.
+// Nothing in that call tells it apart from the request's own, so one
+// policy cannot have both.
+func validateCost(c *Cost) []error {
+	var errs []error
+	switch {
+	case c.Request == nil && c.Response == nil:
+		errs = append(errs, errors.New("cost needs request or response"))
+	case c.Request != nil && c.Response != nil:
+		errs = append(errs, errors.New("cost: set request or response, not both (an after-stream call looks like any other)"))
+	}
+	if c.Request != nil && *c.Request != (RequestCost{}) {
+		errs = append(errs, errors.New("cost.request must be empty: the gateway sends the cost as hits_addend"))
+	}
+	if r := c.Response; r != nil && (r.Header != "" || len(r.JSONFields) > 0 || r.Default != 0) {
+		errs = append(errs, errors.New("cost.response must be empty: the gateway sends the cost as hits_addend"))
+	}
+	return errs
 }
 
 // Entry is one descriptor entry of a policy.
@@ -164,6 +201,9 @@ func (p *Policy) validate() error {
 		WindowMillis: p.WindowMillis, Limit: p.Limit,
 		Algorithm: p.Algorithm, FailMode: p.FailMode, Mode: p.Mode, Durability: p.Durability,
 	})...)
+	if p.Cost != nil {
+		errs = append(errs, validateCost(p.Cost)...)
+	}
 	return errors.Join(errs...)
 }
 

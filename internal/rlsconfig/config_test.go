@@ -3,6 +3,7 @@ package rlsconfig
 import (
 	"bytes"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,31 @@ func TestParseValid(t *testing.T) {
 	}
 	if !bytes.Equal(out, data) {
 		t.Fatalf("Marshal does not round-trip:\n%s", out)
+	}
+}
+
+// withCost gives the policy a cost, in the version that carries it.
+func withCost(cost Cost) func(c *Config) {
+	return func(c *Config) {
+		c.Policies[0].Cost = &cost
+		c.Version = VersionFor(c.Policies)
+	}
+}
+
+// TestValidCost: the two costs a policy for the rate limit service can have.
+func TestValidCost(t *testing.T) {
+	for _, cost := range []Cost{{Request: &RequestCost{}}, {Response: &ResponseCost{}}} {
+		p := Policy{Namespace: "ns", Name: "p", ID: "rls/ns/p", Domain: "d", Descriptor: []Entry{{Key: "remote_address"}},
+			WindowMillis: 60_000, Limit: 100_000, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce", Cost: &cost}
+		c := &Config{Version: VersionFor([]Policy{p}), Policies: []Policy{p}}
+		data, err := Marshal(c)
+		if err != nil {
+			t.Fatalf("%+v: %v", cost, err)
+		}
+		back, err := Parse(data)
+		if err != nil || back.Version != "v1.2" || !reflect.DeepEqual(back.Policies[0].Cost, &cost) {
+			t.Errorf("%s read back as %+v, %v", data, back, err)
+		}
 	}
 }
 
@@ -71,6 +97,17 @@ func TestParseInvalid(t *testing.T) {
 		{"failMode", func(c *Config) { c.Policies[0].FailMode = "" }, `failMode ""`},
 		{"mode", func(c *Config) { c.Policies[0].Mode = "Shadow" }, `mode "Shadow"`},
 		{"durability", func(c *Config) { c.Policies[0].Durability = "Quorum" }, `durability "Quorum" is not Primary or Replicated`},
+		// Cost (issue 27): the gateway sends it, so a cost names no source.
+		{"cost in a v1.1 document", func(c *Config) {
+			c.Version = VersionOf(1)
+			c.Policies[0].Cost = &Cost{Response: &ResponseCost{}}
+		}, `policy "rls/ns/p" needs version v1.2, the document is v1.1`},
+		{"cost empty", withCost(Cost{}), "cost needs request or response"},
+		{"cost request and response", withCost(Cost{Request: &RequestCost{}, Response: &ResponseCost{}}), "cost: set request or response, not both"},
+		{"cost request constant", withCost(Cost{Request: &RequestCost{Constant: new(int64)}}), "cost.request must be empty: the gateway sends the cost as hits_addend"},
+		{"cost request header", withCost(Cost{Request: &RequestCost{Header: "X-Cost"}}), "cost.request must be empty"},
+		{"cost response jsonFields", withCost(Cost{Response: &ResponseCost{JSONFields: []string{"usage.total_tokens"}}}), "cost.response must be empty: the gateway sends the cost as hits_addend"},
+		{"cost response default", withCost(Cost{Response: &ResponseCost{Default: 1}}), "cost.response must be empty"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,7 +23,9 @@ const (
 	// Major is the major version this package reads and writes.
 	Major = 1
 	// Minor is the newest minor version this package reads and writes.
-	Minor = 1
+	// Minor 1 added durability; minor 2 added cost (issue 27), which a
+	// server of minor 1 skips rather than enforcing as a count policy.
+	Minor = 2
 	// Version is the version string of minor 0, the first release's.
 	Version = "v1"
 )

@@ -1,6 +1,7 @@
 package rlsconfig
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestParseNewerMinor(t *testing.T) {
 	policy := func(id, extra string) string {
 		return `{"namespace":"a","name":"p","id":"` + id + `","domain":"edge","descriptor":[{"key":"remote_address"}],"windowMillis":1000,"limit":5,"algorithm":"SlidingLog","failMode":"Open","mode":"Enforce"` + extra + `}`
 	}
-	doc := `{"version":"v1.7","policies":[` + policy("rls/a/p", "") + `,` + policy("rls/a/q", `,"cost":{"header":"x"}`) + `]}`
+	doc := `{"version":"v1.7","policies":[` + policy("rls/a/p", "") + `,` + policy("rls/a/q", `,"quota":{"header":"x"}`) + `]}`
 	c, err := Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -45,16 +46,75 @@ func TestParseNewerMinor(t *testing.T) {
 	if len(c.Policies) != 1 || c.Policies[0].ID != "rls/a/p" {
 		t.Errorf("policies %+v, want rls/a/p only", c.Policies)
 	}
-	if want := []sidecarconfig.Skipped{{Policy: "rls/a/q", Fields: []string{"cost"}}}; !reflect.DeepEqual(c.Skipped, want) {
+	if want := []sidecarconfig.Skipped{{Policy: "rls/a/q", Fields: []string{"quota"}}}; !reflect.DeepEqual(c.Skipped, want) {
 		t.Errorf("skipped %+v, want %+v", c.Skipped, want)
 	}
 	for _, bad := range []string{
-		strings.Replace(doc, `"v1.7"`, `"v1.1"`, 1), // its own minor: strict
+		strings.Replace(doc, `"v1.7"`, `"v1.2"`, 1), // its own minor: strict
 		strings.Replace(doc, `"v1.7"`, `"v2.0"`, 1), // another major
 		strings.Replace(doc, `"policies"`, `"extra":1,"policies"`, 1),
 	} {
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("parsed %s", bad[:40])
 		}
+	}
+}
+
+// minor1Policy is Policy as a server of minor version 1 (the release
+// before cost) reads it: every field but cost.
+type minor1Policy struct {
+	Namespace    string  `json:"namespace"`
+	Name         string  `json:"name"`
+	ID           string  `json:"id"`
+	Domain       string  `json:"domain"`
+	Descriptor   []Entry `json:"descriptor"`
+	WindowMillis int64   `json:"windowMillis"`
+	Limit        int64   `json:"limit"`
+	Algorithm    string  `json:"algorithm"`
+	FailMode     string  `json:"failMode"`
+	Mode         string  `json:"mode"`
+	Durability   string  `json:"durability,omitempty" minor:"1"`
+}
+
+// TestMinor1ServerSkipsCostPolicies: a server of the release before cost
+// leaves a policy with cost out of a rendered document (it would enforce
+// it as a count policy: 100,000 requests through a 100,000-token limit),
+// and keeps enforcing the others; the document is v1.2 as soon as one
+// policy has cost, so that such a server reads it policy by policy.
+func TestMinor1ServerSkipsCostPolicies(t *testing.T) {
+	if n, m := reflect.TypeFor[Policy]().NumField(), reflect.TypeFor[minor1Policy]().NumField(); n != m+1 {
+		t.Fatalf("Policy has %d fields, minor1Policy %d: update minor1Policy to minor 1's fields", n, m)
+	}
+	count := Policy{Namespace: "a", Name: "p", ID: "rls/a/p", Domain: "edge", Descriptor: []Entry{{Key: "remote_address"}},
+		WindowMillis: 60_000, Limit: 100, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce"}
+	tokens := count
+	tokens.Name, tokens.ID, tokens.Limit, tokens.Cost = "q", "rls/a/q", 100_000, &Cost{Response: &ResponseCost{}}
+	policies := []Policy{count, tokens}
+	data, err := Marshal(&Config{Version: VersionFor(policies), Policies: policies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Version  string            `json:"version"`
+		Policies []json.RawMessage `json:"policies"`
+	}
+	if err := sidecarconfig.DecodeStrict(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Version != "v1.2" {
+		t.Fatalf("version %s, want v1.2 (a minor 1 server reads v1.1 strictly and would refuse it whole)", doc.Version)
+	}
+	kept, skipped, err := sidecarconfig.DecodePolicies[minor1Policy](doc.Policies, "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0].ID != "rls/a/p" {
+		t.Errorf("a minor 1 server enforces %+v, want rls/a/p only", kept)
+	}
+	if want := []sidecarconfig.Skipped{{Policy: "rls/a/q", Fields: []string{"cost"}}}; !reflect.DeepEqual(skipped, want) {
+		t.Errorf("a minor 1 server skipped %v, want %v", skipped, want)
+	}
+	if v := VersionFor([]Policy{count}); v != "v1" {
+		t.Errorf("VersionFor(a count policy) = %s, want v1", v)
 	}
 }

@@ -81,6 +81,9 @@ type Policy struct {
 	// replica of the Redis master has it; absent (or "Primary"), once the
 	// master has it. The controller writes it only when Replicated.
 	Durability string `json:"durability,omitempty" minor:"1"`
+	// Cost, when set, makes the policy weighted: Limit is the cost allowed
+	// in any window (cost.go). Absent: every request costs 1.
+	Cost *Cost `json:"cost,omitempty" minor:"2"`
 }
 
 // DurabilityReplicated is Policy.Durability (and rlsconfig's) for an admit
@@ -342,6 +345,9 @@ func (p *Policy) validate() error {
 		WindowMillis: p.WindowMillis, Limit: p.Limit,
 		Algorithm: p.Algorithm, FailMode: p.FailMode, Mode: p.Mode, Durability: p.Durability,
 	})...)
+	if p.Cost != nil {
+		errs = append(errs, p.Cost.validate()...)
+	}
 	switch p.Key.Source {
 	case SourceHeader:
 		if !headerName.MatchString(p.Key.Name) {

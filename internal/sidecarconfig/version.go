@@ -41,9 +41,13 @@ const (
 	// Major is the major version this package reads and writes.
 	Major = 1
 	// Minor is the newest minor version this package reads and writes.
-	Minor = 1
+	//
+	// Minor 1 added durability, key.forwardedHeader, key.ipv6PrefixLength,
+	// key.jwt and match.pathCase; minor 2 added cost (issue 27), which a
+	// sidecar of minor 1 must not enforce as a count policy: it skips it.
+	Minor = 2
 	// Version is the version string of the newest document, VersionOf(Minor).
-	Version = "slidegate.dev/sidecar-config/v1.1"
+	Version = "slidegate.dev/sidecar-config/v1.2"
 
 	versionPrefix = "slidegate.dev/sidecar-config/v"
 )

@@ -1,6 +1,7 @@
 package sidecarconfig
 
 import (
+	"encoding/json"
 	"reflect"
 	"slices"
 	"strconv"
@@ -140,20 +141,21 @@ func TestParseNewerMinor(t *testing.T) {
 			`{"name":"a","id":"ns/a","selector":{},"windowMillis":1000,"limit":1,"algorithm":"SlidingLog","failMode":"Open","mode":"Enforce","key":{"source":"Global","onMissing":"Deny"},"match":{}},` +
 			`{"name":"b","id":"ns/b","windowMillis":1000,"limit":1,"algorithm":"SlidingLog","failMode":"Open","mode":"Enforce","key":{"source":"Global","onMissing":"Deny"},"match":{}` + extraPolicy + `}]}`)
 	}
-	c, err := Parse(doc("slidegate.dev/sidecar-config/v1.9", "", `,"cost":{"from":"header"},"selector":{"matchExpressions":[{"key":"k","operator":"Exists","weight":3}]}`))
+	c, err := Parse(doc("slidegate.dev/sidecar-config/v1.9", "", `,"quota":{"from":"header"},"selector":{"matchExpressions":[{"key":"k","operator":"Exists","weight":3}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(c.Policies) != 1 || c.Policies[0].Name != "a" {
 		t.Errorf("policies %+v, want only a", c.Policies)
 	}
-	want := []Skipped{{Policy: "b", Fields: []string{"cost", "selector.matchExpressions[0].weight"}}}
+	want := []Skipped{{Policy: "b", Fields: []string{"quota", "selector.matchExpressions[0].weight"}}}
 	if !reflect.DeepEqual(c.Skipped, want) {
 		t.Errorf("skipped %+v, want %+v", c.Skipped, want)
 	}
 	for _, tc := range []struct{ name, version, top, policy string }{
-		{"own minor, unknown field", Version, "", `,"cost":{}`},
-		{"first release's version, unknown field", VersionOf(0), "", `,"cost":{}`},
+		{"own minor, unknown field", Version, "", `,"quota":{}`},
+		{"first release's version, unknown field", VersionOf(0), "", `,"quota":{}`},
+		{"own minor, unknown field within cost", Version, "", `,"cost":{"request":{"constant":1,"weight":2}}`},
 		{"newer minor, unknown top-level field", "slidegate.dev/sidecar-config/v1.9", `,"quota":1`, ""},
 		{"newer major", "slidegate.dev/sidecar-config/v2.0", "", ""},
 		{"newer minor, known field of the wrong type", "slidegate.dev/sidecar-config/v1.9", "", `,"limit":"x"`},
@@ -169,5 +171,94 @@ func TestParseNewerMinor(t *testing.T) {
 	}
 	if len(c.Policies) != 2 || len(c.Skipped) != 0 {
 		t.Errorf("a minor 0 document: %d policies, skipped %v", len(c.Policies), c.Skipped)
+	}
+}
+
+// minor1Policy is Policy as a sidecar of minor version 1 (the release
+// before cost) reads it: every field but cost. TestMinor1PolicyIsPolicyUpToMinor1
+// keeps it honest.
+type minor1Policy struct {
+	Name         string   `json:"name"`
+	ID           string   `json:"id"`
+	Selector     Selector `json:"selector"`
+	WindowMillis int64    `json:"windowMillis"`
+	Limit        int64    `json:"limit"`
+	Algorithm    string   `json:"algorithm"`
+	FailMode     string   `json:"failMode"`
+	Mode         string   `json:"mode"`
+	Key          Key      `json:"key"`
+	Match        Match    `json:"match"`
+	Replicas     int32    `json:"replicas,omitempty"`
+	Durability   string   `json:"durability,omitempty" minor:"1"`
+}
+
+func TestMinor1PolicyIsPolicyUpToMinor1(t *testing.T) {
+	var want, got []string
+	for _, f := range policyFields(t, reflect.TypeFor[Policy](), "") {
+		if f.minor <= 1 {
+			want = append(want, f.path)
+		}
+	}
+	for _, f := range policyFields(t, reflect.TypeFor[minor1Policy](), "") {
+		got = append(got, f.path)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("minor1Policy has the fields %v, Policy up to minor 1 %v", got, want)
+	}
+}
+
+// TestMinor1SidecarSkipsCostPolicies: a sidecar of the release before cost
+// (minor 1) reads a document of minor 2 policy by policy and leaves a
+// policy with cost out, rather than enforcing it as a count policy (which
+// would let 100,000 requests through a limit of 100,000 tokens); it keeps
+// enforcing the count policy beside it. And the document is minor 2 as
+// soon as a policy has cost, so that a minor 1 sidecar takes that path.
+func TestMinor1SidecarSkipsCostPolicies(t *testing.T) {
+	count := Policy{Name: "a-count", ID: "ns/a-count", WindowMillis: 60_000, Limit: 100, Algorithm: AlgorithmSlidingLog, FailMode: FailOpen, Mode: ModeEnforce,
+		Key: Key{Source: SourceGlobal, OnMissing: MissingDeny}}
+	tokens := count
+	tokens.Name, tokens.ID, tokens.Limit = "b-tokens", "ns/b-tokens", 100_000
+	tokens.Cost = &Cost{Response: &ResponseCost{JSONFields: []string{"usage.total_tokens"}}}
+	if m := MinMinor(&tokens); m != 2 {
+		t.Fatalf("MinMinor of a cost policy = %d, want 2", m)
+	}
+	if err := (&Config{Version: VersionOf(1), Namespace: "ns", Policies: []Policy{count, tokens}}).Validate(); err == nil {
+		t.Error("a minor 1 document carries a cost policy")
+	}
+	data, err := Marshal(&Config{Version: Version, Namespace: "ns", Policies: []Policy{count, tokens}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The minor 1 sidecar's reading of a newer minor (decode, with its
+	// Policy type).
+	var doc struct {
+		Config
+		Policies []json.RawMessage `json:"policies"`
+	}
+	if err := DecodeStrict(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, minor, _ := ParseVersion(doc.Version); minor <= 1 {
+		t.Fatalf("version %s: a minor 1 sidecar would read it strictly and refuse it whole", doc.Version)
+	}
+	kept, skipped, err := DecodePolicies[minor1Policy](doc.Policies, "name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0].Name != "a-count" {
+		t.Errorf("a minor 1 sidecar enforces %+v, want a-count only", kept)
+	}
+	if want := []Skipped{{Policy: "b-tokens", Fields: []string{"cost"}}}; !reflect.DeepEqual(skipped, want) {
+		t.Errorf("a minor 1 sidecar skipped %v, want %v", skipped, want)
+	}
+
+	// This package reads it whole.
+	c, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Policies) != 2 || len(c.Skipped) != 0 || !reflect.DeepEqual(c.Policies[1].Cost, tokens.Cost) {
+		t.Errorf("parsed %+v, skipped %v", c.Policies, c.Skipped)
 	}
 }
