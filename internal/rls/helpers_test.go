@@ -75,7 +75,7 @@ func entry(k string, v ...string) rlsconfig.Entry {
 // and returns the file's path.
 func writeConfig(t *testing.T, policies ...rlsconfig.Policy) string {
 	t.Helper()
-	c := &rlsconfig.Config{Version: rlsconfig.Version, Policies: policies}
+	c := &rlsconfig.Config{Version: rlsconfig.VersionFor(policies), Policies: policies}
 	data, err := rlsconfig.Marshal(c)
 	if err != nil {
 		t.Fatal(err)

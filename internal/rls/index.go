@@ -24,6 +24,10 @@ type policy struct {
 	values    []string // per entry; "" matches any value
 	rule      limiter.Rule
 	dryRun    bool
+	// chargedAfter: a cost policy whose cost the gateway charges after the
+	// response (spec.cost.response: Envoy's apply_on_stream_done call),
+	// whose descriptors with a hits_addend above 0 are charges.
+	chargedAfter bool
 	// nameItem and policyItem are the header items (see ratelimitheader);
 	// the policy is named "<namespace>/<name>" there, a gateway serving
 	// many namespaces.
@@ -69,9 +73,11 @@ func newIndex(c *rlsconfig.Config) *index {
 			rule: limiter.Rule{
 				ID: p.ID, Limit: p.Limit, Window: time.Duration(p.WindowMillis) * time.Millisecond,
 				Algorithm: limiter.Algorithm(p.Algorithm), FailMode: limiter.FailMode(p.FailMode),
-				Durable: p.Durability == rlsconfig.DurabilityReplicated,
+				Durable:  p.Durability == rlsconfig.DurabilityReplicated,
+				Weighted: p.Cost != nil,
 			},
-			dryRun:   p.Mode == sidecarconfig.ModeDryRun,
+			chargedAfter: p.Cost != nil && p.Cost.Response != nil,
+			dryRun:       p.Mode == sidecarconfig.ModeDryRun,
 			nameItem: ratelimitheader.String(p.Namespace + "/" + p.Name),
 		}
 		for j, e := range p.Descriptor {

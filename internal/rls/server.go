@@ -181,16 +181,44 @@ func validateDescriptor(d *ratelimitv3.RateLimitDescriptor) error {
 	return nil
 }
 
-// hitsOf is what descriptor d costs: its own hits_addend when set, else
-// the request's; 0 (unset, or Envoy's filter-state override of 0) is 1,
-// since the limiter only decides requests that count. Anything above
-// MaxCallHits is MaxCallHits+1: too much for a call in any case.
+// hitsOf is what descriptor d costs a count policy: its own hits_addend
+// when set, else the request's; 0 (unset, or Envoy's filter-state override
+// of 0) is 1, since a count policy only decides requests that count.
+// Anything above MaxCallHits is MaxCallHits+1: too much for a call in any
+// case.
 func hitsOf(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64 {
 	h := uint64(req.GetHitsAddend())
 	if v := d.GetHitsAddend(); v != nil {
 		h = v.GetValue()
 	}
 	return int64(min(max(h, 1), MaxCallHits+1)) //nolint:gosec // clamped
+}
+
+// costOf is what descriptor d does to a cost policy p (spec.cost), as
+// Envoy and Envoy Gateway send it (docs/rls.md):
+//   - the descriptor's hits_addend set to 0: a check, admitted while the
+//     window's cost is under the limit, counting nothing (Envoy Gateway's
+//     request cost of 0; unlike the request-level field, the descriptor's
+//     is a UInt64Value, so a 0 there is told from unset);
+//   - set above 0, for a policy charged after the response: a charge,
+//     counted even past the limit (Envoy's apply_on_stream_done call,
+//     which nothing else in the message marks);
+//   - otherwise a decide of the descriptor's, else the request's,
+//     hits_addend (unset or 0: 1).
+//
+// A cost above limiter.MaxCost is decided as it is (the limiter refuses
+// it: denied) and charged as MaxCost.
+func costOf(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor, p *policy) (limiter.Op, int64) {
+	v := d.GetHitsAddend()
+	switch {
+	case v != nil && v.GetValue() == 0:
+		return limiter.OpCheck, 0
+	case v != nil && p.chargedAfter:
+		return limiter.OpCharge, int64(min(v.GetValue(), limiter.MaxCost))
+	case v != nil:
+		return limiter.OpDecide, int64(min(v.GetValue(), limiter.MaxCost+1)) //nolint:gosec // clamped
+	}
+	return limiter.OpDecide, int64(max(req.GetHitsAddend(), 1))
 }
 
 // gather matches every descriptor and builds the limiter requests: one per
@@ -223,23 +251,38 @@ func (s *Server) gather(ix *index, req *rlsv3.RateLimitRequest) (reqs []limiter.
 		}
 		h := hitsOf(req, d)
 		// At most MaxCallHits+1 per pair and a bounded number of pairs
-		// per descriptor: no overflow.
-		total += h * int64(len(ms))
+		// per descriptor: no overflow. A cost policy's pair writes one
+		// member whatever its cost: it counts 1 here.
+		for _, m := range ms {
+			if m.p.rule.Weighted {
+				total++
+			} else {
+				total += h
+			}
+		}
 		if tooLarge = tooLarge || total > MaxCallHits; tooLarge {
 			continue // only which policies the rest matched
 		}
 	pairs:
 		for _, m := range ms {
+			op, hits := limiter.OpDecide, h
+			if m.p.rule.Weighted {
+				op, hits = costOf(req, d, m.p)
+			}
 			for k := range reqs {
-				if pols[k] == m.p && reqs[k].Client == m.client {
-					reqs[k].Hits += h
+				if pols[k] == m.p && reqs[k].Client == m.client && reqs[k].Op == op {
+					// A cost above MaxCost stays above it (refused).
+					reqs[k].Hits = min(reqs[k].Hits+hits, limiter.MaxCost+1)
+					if op == limiter.OpCharge {
+						reqs[k].Hits = min(reqs[k].Hits, limiter.MaxCost)
+					}
 					descs[i].pairs = append(descs[i].pairs, k)
 					continue pairs
 				}
 			}
 			rule := m.p.rule
 			rule.Replicas = replicas
-			reqs = append(reqs, limiter.Request{Rule: rule, Client: m.client, DryRun: m.p.dryRun, Hits: h})
+			reqs = append(reqs, limiter.Request{Rule: rule, Client: m.client, DryRun: m.p.dryRun, Hits: hits, Op: op})
 			pols = append(pols, m.p)
 			descs[i].pairs = append(descs[i].pairs, len(reqs)-1)
 		}

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -215,6 +217,72 @@ func TestHitsAddend(t *testing.T) {
 		if resp.GetOverallCode() != s.overall || !cmp.Equal(rem, s.rem) {
 			t.Fatalf("step %d: overall %v remaining %v, want %v %v", i, resp.GetOverallCode(), rem, s.overall, s.rem)
 		}
+	}
+}
+
+// TestCostPolicies: a cost policy (spec.cost) served through the real gRPC
+// server, as Envoy Gateway calls it for a token limit: the request's
+// descriptor with hits_addend 0 checks (admitted while under the limit,
+// counting nothing), the after-stream call's descriptor with the response
+// cost charges it even past the limit, and then the check is denied until
+// the debt has left. Paired with a count policy, where hits_addend 0 is
+// today's 1: ten checks count ten.
+func TestCostPolicies(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	charged := pol("tokens", 1000, time.Minute, entry("generic_key", "llm"), entry("user"))
+	charged.Cost = &rlsconfig.Cost{Response: &rlsconfig.ResponseCost{}}
+	known := pol("known", 1000, time.Minute, entry("generic_key", "known"), entry("user"))
+	known.Cost = &rlsconfig.Cost{Request: &rlsconfig.RequestCost{}}
+	count := pol("count", 10, time.Minute, entry("generic_key", "count"), entry("user"))
+	cfg := writeConfig(t, count, known, charged) // sorted by id
+	c := startReplica(t, standaloneConfig(r.Addr), cfg, limiter.Options{Timeout: 5 * time.Second, DenyCacheMax: -1}).client
+	call := func(key string, hits *uint64) *rlsv3.RateLimitResponse {
+		d := desc("generic_key", key, "user", "alice")
+		if hits != nil {
+			d.HitsAddend = wrapperspb.UInt64(*hits)
+		}
+		return ask(t, c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+	}
+	n := func(v uint64) *uint64 { return &v }
+	steps := []struct {
+		key     string
+		hits    *uint64
+		overall rlsv3.RateLimitResponse_Code
+		rem     uint32
+	}{
+		{"llm", n(0), ok, 1000},    // check: nothing counted
+		{"llm", n(0), ok, 1000},    // again
+		{"llm", n(600), ok, 400},   // the after-stream charge
+		{"llm", n(0), ok, 400},     // under the limit: admitted
+		{"llm", n(700), ok, 0},     // charged past the limit: 300 in debt
+		{"llm", n(0), over, 0},     // the check is now denied
+		{"llm", nil, over, 0},      // unset: a decide of 1, denied too
+		{"known", n(600), ok, 400}, // a request cost: admitted if it fits
+		{"known", n(500), over, 400},
+		{"known", n(0), ok, 400},
+		{"count", n(0), ok, 9}, // a count policy: 0 is 1, as before
+	}
+	for i, s := range steps {
+		resp := call(s.key, s.hits)
+		if resp.GetOverallCode() != s.overall || resp.GetStatuses()[0].GetLimitRemaining() != s.rem {
+			hits := "unset"
+			if s.hits != nil {
+				hits = strconv.FormatUint(*s.hits, 10)
+			}
+			t.Fatalf("step %d (%s, hits %s): overall %v remaining %d, want %v %d", i, s.key, hits, resp.GetOverallCode(), resp.GetStatuses()[0].GetLimitRemaining(), s.overall, s.rem)
+		}
+		if s.overall == over {
+			if d := resp.GetStatuses()[0].GetDurationUntilReset(); s.key == "llm" && (d == nil || d.AsDuration() <= 0 || d.AsDuration() > time.Minute) {
+				t.Fatalf("step %d: duration until reset %v, want the retry within the window", i, d)
+			}
+		}
+	}
+	for range 9 {
+		call("count", n(0))
+	}
+	if resp := call("count", n(0)); resp.GetOverallCode() != over {
+		t.Fatalf("the count policy's 11th call of hits_addend 0: %v, want OVER_LIMIT (0 counts 1)", resp.GetOverallCode())
 	}
 }
 
