@@ -277,15 +277,31 @@ func (s *jsonScanner) keyByte(c byte) {
 
 // stringEnd returns the index in p of the first '"' or '\', or -1.
 func stringEnd(p []byte) int {
+	// Most strings in a model server's JSON are short (keys, ids, one
+	// token of a stream): a loop over them beats two IndexByte calls.
+	const short = 16
+	n := min(len(p), short)
+	for i, c := range p[:n] {
+		if c == '"' || c == '\\' {
+			return i
+		}
+	}
+	if len(p) <= short {
+		return -1
+	}
+	p = p[short:]
 	q := bytes.IndexByte(p, '"')
 	seg := p
 	if q >= 0 {
 		seg = p[:q]
 	}
 	if b := bytes.IndexByte(seg, '\\'); b >= 0 {
-		return b
+		return short + b
 	}
-	return q
+	if q < 0 {
+		return -1
+	}
+	return short + q
 }
 
 // write scans p, the next bytes of the document.
@@ -369,21 +385,28 @@ func (s *jsonScanner) write(p []byte) {
 				}
 			}
 		case jsNumber:
-			switch {
-			case '0' <= c && c <= '9':
-				if s.numWhole {
-					s.num = addDigit(s.num, c)
+			// A tight loop: an embeddings response is mostly numbers.
+			j, num, whole := i, s.num, s.numWhole
+		digits:
+			for ; j < len(p); j++ {
+				switch c = p[j]; {
+				case '0' <= c && c <= '9':
+					if whole {
+						num = addDigit(num, c)
+					}
+				case c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-':
+					whole = false
+				default:
+					break digits
 				}
-			case c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-':
-				s.numWhole = false
-			default:
-				s.endNumber()
-				i-- // c belongs to what follows the number
-				continue
 			}
-			if s.numLen < MaxNumberBytes+1 {
-				s.numLen++
+			s.num, s.numWhole = num, whole
+			s.numLen = min(s.numLen+j-i, MaxNumberBytes+1)
+			if j == len(p) {
+				return
 			}
+			s.endNumber()
+			i = j - 1 // p[j] belongs to what follows the number
 		case jsLiteral:
 			if c < 'a' || c > 'z' {
 				s.afterValue()

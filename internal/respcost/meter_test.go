@@ -68,6 +68,11 @@ type meterCase struct {
 	big     bool // too large to split at every byte
 }
 
+// anthropicRepeat is a stream whose message_delta repeats the input
+// tokens, as the API does with server tools and as some gateways do.
+const anthropicRepeat = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n" +
+	"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":25,\"output_tokens\":15}}\n\n"
+
 func meterCases(t testing.TB) []meterCase {
 	openAIChat := fixture(t, "openai_chat.json")
 	openAIStream := fixture(t, "openai_stream.sse")
@@ -102,6 +107,13 @@ func meterCases(t testing.TB) []meterCase {
 		{name: "anthropic message (a usage in a tool's input, inside an array, is not the usage)", spec: anthropicSpec, ctype: ctJSON, body: anthropicMsg, want: body(Result{Cost: 2095 + 503})},
 		{name: "anthropic stream: message_start input, message_delta output", spec: anthropicSpec, ctype: ctSSE, body: anthropicStream, want: body(Result{Cost: 25 + 15})},
 		{name: "anthropic stream, CRLF, two message_delta, the last with cumulative input", spec: anthropicSpec, ctype: ctSSE, body: anthropicCRLF, want: body(Result{Cost: 10682 + 510})},
+
+		// Alternatives, paired with the naive spec that sums every path.
+		{name: "anthropic stream repeating input in message_delta: alternatives count it once", spec: anthropicSpec, ctype: ctSSE, body: []byte(anthropicRepeat),
+			want: body(Result{Cost: 25 + 15})},
+		{name: "naive: the same stream with each path its own field charges input twice", ctype: ctSSE, body: []byte(anthropicRepeat),
+			spec: Spec{JSONFields: []string{"usage.input_tokens", "message.usage.input_tokens", "usage.output_tokens", "message.usage.output_tokens"}},
+			want: body(Result{Cost: 25 + 25 + 15 + 1})},
 
 		// Header and trailer.
 		{name: "header cost wins over the body", spec: headerSpec, ctype: ctJSON, header: hdr("x-cost", " 42 "), body: openAIChat, want: Result{Cost: 42, Source: SourceHeader}},
