@@ -32,13 +32,16 @@
 // Bounded work whatever the upstream sends. A Meter is one allocation of
 // fixed size; Read allocates nothing and buffers nothing: keys are matched
 // against the paths byte by byte, numbers are accumulated digit by digit,
-// strings are skipped with bytes.IndexByte. So a JSON body of any size (an
-// embeddings response of many megabytes with usage at its end) is parsed
-// whole, in time linear in its length. Caps bound what cannot be skipped
-// cheaply: MaxDepth levels of nesting, MaxNumberBytes per number,
-// MaxEventBytes of data per event. Bytes beyond a cap are passed through
-// untouched but not parsed, and the Result says so (IssueOverCap): the cost
-// is what was found before, else Default.
+// strings are skipped with bytes.IndexByte, and a value no path leads into
+// (any array, an object under a key no path names) is skipped by counting
+// brackets, so nesting of any depth costs one counter. A JSON body of any
+// size (an embeddings response of many megabytes with usage at its end) is
+// parsed whole, in time linear in its length. Caps bound the rest:
+// MaxNumberBytes per number, MaxEventBytes of data per event, and the
+// Spec's own (MaxFields, MaxPaths, MaxPathSegments, MaxFieldBytes). Bytes
+// beyond a cap are passed through untouched but not parsed, and the Result
+// says so (IssueOverCap): the cost is what was found elsewhere, else
+// Default.
 //
 // Disconnects. If the client goes away mid-stream (or the upstream breaks
 // off), the caller stops reading and calls Cost all the same: the Result is

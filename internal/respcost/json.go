@@ -2,17 +2,15 @@ package respcost
 
 import "bytes"
 
-// Caps on what one JSON document may make the scanner track. Nothing else
-// is buffered: strings and keys are matched as they go by, numbers are
-// accumulated digit by digit, so a document of any size costs a fixed
-// amount of memory and time linear in its length.
+// What one JSON document may make the scanner hold: nothing is buffered.
+// Keys are matched against the paths byte by byte as they go by, numbers
+// are accumulated digit by digit, strings are skipped with
+// bytes.IndexByte, and a value no path leads into (an array, an object
+// whose key matched no path) is skipped by counting brackets. So nesting
+// costs one counter, not a stack: the objects followed are those on a
+// field's path, at most MaxPathSegments deep, and a document of any size
+// or depth costs fixed memory and time linear in its length.
 const (
-	// MaxDepth is the deepest nesting of objects and arrays followed. A
-	// deeper document is passed through, the rest of it unparsed
-	// (IssueOverCap): a bit per level records object or array, so the
-	// state is 64 bytes. Model servers' responses nest under 10 levels;
-	// encoding/json itself stops at 10,000.
-	MaxDepth = 512
 	// MaxNumberBytes is the longest number token read as a cost: a
 	// longer one (no cost needs more than 10 digits) is ignored
 	// (IssueOverCap) and parsing goes on after it.
@@ -22,21 +20,21 @@ const (
 type jsState uint8
 
 const (
-	jsValue     jsState = iota // a value is expected
-	jsArrFirst                 // after '[': a value or ']'
-	jsObjFirst                 // after '{': a key or '}'
-	jsObjKey                   // after ',' in an object: a key
-	jsKey                      // inside a key
-	jsKeyEsc                   // after '\' in a key
-	jsKeyU                     // inside \uXXXX in a key
-	jsColon                    // after a key
-	jsString                   // inside a string value
-	jsStringEsc                // after '\' in a string value
-	jsNumber                   // inside a number
-	jsLiteral                  // inside true, false or null
-	jsAfter                    // after a value inside a container
-	jsDone                     // the top-level object has ended
-	jsStop                     // not parsing any more (see stopped)
+	jsValue      jsState = iota // a value is expected
+	jsObjFirst                  // after '{': a key or '}'
+	jsObjKey                    // after ',' in an object: a key
+	jsKey                       // inside a key
+	jsKeyEsc                    // after '\' in a key
+	jsKeyU                      // inside \uXXXX in a key
+	jsColon                     // after a key
+	jsString                    // inside a string value
+	jsNumber                    // inside a number
+	jsLiteral                   // inside true, false or null
+	jsAfter                     // after a value inside an object
+	jsSkip                      // inside an array or object no path leads into
+	jsSkipString                // inside a string in it
+	jsDone                      // the top-level object has ended
+	jsStop                      // not parsing any more (see stopped)
 )
 
 // tally is what the named fields were last seen to hold.
@@ -75,18 +73,18 @@ func (t *tally) overlay(o *tally) {
 // jsonScanner finds the rule's fields in one JSON document fed to it in
 // pieces of any size. It is lenient where leniency cannot change a field's
 // value (it does not check that "true" is spelt right or that strings hold
-// valid UTF-8) and strict about structure, so that a key is matched only
-// where a JSON parser would see it.
+// valid UTF-8, nor anything inside a value it skips) and strict about the
+// structure it follows, so that a key is matched only where a JSON parser
+// would see it.
 type jsonScanner struct {
 	rule  *Rule
 	state jsState
-	depth int
-	// arrays has a bit per open container, set for an array.
-	arrays [MaxDepth / 64]uint64
-	// masks[l] are the paths a key of the object at level l may still
-	// match; 0 for arrays and for levels deeper than any field.
-	masks [MaxPathSegments]uint16
+	depth int // objects open and followed, at most MaxPathSegments
+	// masks[l] are the paths a key of the object at level l may match.
+	masks     [MaxPathSegments]uint16
+	skipDepth int // brackets open in the value being skipped
 
+	esc     bool   // the next byte of the string being skipped is escaped
 	keyMask uint16 // paths the key being read still matches
 	keyPos  int    // bytes of the key matched so far (saturates)
 	keyU    uint16 // \uXXXX being read in a key
@@ -127,40 +125,8 @@ func (s *jsonScanner) stop(is Issue) {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-func (s *jsonScanner) inArray() bool {
-	d := s.depth - 1
-	return s.arrays[d/64]&(1<<(d%64)) != 0
-}
-
-// push opens a container whose key matched the fields in mask.
-func (s *jsonScanner) push(array bool, mask uint16) bool {
-	if s.depth == MaxDepth {
-		s.stop(IssueOverCap)
-		return false
-	}
-	d := s.depth
-	bit := uint64(1) << (d % 64)
-	if array {
-		s.arrays[d/64] |= bit
-	} else {
-		s.arrays[d/64] &^= bit
-	}
-	if d < MaxPathSegments {
-		if array {
-			mask = 0
-		}
-		s.masks[d] = mask & s.rule.deeper[d]
-	}
-	s.depth++
-	return true
-}
-
-// pop closes the innermost container if it is of the kind c closes.
-func (s *jsonScanner) pop(c byte) {
-	if s.depth == 0 || s.inArray() != (c == ']') {
-		s.stop(IssueMalformed)
-		return
-	}
+// pop closes the innermost object.
+func (s *jsonScanner) pop() {
 	s.depth--
 	s.afterValue()
 }
@@ -191,20 +157,22 @@ func (s *jsonScanner) beginValue(c byte) {
 		return
 	}
 	switch {
-	case c == '{':
+	case c == '{' || c == '[':
 		if exact != 0 {
 			s.issues |= IssueIgnoredValue
 		}
-		if s.push(false, s.valMask) {
-			s.state = jsObjFirst
+		var next uint16
+		if c == '{' && s.depth < MaxPathSegments {
+			next = s.valMask & s.rule.deeper[s.depth]
 		}
-	case c == '[':
-		if exact != 0 {
-			s.issues |= IssueIgnoredValue
+		if next == 0 {
+			// No path leads in: skip it whole (paths do not index arrays).
+			s.state, s.skipDepth = jsSkip, 1
+			return
 		}
-		if s.push(true, 0) {
-			s.state = jsArrFirst
-		}
+		s.masks[s.depth] = next
+		s.depth++
+		s.state = jsObjFirst
 	case c == '"':
 		if exact != 0 {
 			s.issues |= IssueIgnoredValue
@@ -275,33 +243,43 @@ func (s *jsonScanner) keyByte(c byte) {
 	}
 }
 
-// stringEnd returns the index in p of the first '"' or '\', or -1.
-func stringEnd(p []byte) int {
-	// Most strings in a model server's JSON are short (keys, ids, one
-	// token of a stream): a loop over them beats two IndexByte calls.
-	const short = 16
-	n := min(len(p), short)
-	for i, c := range p[:n] {
-		if c == '"' || c == '\\' {
-			return i
+// skipStops are the bytes that matter inside a skipped value.
+var skipStops = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
+
+// closeQuote returns the index in p of the quote that ends the string
+// being read, or -1 if p ends first. A quote is escaped if an odd run of
+// backslashes comes before it, so one IndexByte per quote finds the end
+// whatever the escapes; s.esc carries a pending escape from one piece of
+// the body to the next. Each byte is looked at a bounded number of times
+// (backslashes are counted back only to the previous quote).
+func (s *jsonScanner) closeQuote(p []byte) int {
+	i := 0
+	if s.esc {
+		if len(p) == 0 {
+			return -1
 		}
+		s.esc, i = false, 1
 	}
-	if len(p) <= short {
-		return -1
+	for {
+		q := bytes.IndexByte(p[i:], '"')
+		if q < 0 {
+			k := len(p)
+			for k > i && p[k-1] == '\\' {
+				k--
+			}
+			s.esc = (len(p)-k)%2 == 1
+			return -1
+		}
+		j := i + q
+		k := j
+		for k > i && p[k-1] == '\\' {
+			k--
+		}
+		if (j-k)%2 == 0 {
+			return j
+		}
+		i = j + 1
 	}
-	p = p[short:]
-	q := bytes.IndexByte(p, '"')
-	seg := p
-	if q >= 0 {
-		seg = p[:q]
-	}
-	if b := bytes.IndexByte(seg, '\\'); b >= 0 {
-		return short + b
-	}
-	if q < 0 {
-		return -1
-	}
-	return short + q
 }
 
 // write scans p, the next bytes of the document.
@@ -310,28 +288,22 @@ func (s *jsonScanner) write(p []byte) {
 		c := p[i]
 		switch s.state {
 		case jsString:
-			j := stringEnd(p[i:])
+			j := s.closeQuote(p[i:])
 			if j < 0 {
 				return
 			}
 			i += j
-			if p[i] == '"' {
-				s.afterValue()
-			} else {
-				s.state = jsStringEsc
-			}
-		case jsStringEsc:
-			// \uXXXX's hex digits cannot be '"' or '\' in valid JSON, so
-			// skipping the one byte after '\' is enough to find the end.
-			s.state = jsString
+			s.afterValue()
 		case jsKey:
 			if s.keyMask == 0 {
-				j := stringEnd(p[i:])
+				// No path can match: only the end matters.
+				j := s.closeQuote(p[i:])
 				if j < 0 {
 					return
 				}
 				i += j
-				c = p[i]
+				s.endKey()
+				continue
 			}
 			switch c {
 			case '"':
@@ -412,6 +384,34 @@ func (s *jsonScanner) write(p []byte) {
 				s.afterValue()
 				i--
 			}
+		case jsSkip:
+			j := i
+			for ; j < len(p); j++ {
+				c = p[j]
+				if !skipStops[c] {
+					continue
+				}
+				if c == '"' {
+					s.state = jsSkipString
+					break
+				}
+				if c == '{' || c == '[' {
+					s.skipDepth++
+					continue
+				}
+				if s.skipDepth--; s.skipDepth == 0 {
+					s.afterValue()
+					break
+				}
+			}
+			i = j
+		case jsSkipString:
+			j := s.closeQuote(p[i:])
+			if j < 0 {
+				return
+			}
+			i += j
+			s.state = jsSkip
 		case jsStop:
 			return
 		default:
@@ -428,25 +428,14 @@ func (s *jsonScanner) structural(c byte) {
 	switch s.state {
 	case jsValue:
 		s.beginValue(c)
-	case jsArrFirst:
-		if c == ']' {
-			s.pop(c)
-			return
-		}
-		s.valMask = 0
-		s.beginValue(c)
 	case jsObjFirst, jsObjKey:
 		switch {
 		case c == '"':
 			s.state = jsKey
 			s.keyPos = 0
-			if l := s.depth - 1; l < MaxPathSegments {
-				s.keyMask = s.masks[l]
-			} else {
-				s.keyMask = 0
-			}
+			s.keyMask = s.masks[s.depth-1]
 		case c == '}' && s.state == jsObjFirst:
-			s.pop(c)
+			s.pop()
 		default:
 			s.stop(IssueMalformed)
 		}
@@ -459,14 +448,9 @@ func (s *jsonScanner) structural(c byte) {
 	case jsAfter:
 		switch c {
 		case ',':
-			if s.inArray() {
-				s.valMask = 0
-				s.state = jsValue
-			} else {
-				s.state = jsObjKey
-			}
-		case '}', ']':
-			s.pop(c)
+			s.state = jsObjKey
+		case '}':
+			s.pop()
 		default:
 			s.stop(IssueMalformed)
 		}

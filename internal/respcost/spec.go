@@ -196,7 +196,7 @@ const (
 	// passed through but not decoded, so only the header, trailer or Default
 	// can give the cost.
 	IssueEncoded
-	// IssueOverCap: part of the body exceeded a cap (MaxDepth, MaxEventBytes,
+	// IssueOverCap: part of the body exceeded a cap (MaxEventBytes,
 	// MaxNumberBytes) and was passed through without being parsed.
 	IssueOverCap
 	// IssueMalformed: the body (or an SSE event's data) started as a JSON
