@@ -22,7 +22,11 @@
 // negative, fractional or exponent numbers, strings and booleans are
 // ignored as if absent (IssueIgnoredValue), and a value above MaxCost counts
 // as MaxCost (Clamped). For each field the last value seen wins, since
-// streams report cumulative totals; the cost is the sum of the fields.
+// streams report cumulative totals; the cost is the sum of the fields. A
+// field may name alternative paths ("usage.input_tokens|
+// message.usage.input_tokens"), for servers that report one number in
+// several places. Paths go through objects only: a usage object inside an
+// array (a tool call's arguments, say) is not the response's usage.
 //
 // Where the cost comes from, in order: the header, the trailer, the body's
 // fields (if any was found), Default. Default is also the cost of a

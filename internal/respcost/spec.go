@@ -34,8 +34,9 @@ const (
 type Spec struct {
 	// Header names a response header, else trailer, that holds the cost as a
 	// whole number. It is checked first, when the response has ended: the
-	// header, then the trailer; a value that is not a whole number is ignored
-	// (reported as IssueIgnoredValue) and the body is used. Empty: none.
+	// header, then the trailer (the first value of each); a value that is not
+	// a whole number in plain digits is ignored (IssueIgnoredValue) and the
+	// body is used; one above MaxCost counts as MaxCost. Empty: none.
 	Header string
 	// JSONFields are dot paths into a JSON object, e.g. "usage.total_tokens".
 	// The cost is the sum of the fields found; for each field the last whole
@@ -200,7 +201,10 @@ const (
 	// MaxNumberBytes) and was passed through without being parsed.
 	IssueOverCap
 	// IssueMalformed: the body (or an SSE event's data) started as a JSON
-	// object but was not valid JSON; the rest of it was not parsed.
+	// object but broke JSON's grammar where the scanner follows it (inside
+	// a value it skips it only counts brackets); the rest of it was not
+	// parsed. Fields read before count for a JSON body; an SSE event
+	// counts only if its data is a whole object.
 	IssueMalformed
 	// IssueIgnoredValue: a header, trailer or named field held something
 	// other than a whole number in range (negative, fractional, exponent,
@@ -232,7 +236,8 @@ type Result struct {
 	// Clamped: the cost reported was above MaxCost (or, for several
 	// fields, their sum was) and MaxCost was counted.
 	Clamped bool
-	// Issues say what kept the response from being measured in full.
+	// Issues say what kept the body from being measured in full; they are
+	// reported even when the cost came from the header or trailer.
 	Issues Issue
 }
 
