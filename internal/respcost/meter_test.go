@@ -427,3 +427,54 @@ func TestIssueString(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// loopReader serves head, then data over and over: a body that never ends.
+type loopReader struct {
+	head, data []byte
+	off        int
+}
+
+func (r *loopReader) Read(p []byte) (int, error) {
+	if len(r.head) > 0 {
+		n := copy(p, r.head)
+		r.head = r.head[n:]
+		return n, nil
+	}
+	n := copy(p, r.data[r.off:])
+	r.off = (r.off + n) % len(r.data)
+	return n, nil
+}
+
+// TestMeterReadAllocatesNothing: after NewMeter, reading a stream or a
+// JSON body allocates nothing, however long it runs.
+func TestMeterReadAllocatesNothing(t *testing.T) {
+	for _, c := range []struct {
+		spec       Spec
+		ct         string
+		head, body []byte
+	}{
+		{anthropicSpec, ctSSE, nil, fixture(t, "anthropic_stream_crlf.sse")},
+		{openAISpec, ctSSE, nil, fixture(t, "openai_stream.sse")},
+		{openAISpec, ctJSON, []byte(`{"usage":{"total_tokens":3},"x":[`), []byte(`{"a":"b\"c","n":-1.5e3,"t":true},`)},
+	} {
+		rule, err := Compile(c.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := rule.NewMeter(http.Header{"Content-Type": {c.ct}}, io.NopCloser(&loopReader{head: c.head, data: c.body}))
+		buf := make([]byte, 97) // reads that split events and tokens
+		if allocs := testing.AllocsPerRun(1000, func() {
+			if _, err := m.Read(buf); err != nil {
+				t.Fatal(err)
+			}
+		}); allocs != 0 {
+			t.Errorf("%s: %v allocations per Read", c.ct, allocs)
+		}
+		if got := m.Cost(nil); got.Source != SourceBody || got.Issues != IssueCut {
+			t.Errorf("%s: %+v: want usage from the body, still parsing", c.ct, got)
+		}
+		if m.mode == modeJSON && (!m.json.parsing() || m.json.state == jsDone) {
+			t.Errorf("the JSON scanner stopped (state %d): the loop measured nothing", m.json.state)
+		}
+	}
+}
