@@ -139,18 +139,6 @@ func (r *Request) hits() int64 {
 	return r.Hits
 }
 
-// need is the room r needs to be admitted: its hits, 1 for a check, none
-// for a charge.
-func (r *Request) need() int64 {
-	switch r.Op {
-	case OpCheck:
-		return 1
-	case OpCharge:
-		return 0
-	}
-	return r.hits()
-}
-
 // Decision is the answer for one Request.
 type Decision struct {
 	Allowed bool

@@ -78,7 +78,7 @@ func newIndex(c *rlsconfig.Config) *index {
 			},
 			chargedAfter: p.Cost != nil && p.Cost.Response != nil,
 			dryRun:       p.Mode == sidecarconfig.ModeDryRun,
-			nameItem: ratelimitheader.String(p.Namespace + "/" + p.Name),
+			nameItem:     ratelimitheader.String(p.Namespace + "/" + p.Name),
 		}
 		for j, e := range p.Descriptor {
 			keys[j], cp.values[j] = e.Key, e.Value

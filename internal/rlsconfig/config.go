@@ -79,11 +79,14 @@ type Policy struct {
 	Cost *Cost `json:"cost,omitempty" minor:"2"`
 }
 
-// Cost is the sidecars' cost type (one home); in this document its parts
-// are empty.
+// The sidecars' cost types (one home); in this document their parts are
+// empty.
 type (
-	Cost         = sidecarconfig.Cost
-	RequestCost  = sidecarconfig.RequestCost
+	// Cost is sidecarconfig.Cost.
+	Cost = sidecarconfig.Cost
+	// RequestCost is sidecarconfig.RequestCost.
+	RequestCost = sidecarconfig.RequestCost
+	// ResponseCost is sidecarconfig.ResponseCost.
 	ResponseCost = sidecarconfig.ResponseCost
 )
 

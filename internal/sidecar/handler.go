@@ -116,7 +116,11 @@ func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []lim
 		if n := s.peerCount(rule.ID); n > 0 {
 			rule.Replicas = n
 		}
-		reqs = append(reqs, limiter.Request{Rule: rule, Client: key, DryRun: p.dryRun})
+		if rule.Weighted {
+			reqs = append(reqs, costRequest(p, rule, key, r))
+		} else {
+			reqs = append(reqs, limiter.Request{Rule: rule, Client: key, DryRun: p.dryRun})
+		}
 		pols = append(pols, p)
 	}
 	switch {
@@ -171,7 +175,7 @@ func (s *Sidecar) respond(w http.ResponseWriter, r *http.Request, dec *decided, 
 			h[canonRateLimitPolicy] = []string{f.Policy()}
 			h[canonRateLimit] = []string{f.RateLimit()}
 		}
-		s.forward(w, r)
+		s.forward(w, s.withCharges(r, dec))
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/slidegate/slidegate/internal/jwtverify"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/ratelimitheader"
+	"github.com/slidegate/slidegate/internal/respcost"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -71,6 +72,12 @@ type policy struct {
 	// RateLimit-Policy item.
 	nameItem   string
 	policyItem string
+
+	// reqCost and respCost are a cost policy's (spec.cost; rule.Weighted):
+	// its cost when the request arrives, and the rule that measures the
+	// response's (nil: none).
+	reqCost  *requestCost
+	respCost *respcost.Rule
 
 	// counters are this policy's slidegate_sidecar_requests_total series,
 	// one per outcome, bound when the state is put in force.
@@ -130,6 +137,18 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 		}
 		if cp.jwt, err = verifierOf(p.Key.JWT, verifiers); err != nil {
 			return nil, fmt.Errorf("policy %s: key.jwt: %w", p.Name, err)
+		}
+		if c := p.Cost; c != nil {
+			cp.rule.Weighted = true
+			if c.Request != nil {
+				cp.reqCost = compileRequestCost(c.Request)
+			}
+			if rc := c.Response; rc != nil {
+				spec := respcost.Spec{Header: rc.Header, JSONFields: rc.JSONFields, Default: rc.Default}
+				if cp.respCost, err = respcost.Compile(spec); err != nil {
+					return nil, fmt.Errorf("policy %s: cost.response: %w", p.Name, err)
+				}
+			}
 		}
 		cp.policyItem = ratelimitheader.PolicyItem(cp.nameItem, p.Limit, cp.rule.Window)
 		st.policies = append(st.policies, cp)

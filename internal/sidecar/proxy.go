@@ -118,6 +118,12 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, pool httputil.Buff
 		},
 		Transport:  transport,
 		BufferPool: pool,
+		// A cost policy's response cost is measured as the body streams by
+		// and charged when it ends (cost.go).
+		ModifyResponse: func(resp *http.Response) error {
+			meterResponse(resp)
+			return nil
+		},
 		// Responses of unknown length (streams, server-sent events) are
 		// flushed as they come regardless; known-length ones are buffered.
 		FlushInterval: 0,

@@ -1,0 +1,168 @@
+package sidecar
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/slidegate/slidegate/internal/limiter"
+	"github.com/slidegate/slidegate/internal/respcost"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+// Cost policies (spec.cost, issue 27): a request is decided by its cost
+// when it arrives (limiter.OpDecide), or, when that is 0 or unknown, by a
+// check (admitted while the window's cost is under the limit, counting
+// nothing); a policy with a response cost has it measured as the response
+// streams to the client (package respcost: nothing is buffered) and
+// charged when the response ends, even past the limit.
+
+// requestCost is a policy's cost known when the request arrives.
+type requestCost struct {
+	constant int64
+	header   string // canonical; "" for a constant
+	def      int64
+}
+
+func compileRequestCost(c *sidecarconfig.RequestCost) *requestCost {
+	rc := &requestCost{header: http.CanonicalHeaderKey(c.Header)}
+	if c.Constant != nil {
+		rc.constant = *c.Constant
+	}
+	if c.Default != nil {
+		rc.def = *c.Default
+	}
+	return rc
+}
+
+// of is r's cost: the constant, or the header's one value as a whole
+// number in plain digits (above limiter.MaxCost: MaxCost), else the
+// default.
+func (c *requestCost) of(r *http.Request) int64 {
+	if c.header == "" {
+		return c.constant
+	}
+	vs := r.Header[c.header]
+	if len(vs) != 1 || vs[0] == "" || len(vs[0]) > 20 {
+		return c.def
+	}
+	var n int64
+	for i := 0; i < len(vs[0]); i++ {
+		d := vs[0][i]
+		if d < '0' || d > '9' {
+			return c.def
+		}
+		n = min(n*10+int64(d-'0'), limiter.MaxCost)
+	}
+	return n
+}
+
+// costRequest is the limiter request of p for a request whose client key
+// is client: its request cost, or a check.
+func costRequest(p *policy, rule limiter.Rule, client string, r *http.Request) limiter.Request {
+	req := limiter.Request{Rule: rule, Client: client, DryRun: p.dryRun, Op: limiter.OpCheck}
+	if p.reqCost != nil {
+		if c := p.reqCost.of(r); c > 0 {
+			req.Op, req.Hits = limiter.OpDecide, c
+		}
+	}
+	return req
+}
+
+// chargesKey is the context key of a forwarded request's pending charges.
+type chargesKey struct{}
+
+// charges are the response costs a forwarded request owes: one per policy
+// with a response cost that applied to it.
+type charges struct {
+	lim   Limiter
+	items []charge
+}
+
+type charge struct {
+	rule *respcost.Rule
+	req  limiter.Request // the request's decision, as charged
+}
+
+// withCharges returns r carrying the charges that dec's policies with a
+// response cost owe once its response ends; r itself when none do.
+func (s *Sidecar) withCharges(r *http.Request, dec *decided) *http.Request {
+	var cs *charges
+	for i, p := range dec.policies {
+		if p.respCost == nil {
+			continue
+		}
+		if cs == nil {
+			cs = &charges{lim: s.lim}
+		}
+		cs.items = append(cs.items, charge{rule: p.respCost, req: dec.requests[i]})
+	}
+	if cs == nil {
+		return r
+	}
+	r = r.WithContext(context.WithValue(r.Context(), chargesKey{}, cs))
+	if _, ok := r.Header["Accept-Encoding"]; ok {
+		// A compressed body's usage cannot be read as it streams by, and
+		// it would be charged the policy's default: a client could ask for
+		// gzip to pay nothing. Without the client's Accept-Encoding, Go's
+		// transport asks for gzip itself and hands the proxy the body
+		// decoded, which the client then gets uncompressed.
+		r.Header = r.Header.Clone()
+		delete(r.Header, "Accept-Encoding")
+	}
+	return r
+}
+
+// meterResponse wraps resp's body in a meter per owed charge (the
+// reverse proxy's ModifyResponse); its Close charges them.
+func meterResponse(resp *http.Response) {
+	cs, ok := resp.Request.Context().Value(chargesKey{}).(*charges)
+	// A protocol switch (WebSocket) is a tunnel the proxy needs the body
+	// of as it is (an io.ReadWriteCloser): it reports no usage.
+	if !ok || resp.StatusCode == http.StatusSwitchingProtocols {
+		return
+	}
+	mb := &meteredBody{cs: cs, resp: resp, meters: make([]*respcost.Meter, len(cs.items))}
+	body := resp.Body
+	for i, c := range cs.items {
+		mb.meters[i] = c.rule.NewMeter(resp.Header, body)
+		body = mb.meters[i]
+	}
+	mb.ReadCloser = body
+	resp.Body = mb
+}
+
+// meteredBody passes a response through its meters and charges what they
+// measured when the proxy closes it: after the last byte and the trailers
+// were sent, or when the client went away mid-stream (then what was read
+// so far, else the policy's default). The charge is made before the
+// handler returns, so a draining sidecar waits for it.
+type meteredBody struct {
+	io.ReadCloser
+	cs     *charges
+	resp   *http.Response
+	meters []*respcost.Meter
+	once   sync.Once
+}
+
+func (b *meteredBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() {
+		reqs := make([]limiter.Request, 0, len(b.cs.items))
+		for i, c := range b.cs.items {
+			res := b.meters[i].Cost(b.resp.Trailer)
+			if res.Cost == 0 {
+				continue
+			}
+			req := c.req
+			req.Op, req.Hits = limiter.OpCharge, res.Cost
+			reqs = append(reqs, req)
+		}
+		if len(reqs) > 0 {
+			// The client may be gone; the cost is owed all the same.
+			b.cs.lim.Decide(context.WithoutCancel(b.resp.Request.Context()), reqs)
+		}
+	})
+	return err
+}

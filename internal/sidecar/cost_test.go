@@ -1,0 +1,198 @@
+package sidecar
+
+import (
+	"bufio"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/testsupport"
+)
+
+// sseUpstream is a model server: each request streams tokens as
+// Server-Sent Events, one chunk per event, then OpenAI's final usage
+// event and [DONE]. A request with X-Hold waits after its first event
+// until release receives (streaming must not wait for the end).
+type sseUpstream struct {
+	*httptest.Server
+	tokens  int
+	release chan struct{}
+}
+
+func newSSEUpstream(t *testing.T, tokens int) *sseUpstream {
+	u := &sseUpstream{tokens: tokens, release: make(chan struct{})}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		for i := range 3 {
+			fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"tok%d\"}}]}\n\n", i)
+			fl.Flush()
+			if i == 0 && r.Header.Get("X-Hold") != "" {
+				select {
+				case <-u.release:
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\ndata: [DONE]\n\n", u.tokens/3, u.tokens-u.tokens/3, u.tokens)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+var remainingParam = regexp.MustCompile(`;r=(\d+)`)
+
+// TestCostStreamingAcrossSidecars: three sidecars on one Redis in front
+// of a streaming model server; a policy of 1,000 tokens a minute charged
+// from the stream's final usage event. Requests are admitted while the
+// window's tokens are under the limit, each is charged its 300 tokens when
+// its stream ends (the fourth puts the key 200 in debt), and the fifth is
+// refused with a Retry-After within the window. The stream reaches the
+// client event by event (the upstream holds its stream until the client
+// has read the first event through the sidecar). Paired with the same
+// limit counting requests: ten streams, 3,000 tokens, all admitted.
+func TestCostStreamingAcrossSidecars(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	for _, tc := range []struct {
+		name           string
+		cost           bool
+		admitted, over int
+	}{{"tokens", true, 4, 6}, {"requests", false, 10, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newSSEUpstream(t, 300)
+			pol := testPolicy("tokens-"+tc.name, 1000)
+			if tc.cost {
+				pol.Cost = &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{JSONFields: []string{"usage.total_tokens"}, Default: 50}}
+			}
+			cfg := testConfig(nil, pol)
+			cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
+			var lims []Limiter
+			for range 3 {
+				lims = append(lims, redisLimiter(t, r, 3, exactTimeout))
+			}
+			f := newFleet(t, lims, cfg)
+			f.up.Close()
+			for i := range f.sidecars {
+				o := testOptions(up.URL, f.cfg, nil)
+				s, err := New(o, lims[i], testLogger(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.fronts[i] = newTestServer(t, s).URL
+			}
+			admitted, over, tokens := 0, 0, 0
+			for i := range 10 {
+				req, _ := http.NewRequest("GET", f.fronts[i%3]+"/v1/chat/completions", nil)
+				hold := i == 0
+				if hold {
+					req.Header.Set("X-Hold", "1")
+				}
+				resp, err := f.client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch resp.StatusCode {
+				case http.StatusOK:
+					admitted++
+					if tc.cost {
+						m := remainingParam.FindStringSubmatch(resp.Header.Get("RateLimit"))
+						if want := 1000 - 300*i; m == nil || m[1] != strconv.Itoa(want) {
+							t.Fatalf("request %d: RateLimit %q, want r=%d (the window's tokens so far)", i, resp.Header.Get("RateLimit"), want)
+						}
+					}
+					br := bufio.NewReader(resp.Body)
+					first, err := br.ReadString('\n')
+					if err != nil || !strings.Contains(first, "tok0") {
+						t.Fatalf("request %d: first event %q, %v", i, first, err)
+					}
+					if hold {
+						close(up.release) // only now may the stream go on
+					}
+					rest, _ := io.ReadAll(br)
+					if !strings.Contains(string(rest), "[DONE]") {
+						t.Fatalf("request %d: stream cut: %q", i, rest)
+					}
+					tokens += 300
+				case http.StatusTooManyRequests:
+					over++
+					ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+					if ra < 1 || ra > 60 {
+						t.Fatalf("request %d: Retry-After %q, want within the minute", i, resp.Header.Get("Retry-After"))
+					}
+				default:
+					t.Fatalf("request %d: status %d", i, resp.StatusCode)
+				}
+				drain(resp)
+			}
+			t.Logf("%d streams admitted (%d tokens), %d refused; limit 1000 tokens", admitted, tokens, over)
+			if admitted != tc.admitted || over != tc.over {
+				t.Fatalf("admitted %d refused %d, want %d and %d", admitted, over, tc.admitted, tc.over)
+			}
+			// The judge: admitted while under the limit, one stream's cost
+			// may pass it (the last admitted check): never more. Counting
+			// requests must fail it, or it judges nothing.
+			if held := tokens <= 1000+300; held != tc.cost {
+				t.Fatalf("%d tokens served under a limit of 1000 tokens (cost policy %v)", tokens, tc.cost)
+			}
+		})
+	}
+}
+
+// TestCostGzipIsNoWayAround: a client asking for a compressed response,
+// whose usage the sidecar cannot read as it streams by, is still charged
+// the usage the body reports, not the policy's default: the sidecar does
+// not forward its Accept-Encoding (before: charged the default of 1, so
+// ten requests of 300 tokens passed a limit of 1,000).
+func TestCostGzipIsNoWayAround(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		body := `{"usage":{"total_tokens":300}}`
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			_, _ = io.WriteString(zw, body)
+			_ = zw.Close()
+			return
+		}
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(up.Close)
+	pol := testPolicy("gz", 1000)
+	pol.Cost = &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{JSONFields: []string{"usage.total_tokens"}, Default: 1}}
+	cfg := testConfig(nil, pol)
+	cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
+	vol := newVolume(t)
+	vol.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, cfg)})
+	s, err := New(testOptions(up.URL, vol, nil), redisLimiter(t, r, 1, exactTimeout), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := newTestServer(t, s).URL
+	// DisableCompression: the client's Accept-Encoding is sent as set.
+	c := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	admitted := 0
+	for range 10 {
+		req, _ := http.NewRequest("GET", front, nil)
+		req.Header.Set("Accept-Encoding", "gzip")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusOK {
+			admitted++
+		}
+		drain(resp)
+	}
+	if admitted != 4 {
+		t.Fatalf("%d requests of 300 tokens admitted under 1000 tokens, want 4", admitted)
+	}
+}
