@@ -5,6 +5,9 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/respcost"
@@ -76,32 +79,52 @@ type chargesKey struct{}
 // charges are the response costs a forwarded request owes: one per policy
 // with a response cost that applied to it.
 type charges struct {
-	lim   Limiter
-	items []charge
+	lim     Limiter
+	charged *prometheus.CounterVec // slidegate_sidecar_cost_charged_total
+	items   []charge
+	// stop ends the forwarded request's own context (see withCharges).
+	stop context.CancelFunc
 }
 
 type charge struct {
-	rule *respcost.Rule
-	req  limiter.Request // the request's decision, as charged
+	policy string
+	rule   *respcost.Rule
+	req    limiter.Request // the request's decision, as charged
 }
 
+// Bounds of what is still read from the application after the client went
+// away mid-response, to find the usage that OpenAI-style streams report
+// only in their last event: a client that hangs up just before it would
+// otherwise pay the policy's default.
+const (
+	drainMaxBytes = 4 << 20
+	drainMaxTime  = 10 * time.Second
+)
+
 // withCharges returns r carrying the charges that dec's policies with a
-// response cost owe once its response ends; r itself when none do.
-func (s *Sidecar) withCharges(r *http.Request, dec *decided) *http.Request {
+// response cost owe once its response ends, and the function that ends
+// its request to the application, to call once forwarded; r itself and
+// nil when none do.
+func (s *Sidecar) withCharges(r *http.Request, dec *decided) (*http.Request, context.CancelFunc) {
 	var cs *charges
 	for i, p := range dec.policies {
 		if p.respCost == nil {
 			continue
 		}
 		if cs == nil {
-			cs = &charges{lim: s.lim}
+			cs = &charges{lim: s.lim, charged: s.metrics.costCharged}
 		}
-		cs.items = append(cs.items, charge{rule: p.respCost, req: dec.requests[i]})
+		cs.items = append(cs.items, charge{policy: p.name, rule: p.respCost, req: dec.requests[i]})
 	}
 	if cs == nil {
-		return r
+		return r, nil
 	}
-	r = r.WithContext(context.WithValue(r.Context(), chargesKey{}, cs))
+	// The request to the application does not end when the client goes
+	// away (its context is not the client's): the body's Close still
+	// reads the usage, within drainMaxTime, and then ends it (stop).
+	ctx, stop := context.WithCancel(context.WithoutCancel(r.Context()))
+	cs.stop = stop
+	r = r.WithContext(context.WithValue(ctx, chargesKey{}, cs))
 	if _, ok := r.Header["Accept-Encoding"]; ok {
 		// A compressed body's usage cannot be read as it streams by, and
 		// it would be charged the policy's default: a client could ask for
@@ -111,7 +134,7 @@ func (s *Sidecar) withCharges(r *http.Request, dec *decided) *http.Request {
 		r.Header = r.Header.Clone()
 		delete(r.Header, "Accept-Encoding")
 	}
-	return r
+	return r, stop
 }
 
 // meterResponse wraps resp's body in a meter per owed charge (the
@@ -135,23 +158,41 @@ func meterResponse(resp *http.Response) {
 
 // meteredBody passes a response through its meters and charges what they
 // measured when the proxy closes it: after the last byte and the trailers
-// were sent, or when the client went away mid-stream (then what was read
-// so far, else the policy's default). The charge is made before the
-// handler returns, so a draining sidecar waits for it.
+// were sent, or when the client went away mid-stream (then after reading
+// the rest, within drainMaxBytes and drainMaxTime, for the usage; else
+// what was read, else the policy's default). The charge is made before
+// the handler returns, so a draining sidecar waits for it.
 type meteredBody struct {
 	io.ReadCloser
 	cs     *charges
 	resp   *http.Response
 	meters []*respcost.Meter
+	eof    bool
 	once   sync.Once
 }
 
+func (b *meteredBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
 func (b *meteredBody) Close() error {
-	err := b.ReadCloser.Close()
+	var err error
 	b.once.Do(func() {
+		if !b.eof {
+			t := time.AfterFunc(drainMaxTime, b.cs.stop)
+			_, _ = io.Copy(io.Discard, io.LimitReader(b, drainMaxBytes))
+			t.Stop()
+		}
+		err = b.ReadCloser.Close()
+		b.cs.stop()
 		reqs := make([]limiter.Request, 0, len(b.cs.items))
 		for i, c := range b.cs.items {
 			res := b.meters[i].Cost(b.resp.Trailer)
+			b.cs.charged.WithLabelValues(c.policy, string(res.Source)).Add(float64(res.Cost))
 			if res.Cost == 0 {
 				continue
 			}

@@ -10,7 +10,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -194,5 +198,103 @@ func TestCostGzipIsNoWayAround(t *testing.T) {
 	}
 	if admitted != 4 {
 		t.Fatalf("%d requests of 300 tokens admitted under 1000 tokens, want 4", admitted)
+	}
+}
+
+// chargedBy is slidegate_sidecar_cost_charged_total of policy and source.
+func chargedBy(s *Sidecar, policy, source string) float64 {
+	return testutil.ToFloat64(s.metrics.costCharged.WithLabelValues(policy, source))
+}
+
+// TestCostSources: where a response reports its cost, and what is charged
+// when it does not, each followed by the window's tokens as the next
+// request's RateLimit field reports them.
+func TestCostSources(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	type step struct {
+		name    string
+		handler http.HandlerFunc
+		req     func(*http.Request)
+		// hangUp: the client closes the stream after its first event.
+		hangUp bool
+		source string
+		cost   int64
+	}
+	sse := func(usage string, hold chan struct{}) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+			w.(http.Flusher).Flush()
+			if hold != nil {
+				<-hold // the client has hung up
+			}
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n")
+			if usage != "" {
+				_, _ = io.WriteString(w, "data: "+usage+"\n\n")
+			}
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		}
+	}
+	hold := make(chan struct{})
+	steps := []step{
+		{name: "json body", handler: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"x","usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`)
+		}, source: "body", cost: 30},
+		{name: "sse stream", handler: sse(`{"usage":{"total_tokens":40}}`, nil), source: "body", cost: 40},
+		{name: "header", handler: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("X-Usage-Tokens", "50")
+			_, _ = io.WriteString(w, "ok")
+		}, source: "header", cost: 50},
+		{name: "trailer", handler: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Trailer", "X-Usage-Tokens")
+			_, _ = io.WriteString(w, "ok")
+			w.(http.Flusher).Flush()
+			w.Header().Set("X-Usage-Tokens", "60")
+		}, source: "trailer", cost: 60},
+		{name: "no usage: the default", handler: sse("", nil), source: "default", cost: 7},
+		// The client hangs up after the first event; the usage comes in
+		// the stream's last event, which the sidecar still reads (before
+		// the drain: the default, 7).
+		{name: "client hangs up", handler: sse(`{"usage":{"total_tokens":80}}`, hold), hangUp: true, source: "body", cost: 80},
+	}
+	var current atomic.Pointer[http.HandlerFunc]
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*current.Load())(w, r) }))
+	t.Cleanup(up.Close)
+	pol := testPolicy("src", 100000)
+	pol.Cost = &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{Header: "X-Usage-Tokens", JSONFields: []string{"usage.total_tokens"}, Default: 7}}
+	cfg := testConfig(nil, pol)
+	cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
+	vol := newVolume(t)
+	vol.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, cfg)})
+	s, err := New(testOptions(up.URL, vol, nil), redisLimiter(t, r, 1, exactTimeout), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := newTestServer(t, s).URL
+	total := int64(0)
+	for _, st := range steps {
+		h := st.handler
+		current.Store(&h)
+		before := chargedBy(s, "src", st.source)
+		resp, err := http.Get(front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := remainingParam.FindStringSubmatch(resp.Header.Get("RateLimit")); m == nil || m[1] != strconv.FormatInt(100000-total, 10) {
+			t.Fatalf("%s: RateLimit %q, want r=%d", st.name, resp.Header.Get("RateLimit"), 100000-total)
+		}
+		if st.hangUp {
+			_, _ = bufio.NewReader(resp.Body).ReadString('\n')
+			_ = resp.Body.Close()
+			time.Sleep(50 * time.Millisecond) // the sidecar sees the hang-up
+			close(hold)
+		} else {
+			drain(resp)
+		}
+		eventually(t, 5*time.Second, st.name+": charged", func() bool {
+			return chargedBy(s, "src", st.source)-before == float64(st.cost)
+		})
+		total += st.cost
 	}
 }

@@ -175,7 +175,12 @@ func (s *Sidecar) respond(w http.ResponseWriter, r *http.Request, dec *decided, 
 			h[canonRateLimitPolicy] = []string{f.Policy()}
 			h[canonRateLimit] = []string{f.RateLimit()}
 		}
-		s.forward(w, s.withCharges(r, dec))
+		r, stop := s.withCharges(r, dec)
+		if stop != nil {
+			// Also when the application never answered (no body to close).
+			defer stop()
+		}
+		s.forward(w, r)
 	}
 }
 

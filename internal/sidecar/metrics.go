@@ -18,6 +18,7 @@ type metrics struct {
 	responses      *prometheus.CounterVec
 	upstreamErrors prometheus.Counter
 	inflight       prometheus.Gauge
+	costCharged    *prometheus.CounterVec
 
 	reloads          *enforce.ReloadMetrics
 	revision         *prometheus.GaugeVec
@@ -52,6 +53,10 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		Namespace: ns, Subsystem: sub, Name: "upstream_errors_total",
 		Help: "Forwarded requests that failed to reach the application or lost it mid-response (502 when nothing was sent yet).",
 	})
+	m.costCharged = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "cost_charged_total",
+		Help: "Cost (e.g. tokens) charged after responses by the policies with a response cost (spec.cost.response), by policy and where the response reported it: header, trailer, body, or default (it reported none: the policy's default was charged).",
+	}, []string{"policy", "source"})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "inflight_requests",
 		Help: "Requests being handled, upgraded connections included.",
@@ -88,7 +93,7 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 	m.reg.MustRegister(m.reloads.Collectors()...)
 	m.reg.MustRegister(
 		m.jwtTokens, m.responses,
-		m.upstreamErrors, m.inflight, fallback, replicas, m.revision,
+		m.upstreamErrors, m.inflight, m.costCharged, fallback, replicas, m.revision,
 		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig,
 		buildinfo.Collector("sidecar"),
 		collectors.NewGoCollector(),
