@@ -71,8 +71,7 @@ type Cost struct {
 	// under the limit and counts nothing, and Envoy's apply_on_stream_done
 	// call, made when the stream is done, charges the response cost, its
 	// hits_addend, even past the limit (every hits_addend above 0 for this
-	// policy is such a charge). docs/rls.md shows the Envoy and Envoy
-	// Gateway configuration.
+	// policy is such a charge).
 	// +optional
 	Response *ResponseCost `json:"response,omitempty"`
 }

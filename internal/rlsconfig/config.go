@@ -81,11 +81,13 @@ type Policy struct {
 
 // Cost is the sidecars' cost type (one home); in this document its parts
 // are empty.
-type (
-	Cost         = sidecarconfig.Cost
-	RequestCost  = sidecarconfig.RequestCost
-	ResponseCost = sidecarconfig.ResponseCost
-)
+type Cost = sidecarconfig.Cost
+
+// RequestCost is the sidecars' type; empty in this document.
+type RequestCost = sidecarconfig.RequestCost
+
+// ResponseCost is the sidecars' type; empty in this document.
+type ResponseCost = sidecarconfig.ResponseCost
 
 // validateCost checks a policy's cost for the rate limit service: the
 // cost comes from hits_addend, so its parts name no source, and a policy
