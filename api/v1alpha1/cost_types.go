@@ -126,12 +126,17 @@ type ResponseCost struct {
 	// cost, each a dot path of field names from the top-level object, e.g.
 	// usage.total_tokens; the cost is the sum of their values (at most
 	// 1000000000). Each field counts with its last value that is a whole
-	// number: in a JSON body, or in a Server-Sent Events stream
-	// (Content-Type text/event-stream), whose events' data are each read as
-	// JSON, the value in the last event where it is one (a later null
-	// leaves it). A field that never has a whole number adds nothing; when
-	// none of them has one, default is charged. The response passes through
-	// unbuffered, streams included.
+	// number in plain digits: in a JSON body, or in a Server-Sent Events
+	// stream (Content-Type text/event-stream), whose events' data are each
+	// read as JSON, the value in the last event where it is one (a later
+	// null leaves it). A field that never has a whole number adds nothing;
+	// when none of them has one, default is charged. A field may name two
+	// alternative paths separated by '|', for one number that a server
+	// reports in different places: whichever is seen last counts. A path
+	// may appear in one field only (it would be counted twice). The
+	// response passes through unbuffered, streams included; a body with a
+	// Content-Encoding (gzip, br) is not read, so only header or default
+	// can then give its cost.
 	//
 	// Common model servers:
 	// OpenAI and OpenAI-compatible servers (vLLM, llama.cpp's server, ...):
@@ -139,9 +144,13 @@ type ResponseCost struct {
 	// request asks for stream_options.include_usage (the last event
 	// carries it).
 	// Anthropic: ["usage.input_tokens", "usage.output_tokens"] in JSON
-	// responses; its streams put the input tokens in the message_start
-	// event and the output tokens, counted up, in message_delta events:
-	// ["message.usage.input_tokens", "usage.output_tokens"].
+	// responses. Its streams put the input tokens in the message_start
+	// event (message.usage.input_tokens, and in some message_delta events
+	// again, counted up, at usage.input_tokens) and the output tokens,
+	// counted up, in message_delta events (usage.output_tokens): for
+	// streams alone ["message.usage.input_tokens", "usage.output_tokens"];
+	// for both, counting each number once,
+	// ["usage.input_tokens|message.usage.input_tokens", "usage.output_tokens"].
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MinItems=1
@@ -167,13 +176,14 @@ type HeaderName string
 
 // JSONFieldPath is a dot path to a field of a JSON object: field names of
 // letters, digits and '_' (not starting with a digit), separated by '.',
-// at most 8 of them, e.g. usage.total_tokens. Array elements cannot be
-// named.
+// at most 8 of them, e.g. usage.total_tokens; or two such paths separated
+// by '|', alternatives for one number that a server reports in different
+// places. Array elements cannot be named.
 // +kubebuilder:validation:MinLength=1
 // +kubebuilder:validation:MaxLength=256
-// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$')",message="a JSON field must be a dot path of at most 8 field names, each of letters, digits and '_' not starting with a digit, e.g. usage.total_tokens"
+// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}([|][A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7})?$')",message="a JSON field must be a dot path of at most 8 field names, each of letters, digits and '_' not starting with a digit, e.g. usage.total_tokens, or two such paths separated by '|', e.g. usage.input_tokens|message.usage.input_tokens"
 type JSONFieldPath string
 
 // JSONFieldPattern is the form of JSONFieldPath (the marker cannot refer
 // to the constant; TestJSONFieldPatternInCRD ties them together).
-const JSONFieldPattern = `^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$`
+const JSONFieldPattern = `^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}([|][A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7})?$`
