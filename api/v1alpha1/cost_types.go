@@ -92,18 +92,20 @@ type RequestCost struct {
 	Constant *int64 `json:"constant,omitempty"`
 
 	// header is the request header whose value is the request's cost, a
-	// whole number from 0 to 1000000000 in decimal digits, e.g.
-	// X-Estimated-Tokens. The client controls it, unless a trusted proxy
-	// in front of the pods sets it (replacing the client's own): a client
-	// that sends 0 is admitted while the window's cost is under the limit
-	// and counts nothing, so use it only behind such a proxy, or for costs
-	// the client has no reason to understate. A header given more than
-	// once, or whose value is not such a number, counts as missing.
+	// whole number in decimal digits (above 1000000000, it counts as
+	// 1000000000), e.g. X-Estimated-Tokens. The client controls it, unless
+	// a trusted proxy in front of the pods sets it (replacing the client's
+	// own): a client that sends 0 is admitted while the window's cost is
+	// under the limit and counts nothing, so use it only behind such a
+	// proxy, or for costs the client has no reason to understate. A header
+	// given more than once, or whose value is not a whole number in
+	// decimal digits, counts as missing.
 	// +optional
 	Header HeaderName `json:"header,omitempty"`
 
-	// default is the cost of a request whose header is missing or not a
-	// whole number from 0 to 1000000000; defaults to 1. Only with header.
+	// default is the cost of a request whose header is missing, given more
+	// than once or not a whole number, from 0 to 1000000000; defaults to 1.
+	// Only with header.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000000000
@@ -115,17 +117,18 @@ type RequestCost struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.default) || has(self.header) || has(self.jsonFields)",message="default applies only with header or jsonFields: it is charged when the response reports no cost"
 type ResponseCost struct {
 	// header is the response header that carries the cost, a whole number
-	// from 0 to 1000000000 in decimal digits, e.g. X-Usage-Tokens. When the
-	// response headers lack it, the trailers (sent after the body, as gRPC
-	// and streaming servers can) are read. With jsonFields too, the header
-	// is used when the response has it, the fields otherwise.
+	// in decimal digits (above 1000000000, it counts as 1000000000), e.g.
+	// X-Usage-Tokens. When the response headers lack it, the trailers (sent
+	// after the body, as gRPC and streaming servers can) are read; of
+	// several values, the first. With jsonFields too, the header is used
+	// when the response has it, the fields otherwise.
 	// +optional
 	Header HeaderName `json:"header,omitempty"`
 
 	// jsonFields are the fields of a JSON response body that carry the
 	// cost, each a dot path of field names from the top-level object, e.g.
-	// usage.total_tokens; the cost is the sum of their values (at most
-	// 1000000000). Each field counts with its last value that is a whole
+	// usage.total_tokens; the cost is the sum of their values (a value
+	// above 1000000000 counts as 1000000000). Each field counts with its last value that is a whole
 	// number in plain digits: in a JSON body, or in a Server-Sent Events
 	// stream (Content-Type text/event-stream), whose events' data are each
 	// read as JSON, the value in the last event where it is one (a later

@@ -61,12 +61,12 @@ type Cost struct {
 type RequestCost struct {
 	// Constant is every request's cost, 0 to MaxCost.
 	Constant *int64 `json:"constant,omitempty" minor:"2"`
-	// Header is the request header whose value, a whole number 0 to
-	// MaxCost in decimal digits, is the cost. The client controls it
-	// unless a trusted proxy sets it.
+	// Header is the request header whose value, a whole number in
+	// decimal digits (above MaxCost: MaxCost), is the cost. The client
+	// controls it unless a trusted proxy sets it.
 	Header string `json:"header,omitempty" minor:"2"`
 	// Default is the cost when Header is missing, given more than once,
-	// or not such a number: 0 to MaxCost, always written with Header (the
+	// or not a whole number: 0 to MaxCost, always written with Header (the
 	// API's default is 1).
 	Default *int64 `json:"default,omitempty" minor:"2"`
 }
