@@ -62,12 +62,43 @@ func live(pods []corev1.Pod) []corev1.Pod {
 func legacySidecars(pods []corev1.Pod) []string {
 	var names []string
 	for i := range pods {
-		raw, injected := pods[i].Annotations[v1alpha1.InjectedAnnotation]
-		if !injected {
-			continue
+		if minor, injected := configMinor(&pods[i]); injected && minor == 0 {
+			names = append(names, pods[i].Name)
 		}
-		var st v1alpha1.InjectionStatus
-		if json.Unmarshal([]byte(raw), &st) != nil || st.ConfigMinor == 0 {
+	}
+	slices.Sort(names)
+	return names
+}
+
+// configMinor is the newest minor version of the configuration that the
+// pod's sidecar reads, from its injection status (0 when it records none or
+// is unreadable), and whether the pod was injected at all.
+func configMinor(pod *corev1.Pod) (minor int, injected bool) {
+	raw, injected := pod.Annotations[v1alpha1.InjectedAnnotation]
+	if !injected {
+		return 0, false
+	}
+	var st v1alpha1.InjectionStatus
+	if json.Unmarshal([]byte(raw), &st) != nil {
+		return 0, true
+	}
+	return int(st.ConfigMinor), true
+}
+
+// skippingSidecars names the pods p selects whose sidecars read the
+// configuration but not minor version minor, which p needs: from 1 to
+// minor-1, they read the document policy by policy and leave p out
+// (sidecarconfig's compatibility rule), so they do not enforce it; a cost
+// policy (minor 2) on a sidecar of minor 1, for instance. Sidecars of
+// minor 0 are legacySidecars' (the policy is held back for them).
+func skippingSidecars(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, minor int) []string {
+	if minor <= 1 {
+		return nil
+	}
+	sel := selection.Selector(p)
+	var names []string
+	for i := range pods {
+		if m, injected := configMinor(&pods[i]); injected && m >= 1 && m < minor && sel.Matches(labels.Set(pods[i].Labels)) {
 			names = append(names, pods[i].Name)
 		}
 	}

@@ -238,6 +238,9 @@ type namespaceRender struct {
 	// heldBack holds, by name, the minor version of the document that each
 	// valid policy left out for the namespace's legacy sidecars needs.
 	heldBack map[string]int
+	// minors holds, by name, the minor version of the document that each
+	// accepted policy needs (sidecarconfig.MinMinor).
+	minors map[string]int
 }
 
 // renderNamespace renders the namespace's policies. A policy the renderer
@@ -276,6 +279,10 @@ func renderNamespace(policies []v1alpha1.RateLimitPolicy, opts render.Options) (
 	cfg, err := render.Render(accepted, opts)
 	if err != nil {
 		return out, fmt.Errorf("rendering namespace %s: %w", opts.Namespace, err)
+	}
+	out.minors = make(map[string]int, len(cfg.Policies))
+	for i := range cfg.Policies {
+		out.minors[cfg.Policies[i].Name] = sidecarconfig.MinMinor(&cfg.Policies[i])
 	}
 	if out.data, out.revision, err = render.Encode(cfg); err != nil {
 		return out, fmt.Errorf("encoding the configuration of namespace %s: %w", opts.Namespace, err)
@@ -341,6 +348,7 @@ func policyStatuses(policies []v1alpha1.RateLimitPolicy, desired namespaceRender
 		in := statusInput{
 			notAccepted: desired.notAccepted[p.Name],
 			heldBack:    heldBackProblem(desired.heldBack[p.Name], facts.legacySidecars, p.Namespace),
+			skipped:     skippedProblem(desired.minors[p.Name], skippingSidecars(p, facts.pods, desired.minors[p.Name]), p.Namespace),
 			revision:    desired.revisions[p.Name],
 			credentials: facts.credentials,
 			keys:        facts.keys[p.Name],

@@ -94,6 +94,19 @@ func heldBackProblem(minor int, legacy []string, ns string) *problem {
 		sidecarconfig.VersionOf(minor), listOf(legacy), sidecarconfig.VersionOf(0), ns)}
 }
 
+// skippedProblem is the problem of a published policy that the sidecars of
+// pods skip: they read minor versions older than minor, which the policy
+// needs (skippingSidecars); nil when there are none.
+func skippedProblem(minor int, pods []string, ns string) *problem {
+	if len(pods) == 0 {
+		return nil
+	}
+	return &problem{v1alpha1.ReasonSidecarsOutdated, fmt.Sprintf(
+		"pods %s run sidecars of an earlier slidegate, which leave this policy out (it needs sidecar configuration %s) and so do not enforce it; "+
+			"restart them to update their sidecars (kubectl -n %s rollout restart ...)",
+		listOf(pods), sidecarconfig.VersionOf(minor), ns)}
+}
+
 // credentialsProblem is the problem of sidecars that cannot get their Redis
 // credentials; why says what is wrong with the manager's Secret.
 func credentialsProblem(why string) *problem {
@@ -108,6 +121,10 @@ type statusInput struct {
 	// heldBack is why a valid policy is left out of the configuration for
 	// the namespace's legacy sidecars (heldBackProblem); nil: it is in.
 	heldBack *problem
+	// skipped is why pods the policy selects do not enforce it although it
+	// is published: their sidecars are of an older minor version
+	// (skippedProblem); nil: none.
+	skipped  *problem
 	revision string // the policy's revision in the namespace's configuration
 	// credentials is why sidecars cannot get Redis credentials; nil: fine.
 	credentials *problem
@@ -257,6 +274,8 @@ func enforcementProblem(p *v1alpha1.RateLimitPolicy, in statusInput) *problem {
 	switch {
 	case in.matched == 0:
 		return &problem{v1alpha1.ReasonNoPodsSelected, "no pod of the namespace matches targetSelector"}
+	case in.skipped != nil:
+		return in.skipped
 	case in.enforced == in.matched && in.bypass != "":
 		return &problem{v1alpha1.ReasonServiceBypassesSidecar,
 			fmt.Sprintf("all %d selected pods carry the sidecar, but %s: such traffic reaches the app unlimited; set targetPort to the port's name (%s)",

@@ -71,8 +71,7 @@ type Cost struct {
 	// under the limit and counts nothing, and Envoy's apply_on_stream_done
 	// call, made when the stream is done, charges the response cost, its
 	// hits_addend, even past the limit (every hits_addend above 0 for this
-	// policy is such a charge). docs/rls.md shows the Envoy and Envoy
-	// Gateway configuration.
+	// policy is such a charge).
 	// +optional
 	Response *ResponseCost `json:"response,omitempty"`
 }
@@ -93,18 +92,20 @@ type RequestCost struct {
 	Constant *int64 `json:"constant,omitempty"`
 
 	// header is the request header whose value is the request's cost, a
-	// whole number from 0 to 1000000000 in decimal digits, e.g.
-	// X-Estimated-Tokens. The client controls it, unless a trusted proxy
-	// in front of the pods sets it (replacing the client's own): a client
-	// that sends 0 is admitted while the window's cost is under the limit
-	// and counts nothing, so use it only behind such a proxy, or for costs
-	// the client has no reason to understate. A header given more than
-	// once, or whose value is not such a number, counts as missing.
+	// whole number in decimal digits (above 1000000000, it counts as
+	// 1000000000), e.g. X-Estimated-Tokens. The client controls it, unless
+	// a trusted proxy in front of the pods sets it (replacing the client's
+	// own): a client that sends 0 is admitted while the window's cost is
+	// under the limit and counts nothing, so use it only behind such a
+	// proxy, or for costs the client has no reason to understate. A header
+	// given more than once, or whose value is not a whole number in
+	// decimal digits, counts as missing.
 	// +optional
 	Header HeaderName `json:"header,omitempty"`
 
-	// default is the cost of a request whose header is missing or not a
-	// whole number from 0 to 1000000000; defaults to 1. Only with header.
+	// default is the cost of a request whose header is missing, given more
+	// than once or not a whole number, from 0 to 1000000000; defaults to 1.
+	// Only with header.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000000000
@@ -116,23 +117,29 @@ type RequestCost struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.default) || has(self.header) || has(self.jsonFields)",message="default applies only with header or jsonFields: it is charged when the response reports no cost"
 type ResponseCost struct {
 	// header is the response header that carries the cost, a whole number
-	// from 0 to 1000000000 in decimal digits, e.g. X-Usage-Tokens. When the
-	// response headers lack it, the trailers (sent after the body, as gRPC
-	// and streaming servers can) are read. With jsonFields too, the header
-	// is used when the response has it, the fields otherwise.
+	// in decimal digits (above 1000000000, it counts as 1000000000), e.g.
+	// X-Usage-Tokens. When the response headers lack it, the trailers (sent
+	// after the body, as gRPC and streaming servers can) are read; of
+	// several values, the first. With jsonFields too, the header is used
+	// when the response has it, the fields otherwise.
 	// +optional
 	Header HeaderName `json:"header,omitempty"`
 
 	// jsonFields are the fields of a JSON response body that carry the
 	// cost, each a dot path of field names from the top-level object, e.g.
-	// usage.total_tokens; the cost is the sum of their values (at most
-	// 1000000000). Each field counts with its last value that is a whole
-	// number: in a JSON body, or in a Server-Sent Events stream
-	// (Content-Type text/event-stream), whose events' data are each read as
-	// JSON, the value in the last event where it is one (a later null
-	// leaves it). A field that never has a whole number adds nothing; when
-	// none of them has one, default is charged. The response passes through
-	// unbuffered, streams included.
+	// usage.total_tokens; the cost is the sum of their values (a value
+	// above 1000000000 counts as 1000000000). Each field counts with its last value that is a whole
+	// number in plain digits: in a JSON body, or in a Server-Sent Events
+	// stream (Content-Type text/event-stream), whose events' data are each
+	// read as JSON, the value in the last event where it is one (a later
+	// null leaves it). A field that never has a whole number adds nothing;
+	// when none of them has one, default is charged. A field may name two
+	// alternative paths separated by '|', for one number that a server
+	// reports in different places: whichever is seen last counts. A path
+	// may appear in one field only (it would be counted twice). The
+	// response passes through unbuffered, streams included; a body with a
+	// Content-Encoding (gzip, br) is not read, so only header or default
+	// can then give its cost.
 	//
 	// Common model servers:
 	// OpenAI and OpenAI-compatible servers (vLLM, llama.cpp's server, ...):
@@ -140,9 +147,13 @@ type ResponseCost struct {
 	// request asks for stream_options.include_usage (the last event
 	// carries it).
 	// Anthropic: ["usage.input_tokens", "usage.output_tokens"] in JSON
-	// responses; its streams put the input tokens in the message_start
-	// event and the output tokens, counted up, in message_delta events:
-	// ["message.usage.input_tokens", "usage.output_tokens"].
+	// responses. Its streams put the input tokens in the message_start
+	// event (message.usage.input_tokens, and in some message_delta events
+	// again, counted up, at usage.input_tokens) and the output tokens,
+	// counted up, in message_delta events (usage.output_tokens): for
+	// streams alone ["message.usage.input_tokens", "usage.output_tokens"];
+	// for both, counting each number once,
+	// ["usage.input_tokens|message.usage.input_tokens", "usage.output_tokens"].
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MinItems=1
@@ -168,13 +179,14 @@ type HeaderName string
 
 // JSONFieldPath is a dot path to a field of a JSON object: field names of
 // letters, digits and '_' (not starting with a digit), separated by '.',
-// at most 8 of them, e.g. usage.total_tokens. Array elements cannot be
-// named.
+// at most 8 of them, e.g. usage.total_tokens; or two such paths separated
+// by '|', alternatives for one number that a server reports in different
+// places. Array elements cannot be named.
 // +kubebuilder:validation:MinLength=1
 // +kubebuilder:validation:MaxLength=256
-// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$')",message="a JSON field must be a dot path of at most 8 field names, each of letters, digits and '_' not starting with a digit, e.g. usage.total_tokens"
+// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}([|][A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7})?$')",message="a JSON field must be a dot path of at most 8 field names, each of letters, digits and '_' not starting with a digit, e.g. usage.total_tokens, or two such paths separated by '|', e.g. usage.input_tokens|message.usage.input_tokens"
 type JSONFieldPath string
 
 // JSONFieldPattern is the form of JSONFieldPath (the marker cannot refer
 // to the constant; TestJSONFieldPatternInCRD ties them together).
-const JSONFieldPattern = `^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$`
+const JSONFieldPattern = `^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}([|][A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7})?$`

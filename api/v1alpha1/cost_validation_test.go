@@ -76,6 +76,8 @@ func TestValidationCost(t *testing.T) {
 		{name: "8 json fields", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{JSONFields: fields(8)}})},
 		{name: "json field of 8 names", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
 			JSONFields: []v1alpha1.JSONFieldPath{"a.b.c.d.e.f.g._h9"}}})},
+		{name: "json field with an alternative (Anthropic, JSON and stream)", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
+			JSONFields: []v1alpha1.JSONFieldPath{"usage.input_tokens|message.usage.input_tokens", "usage.output_tokens"}}})},
 		{name: "rate limit service, request", mutate: rlsWithCost(v1alpha1.Cost{Request: &v1alpha1.RequestCost{}})},
 		{name: "rate limit service, response", mutate: rlsWithCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{}})},
 
@@ -122,6 +124,12 @@ func TestValidationCost(t *testing.T) {
 		{name: "json field of 9 names", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
 			JSONFields: []v1alpha1.JSONFieldPath{"a.b.c.d.e.f.g.h.i"}}}),
 			wantErr: []string{"a JSON field must be a dot path of at most 8 field names, each of letters, digits and '_' not starting with a digit, e.g. usage.total_tokens"}},
+		{name: "json field with three alternatives", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
+			JSONFields: []v1alpha1.JSONFieldPath{"a|b|c"}}}),
+			wantErr: []string{"or two such paths separated by '|', e.g. usage.input_tokens|message.usage.input_tokens"}},
+		{name: "json field with an empty alternative", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
+			JSONFields: []v1alpha1.JSONFieldPath{"usage.total_tokens|"}}}),
+			wantErr: []string{"a JSON field must be a dot path"}},
 		{name: "json field with an index", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
 			JSONFields: []v1alpha1.JSONFieldPath{"choices[0].usage"}}}),
 			wantErr: []string{"a JSON field must be a dot path"}},

@@ -2,6 +2,7 @@ package render
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -33,9 +34,12 @@ func cost(c *v1alpha1.Cost) *sidecarconfig.Cost {
 	if r := c.Response; r != nil {
 		out.Response = &sidecarconfig.ResponseCost{Header: string(r.Header)}
 		for _, f := range r.JSONFields {
-			out.Response.JSONFields = append(out.Response.JSONFields, string(f))
+			// Alternatives ("a|b": the one seen last counts) in one order.
+			alts := strings.Split(string(f), "|")
+			slices.Sort(alts)
+			out.Response.JSONFields = append(out.Response.JSONFields, strings.Join(alts, "|"))
 		}
-		// The cost is a sum: order does not matter, and a path listed
+		// The cost is a sum: order does not matter, and an entry listed
 		// twice (which the schema refuses) would count twice.
 		slices.Sort(out.Response.JSONFields)
 		out.Response.JSONFields = slices.Compact(out.Response.JSONFields)

@@ -57,6 +57,12 @@ func TestPolicyCost(t *testing.T) {
 			want: &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{JSONFields: []string{"usage.total_tokens"}}}},
 		{name: "request and response", cost: &v1alpha1.Cost{Request: &v1alpha1.RequestCost{Constant: i64(1)}, Response: &v1alpha1.ResponseCost{Header: "X-Usage-Tokens"}},
 			want: &sidecarconfig.Cost{Request: &sidecarconfig.RequestCost{Constant: i64(1)}, Response: &sidecarconfig.ResponseCost{Header: "X-Usage-Tokens"}}},
+		{name: "response: alternatives in one order", cost: &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
+			JSONFields: []v1alpha1.JSONFieldPath{"usage.output_tokens", "usage.input_tokens|message.usage.input_tokens"}}},
+			want: &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{JSONFields: []string{"message.usage.input_tokens|usage.input_tokens", "usage.output_tokens"}}}},
+		{name: "response: a path in two entries", cost: &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
+			JSONFields: []v1alpha1.JSONFieldPath{"usage.input_tokens", "usage.input_tokens|message.usage.input_tokens"}}},
+			wantErr: `cost.response.jsonFields: the path "usage.input_tokens" is named twice: its value would count twice`},
 		{name: "empty cost", cost: &v1alpha1.Cost{}, wantErr: "cost needs request, response or both"},
 		{name: "request without a source (rateLimitService's form)", cost: &v1alpha1.Cost{Request: &v1alpha1.RequestCost{}}, wantErr: "cost.request needs constant or header"},
 		{name: "response without a source", cost: &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{}}, wantErr: "cost.response needs header, jsonFields or both"},

@@ -79,16 +79,15 @@ type Policy struct {
 	Cost *Cost `json:"cost,omitempty" minor:"2"`
 }
 
-// The sidecars' cost types (one home); in this document their parts are
-// empty.
-type (
-	// Cost is sidecarconfig.Cost.
-	Cost = sidecarconfig.Cost
-	// RequestCost is sidecarconfig.RequestCost.
-	RequestCost = sidecarconfig.RequestCost
-	// ResponseCost is sidecarconfig.ResponseCost.
-	ResponseCost = sidecarconfig.ResponseCost
-)
+// Cost is the sidecars' cost type (one home); in this document its parts
+// are empty.
+type Cost = sidecarconfig.Cost
+
+// RequestCost is the sidecars' type; empty in this document.
+type RequestCost = sidecarconfig.RequestCost
+
+// ResponseCost is the sidecars' type; empty in this document.
+type ResponseCost = sidecarconfig.ResponseCost
 
 // validateCost checks a policy's cost for the rate limit service: the
 // cost comes from hits_addend, so its parts name no source, and a policy

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // Limits by cost (issue 27): a policy's spec.cost in plain data, shared by
@@ -27,8 +28,10 @@ const (
 
 // JSONFieldPattern is the form of a ResponseCost.JSONFields entry: a dot
 // path of at most 8 field names of letters, digits and '_', not starting
-// with a digit (v1alpha1.JSONFieldPattern; a render test ties the two).
-const JSONFieldPattern = `^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}$`
+// with a digit, or two such paths separated by '|' (alternatives: the one
+// seen last counts), as internal/respcost reads them
+// (v1alpha1.JSONFieldPattern; a render test ties the two).
+const JSONFieldPattern = `^[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7}([|][A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*){0,7})?$`
 
 var jsonField = regexp.MustCompile(JSONFieldPattern)
 
@@ -58,12 +61,12 @@ type Cost struct {
 type RequestCost struct {
 	// Constant is every request's cost, 0 to MaxCost.
 	Constant *int64 `json:"constant,omitempty" minor:"2"`
-	// Header is the request header whose value, a whole number 0 to
-	// MaxCost in decimal digits, is the cost. The client controls it
-	// unless a trusted proxy sets it.
+	// Header is the request header whose value, a whole number in
+	// decimal digits (above MaxCost: MaxCost), is the cost. The client
+	// controls it unless a trusted proxy sets it.
 	Header string `json:"header,omitempty" minor:"2"`
 	// Default is the cost when Header is missing, given more than once,
-	// or not such a number: 0 to MaxCost, always written with Header (the
+	// or not a whole number: 0 to MaxCost, always written with Header (the
 	// API's default is 1).
 	Default *int64 `json:"default,omitempty" minor:"2"`
 }
@@ -79,8 +82,9 @@ type ResponseCost struct {
 	Header string `json:"header,omitempty" minor:"2"`
 	// JSONFields are dot paths (JSONFieldPattern) into a JSON body, or
 	// into the JSON data of each event of a Server-Sent Events stream;
-	// the cost is the sum, at most MaxCost, of each path's last whole
-	// number. Sorted, without duplicates.
+	// the cost is the sum, at most MaxCost, of each entry's last whole
+	// number (of either alternative, "a|b", the one seen last): what
+	// respcost.Spec.JSONFields reads. Sorted; no path in two entries.
 	JSONFields []string `json:"jsonFields,omitempty" minor:"2"`
 	// Default is charged when the response reports no cost (the upstream
 	// never does, or the response ended before it did): 0 to MaxCost;
@@ -144,19 +148,27 @@ func checkCost(field string, v int64) error {
 	return nil
 }
 
-// checkJSONFields: at most MaxJSONFields paths of the pattern, sorted and
-// without duplicates (a path listed twice would count its value twice).
+// checkJSONFields: at most MaxJSONFields entries of the pattern, sorted,
+// and no path in two of them (its value would count twice).
 func checkJSONFields(fields []string) error {
 	var errs []error
 	if len(fields) > MaxJSONFields {
-		errs = append(errs, fmt.Errorf("cost.response.jsonFields has %d paths, at most %d", len(fields), MaxJSONFields))
+		errs = append(errs, fmt.Errorf("cost.response.jsonFields has %d entries, at most %d", len(fields), MaxJSONFields))
 	}
+	seen := map[string]bool{}
 	for i, f := range fields {
 		if len(f) > MaxJSONFieldBytes || !jsonField.MatchString(f) {
-			errs = append(errs, fmt.Errorf("cost.response.jsonFields: %q is not a dot path of at most 8 field names (letters, digits and '_', not starting with a digit)", f))
+			errs = append(errs, fmt.Errorf("cost.response.jsonFields: %q is not a dot path of at most 8 field names (letters, digits and '_', not starting with a digit), or two separated by '|'", f))
+			continue
 		}
 		if i > 0 && fields[i-1] >= f {
-			errs = append(errs, errors.New("cost.response.jsonFields are not sorted, or list a path twice"))
+			errs = append(errs, errors.New("cost.response.jsonFields are not sorted, or list an entry twice"))
+		}
+		for _, path := range strings.Split(f, "|") {
+			if seen[path] {
+				errs = append(errs, fmt.Errorf("cost.response.jsonFields: the path %q is named twice: its value would count twice", path))
+			}
+			seen[path] = true
 		}
 	}
 	return errors.Join(errs...)

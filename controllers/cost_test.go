@@ -1,0 +1,99 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+// asMinor makes an injected pod's status say that its sidecar reads the
+// configuration up to minor version minor, as a sidecar of an earlier
+// release records it.
+func asMinor(t *testing.T, pod interface {
+	GetAnnotations() map[string]string
+	SetAnnotations(map[string]string)
+}, minor int) {
+	t.Helper()
+	a := pod.GetAnnotations()
+	raw := a[v1alpha1.InjectedAnnotation]
+	own := fmt.Sprintf(`"configMinor":%d`, sidecarconfig.Minor)
+	if !strings.Contains(raw, own) {
+		t.Fatalf("injection status %s lacks %s", raw, own)
+	}
+	a[v1alpha1.InjectedAnnotation] = strings.Replace(raw, own, fmt.Sprintf(`"configMinor":%d`, minor), 1)
+	pod.SetAnnotations(a)
+}
+
+// TestCostPolicySkippedBySidecarsOfMinor1: a sidecar of the release before
+// cost (configuration minor 1) reads the namespace's document but leaves a
+// cost policy out (sidecarconfig's compatibility rule). The policy is
+// published for the others, and its Enforced condition names the pods that
+// do not enforce it, until they are gone; a count policy on the same pods
+// is enforced by all of them. Before, Enforced said all selected pods
+// enforced the cost policy.
+func TestCostPolicySkippedBySidecarsOfMinor1(t *testing.T) {
+	ns := newNamespace(t)
+	tokens := newPolicy(ns, "tokens", func(s *v1alpha1.RateLimitPolicySpec) {
+		s.Limit = 100_000
+		s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{JSONFields: []v1alpha1.JSONFieldPath{"usage.total_tokens"}}}
+	})
+	count := newPolicy(ns, "count")
+	old := newPod(ns, "old", map[string]string{"app": "checkout"}, true)
+	asMinor(t, old, 1)
+	create(t, tokens, count, newPod(ns, "new", map[string]string{"app": "checkout"}, true), old)
+
+	eventually(t, "tokens not enforced by the minor 1 sidecar", enforcedIs(t, tokens, metav1.ConditionFalse, v1alpha1.ReasonSidecarsOutdated,
+		"pods old run sidecars of an earlier slidegate, which leave this policy out (it needs sidecar configuration slidegate.dev/sidecar-config/v1.2)"))
+	eventually(t, "count enforced by both", enforcedIs(t, count, metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 2 selected pods"))
+	_, cfg, err := readConfig(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Version != sidecarconfig.Version || !slices.Equal(policyNames(cfg), []string{"count", "tokens"}) {
+		t.Errorf("document %s with %v, want %s with both policies (the new sidecar enforces tokens)", cfg.Version, policyNames(cfg), sidecarconfig.Version)
+	}
+
+	if err := k.Delete(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "tokens enforced once the old pod is gone", enforcedIs(t, tokens, metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods"))
+}
+
+// TestSkippingSidecars: which pods leave a policy of a given minor out.
+func TestSkippingSidecars(t *testing.T) {
+	p := newPolicy("shop", "p")
+	pod := func(name string, minor int, lbls map[string]string) corev1.Pod {
+		po := newPod("shop", name, lbls, minor >= 0)
+		if minor >= 0 && minor != sidecarconfig.Minor {
+			asMinor(t, po, minor)
+		}
+		return *po
+	}
+	sel := map[string]string{"app": "checkout"}
+	pods := []corev1.Pod{
+		pod("first-release", 0, sel), pod("minor-1", 1, sel), pod("current", sidecarconfig.Minor, sel),
+		pod("minor-1-elsewhere", 1, map[string]string{"app": "other"}), pod("no-sidecar", -1, sel),
+	}
+	for _, tc := range []struct {
+		minor int
+		want  []string
+	}{
+		{0, nil}, {1, nil}, {2, []string{"minor-1"}},
+		{3, []string{"current", "minor-1"}},
+	} {
+		if got := skippingSidecars(p, pods, tc.minor); !slices.Equal(got, tc.want) {
+			t.Errorf("skippingSidecars(minor %d) = %v, want %v", tc.minor, got, tc.want)
+		}
+	}
+	if skippedProblem(2, nil, "shop") != nil {
+		t.Error("a problem without pods")
+	}
+}
