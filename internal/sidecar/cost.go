@@ -47,7 +47,7 @@ func (c *requestCost) of(r *http.Request) int64 {
 		return c.constant
 	}
 	vs := r.Header[c.header]
-	if len(vs) != 1 || vs[0] == "" || len(vs[0]) > 20 {
+	if len(vs) != 1 || vs[0] == "" {
 		return c.def
 	}
 	var n int64
@@ -81,6 +81,7 @@ type chargesKey struct{}
 type charges struct {
 	lim     Limiter
 	charged *prometheus.CounterVec // slidegate_sidecar_cost_charged_total
+	drain   time.Duration          // Sidecar.drainMaxTime
 	items   []charge
 	// stop ends the forwarded request's own context (see withCharges).
 	stop context.CancelFunc
@@ -95,11 +96,13 @@ type charge struct {
 // Bounds of what is still read from the application after the client went
 // away mid-response, to find the usage that OpenAI-style streams report
 // only in their last event: a client that hangs up just before it would
-// otherwise pay the policy's default.
-const (
-	drainMaxBytes = 4 << 20
-	drainMaxTime  = 10 * time.Second
-)
+// otherwise pay the policy's default. Past them the request to the
+// application ends, as it would have at once without a response cost,
+// and what was read (else the default) is charged.
+const drainMaxBytes = 4 << 20
+
+// drainMaxTime is a variable for the tests.
+var drainMaxTime = 10 * time.Second
 
 // withCharges returns r carrying the charges that dec's policies with a
 // response cost owe once its response ends, and the function that ends
@@ -112,7 +115,7 @@ func (s *Sidecar) withCharges(r *http.Request, dec *decided) (*http.Request, con
 			continue
 		}
 		if cs == nil {
-			cs = &charges{lim: s.lim, charged: s.metrics.costCharged}
+			cs = &charges{lim: s.lim, charged: s.metrics.costCharged, drain: s.drainMaxTime}
 		}
 		cs.items = append(cs.items, charge{policy: p.name, rule: p.respCost, req: dec.requests[i]})
 	}
@@ -120,10 +123,11 @@ func (s *Sidecar) withCharges(r *http.Request, dec *decided) (*http.Request, con
 		return r, nil
 	}
 	// The request to the application does not end when the client goes
-	// away (its context is not the client's): the body's Close still
-	// reads the usage, within drainMaxTime, and then ends it (stop).
+	// away (its context is not the client's), but drainMaxTime later: the
+	// stream's last event, the usage, may still come.
 	ctx, stop := context.WithCancel(context.WithoutCancel(r.Context()))
 	cs.stop = stop
+	hangUp := context.AfterFunc(r.Context(), func() { time.AfterFunc(cs.drain, stop) })
 	r = r.WithContext(context.WithValue(ctx, chargesKey{}, cs))
 	if _, ok := r.Header["Accept-Encoding"]; ok {
 		// A compressed body's usage cannot be read as it streams by, and
@@ -134,7 +138,9 @@ func (s *Sidecar) withCharges(r *http.Request, dec *decided) (*http.Request, con
 		r.Header = r.Header.Clone()
 		delete(r.Header, "Accept-Encoding")
 	}
-	return r, stop
+	// Forwarded, the request needs neither (the server cancels the
+	// client's context when the handler returns: that is no hang-up).
+	return r, func() { hangUp(); stop() }
 }
 
 // meterResponse wraps resp's body in a meter per owed charge (the
@@ -183,7 +189,7 @@ func (b *meteredBody) Close() error {
 	var err error
 	b.once.Do(func() {
 		if !b.eof {
-			t := time.AfterFunc(drainMaxTime, b.cs.stop)
+			t := time.AfterFunc(b.cs.drain, b.cs.stop)
 			_, _ = io.Copy(io.Discard, io.LimitReader(b, drainMaxBytes))
 			t.Stop()
 		}

@@ -3,8 +3,10 @@ package sidecar
 import (
 	"bufio"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -229,6 +231,16 @@ func TestCostSources(t *testing.T) {
 				<-hold // the client has hung up
 			}
 			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n")
+			if hold != nil {
+				// The sidecar's flush of b to the gone client fails, its
+				// write of c then too, and it stops reading before the
+				// usage comes: only a drain reads it.
+				w.(http.Flusher).Flush()
+				time.Sleep(50 * time.Millisecond)
+				_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"c\"}}]}\n\n")
+				w.(http.Flusher).Flush()
+				time.Sleep(50 * time.Millisecond)
+			}
 			if usage != "" {
 				_, _ = io.WriteString(w, "data: "+usage+"\n\n")
 			}
@@ -277,7 +289,20 @@ func TestCostSources(t *testing.T) {
 		h := st.handler
 		current.Store(&h)
 		before := chargedBy(s, "src", st.source)
-		resp, err := http.Get(front)
+		c := http.DefaultClient
+		if st.hangUp {
+			// The hang-up resets the connection (linger 0), so that the
+			// sidecar's next write to it fails and it stops reading the
+			// application, as it does for a client that is really gone.
+			c = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err == nil {
+					_ = conn.(*net.TCPConn).SetLinger(0)
+				}
+				return conn, err
+			}}}
+		}
+		resp, err := c.Get(front)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,4 +322,61 @@ func TestCostSources(t *testing.T) {
 		})
 		total += st.cost
 	}
+}
+
+// TestCostHangUpEndsTheStream: a client that hangs up on a stream that
+// does not end is charged what was read (here nothing: the default), and
+// the request to the application ends drainMaxTime after the hang-up, not
+// when the stream would have (never).
+func TestCostHangUpEndsTheStream(t *testing.T) {
+	old := drainMaxTime
+	drainMaxTime = 300 * time.Millisecond
+	t.Cleanup(func() { drainMaxTime = old })
+	r := testsupport.StartRedis(t)
+	ended := make(chan time.Time, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for {
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				ended <- time.Now()
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	pol := testPolicy("endless", 100000)
+	pol.Cost = &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{JSONFields: []string{"usage.total_tokens"}, Default: 9}}
+	cfg := testConfig(nil, pol)
+	cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
+	vol := newVolume(t)
+	vol.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, cfg)})
+	s, err := New(testOptions(up.URL, vol, nil), redisLimiter(t, r, 1, exactTimeout), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := newTestServer(t, s).URL
+	resp, err := http.Get(front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	hungUp := time.Now()
+	_ = resp.Body.Close()
+	select {
+	case at := <-ended:
+		took := at.Sub(hungUp)
+		t.Logf("the application's request ended %v after the hang-up (drainMaxTime %v)", took, drainMaxTime)
+		if took < drainMaxTime {
+			t.Fatalf("ended %v after the hang-up, before drainMaxTime %v: the usage had no chance", took, drainMaxTime)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the application's request did not end after the client hung up")
+	}
+	eventually(t, 5*time.Second, "charged the default", func() bool { return chargedBy(s, "endless", "default") == 9 })
 }

@@ -42,6 +42,8 @@ type Sidecar struct {
 	lim     Limiter
 	metrics *metrics
 	proxy   http.Handler
+	// drainMaxTime is cost.go's, read once (tests change it before New).
+	drainMaxTime time.Duration
 
 	state atomic.Pointer[state]
 
@@ -94,7 +96,7 @@ func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	upstream, _ := upstreamURL(opts.Upstream) // checked by Validate
-	s := &Sidecar{opts: opts, log: log, lim: lim, created: time.Now(), whySlots: make(chan struct{}, whyMaxConcurrent), top: newLimitedTop()}
+	s := &Sidecar{opts: opts, log: log, lim: lim, created: time.Now(), whySlots: make(chan struct{}, whyMaxConcurrent), top: newLimitedTop(), drainMaxTime: drainMaxTime}
 	s.loadHashKey()
 	s.metrics = newMetrics(func() float64 {
 		if lim.Healthy() {
