@@ -566,3 +566,51 @@ func TestFallbackWeighted(t *testing.T) {
 		t.Fatalf("two windows on: %+v", d)
 	}
 }
+
+// TestWeightedChargesAreCapped: a weighted log holds at most 10^6 live
+// members (wCap): a charge at the cap is not written, so a caller that
+// charges without end cannot grow one key without bound. (Before the cap,
+// the charge made the 1,000,001st member.)
+func TestWeightedChargesAreCapped(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	l := newLimiter(t, rdb, Options{Timeout: 10 * time.Second, DenyCacheMax: -1})
+	rule := Rule{ID: "cap", Limit: 1000, Window: time.Hour, Weighted: true}
+	key := redisschema.WeightedKey(l.opts.Prefix, rule.ID, "c", false)
+	const cap = 1000000
+	// Fill the key to the cap as a million charges of 1 would.
+	ctx := context.Background()
+	if err := rdb.Eval(ctx, `
+local t = redis.call('TIME')
+local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2]) - 1000000
+for i = 1, tonumber(ARGV[1]), 1000 do
+  local a = {}
+  local p = {}
+  for j = i, i + 999 do
+    a[#a + 1] = now + j; a[#a + 1] = 'f' .. j .. '|1'
+    -- and every 32nd a checkpoint, as the admits would have made
+    if j % 32 == 0 then p[#p + 1] = j; p[#p + 1] = string.format('%d', now + j) end
+  end
+  redis.call('ZADD', KEYS[1], unpack(a))
+  if #p > 0 then redis.call('ZADD', KEYS[1] .. 'p', unpack(p)) end
+end
+redis.call('HSET', KEYS[1] .. 's', 's', ARGV[1], 't', ARGV[1], 'k', 0, 'n', now + tonumber(ARGV[1]))
+redis.call('PEXPIRE', KEYS[1], 3600000)
+redis.call('PEXPIRE', KEYS[1] .. 's', 3600000)
+redis.call('PEXPIRE', KEYS[1] .. 'p', 3600000)
+return 1`, []string{key}, cap).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, per := range []bool{false, true} {
+		pl := newLimiter(t, rdb, Options{Timeout: 10 * time.Second, DenyCacheMax: -1, CallPerDecision: per})
+		if d := weighted(pl, rule, "c", OpCharge, 5); !d.Allowed || d.Source != SourceRedis {
+			t.Fatalf("charge at the cap: %+v", d)
+		}
+	}
+	if n, s := rdb.ZCard(ctx, key).Val(), rdb.HGet(ctx, key+"s", "s").Val(); n != cap || s != strconv.Itoa(cap) {
+		t.Fatalf("after charges at the cap: %d members, sum %s; want %d and %d", n, s, cap, cap)
+	}
+	if d := weighted(l, rule, "c", OpCheck, 0); d.Allowed {
+		t.Fatalf("a check on a key at the cap was admitted: %+v", d)
+	}
+}

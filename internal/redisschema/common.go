@@ -93,7 +93,12 @@ end
 -- What leaves the window is read (its cost subtracted) when a call first
 -- meets the key and removed at the call's end (wsave), after the admits:
 -- a cancel's placeholder must still be there for its own late decision.
-local wEvery, wChunk = 32, 256
+-- wCap bounds a weighted log's live members: an admit fits under the
+-- limit (at most 10^6, the API's bound) with a cost of at least 1, but a
+-- charge counts past it, so a caller charging without end (whoever reaches
+-- the rate limit service) would grow the key without bound. A charge at
+-- the cap is not written: the key is then at least wCap-limit in debt.
+local wEvery, wChunk, wCap = 32, 256, 1000000
 
 -- wcost is the cost a weighted member's name carries.
 local function wcost(m) return tonumber(string.match(m, '|(%d+)$')) or 0 end
@@ -116,8 +121,10 @@ local function wload(key, w, now)
   return st
 end
 
--- wadmit adds member m of cost c (c > 0) to a weighted key at now.
-local function wadmit(key, st, m, c, now)
+-- wadmit adds member m of cost c (c > 0) to a weighted key at now; a
+-- charge only below wCap members.
+local function wadmit(key, st, m, c, now, charge)
+  if charge and redis.call('ZCARD', key) >= wCap then return end
   local sc = math.max(now, st.n + 1)
   redis.call('ZADD', key, wint(sc), m)
   st.s, st.t, st.k, st.n, st.added = st.s + c, st.t + c, st.k + 1, sc, true

@@ -268,7 +268,7 @@ for _, a in ipairs(ds) do
       local m = oks[j] and wname(member, j)
       if m then
         local s = st[KEYS[j]]
-        wadmit(KEYS[j], s.wst, m, H[j], now)
+        wadmit(KEYS[j], s.wst, m, H[j], now, F[j] >= 8)
         s.c, s.admitted = s.wst.s, true
       end
     end

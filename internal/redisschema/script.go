@@ -146,7 +146,7 @@ local function finish(out, key, l, w, f, h, ok, commit, e, x, c, p)
     local ws = wsts[key]
     local m = commit and wname(f, h)
     if m then
-      wadmit(key, ws, m, h, now)
+      wadmit(key, ws, m, h, now, f >= 8)
       c = c + h
     end
     rem = l - c
