@@ -93,6 +93,10 @@ type Cluster struct {
 	Dir        string
 
 	procs processes
+	// syncCtx ends at Close, which waits for the syncs (KeepSynced).
+	syncCtx  context.Context
+	stopSync context.CancelFunc
+	syncs    sync.WaitGroup
 }
 
 // StartCluster starts the control plane (with slidegate's CRD and the
@@ -100,6 +104,7 @@ type Cluster struct {
 // manager), a redis-server, and the manager binary.
 func StartCluster(ctx context.Context, managerBin string, logf func(string, ...any)) (*Cluster, error) {
 	c := &Cluster{}
+	c.syncCtx, c.stopSync = context.WithCancel(context.WithoutCancel(ctx))
 	ok := false
 	defer func() {
 		if !ok {
@@ -194,6 +199,8 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 
 // Close stops every process and the control plane, and removes the files.
 func (c *Cluster) Close() {
+	c.stopSync()
+	c.syncs.Wait()
 	c.procs.stopAll()
 	if c.Redis != nil {
 		c.Redis.Close()

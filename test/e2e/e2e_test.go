@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/kubectlplugin"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -61,15 +64,70 @@ func TestDemoFlow(t *testing.T) {
 	}
 }
 
-// TestCheckCatchesWrongNumbers shows Check is not vacuous: a result where a
-// client got one request too many fails it.
-func TestCheckCatchesWrongNumbers(t *testing.T) {
-	r := &Result{Limit: 5, Round1: map[string]Counts{}, Round2: Counts{Admitted: RaisedLimit, Rejected: 2}}
+// goodResult is a Result as the samples promise it: Check finds nothing.
+func goodResult() *Result {
+	r := &Result{
+		Limit: 5, Round1: map[string]Counts{}, Round2: Counts{Admitted: RaisedLimit, Rejected: 2},
+		UpstreamSeen: 15,
+		Sample429: &http.Response{Header: http.Header{
+			"Retry-After": {"7"}, "Ratelimit-Policy": {`"per-user";q=5;w=10`}, "Ratelimit": {`"per-user";r=0;t=7`},
+		}},
+		Sample429Body: "slidegate: rate limit exceeded; retry in 7s\n",
+		RedisKeys:     []KeyTTL{{Key: "k", TTL: time.Second}},
+		Metrics:       []string{`slidegate_sidecar_requests_total{decision="dry_run_rejected",policy="per-user-strict-dry-run"} 9`},
+		Policies:      []PolicyStatus{{Name: UserPolicy, Ready: "True", Accepted: "True", Enforced: "True", MatchedPods: 1, EnforcedPods: 1}},
+		Tokens: &TokenResult{
+			Limit: 100000, Window: time.Minute, Admitted: 3, Rejected: 2, Remaining: []int64{100000, 60000, 20000},
+			Tokens: 120000, Whole: 3, UpstreamSeen: 3, Since429: 20 * time.Millisecond, SinceWhy: 30 * time.Millisecond,
+			Sample429: &http.Response{Header: http.Header{"Retry-After": {"60"}, "Ratelimit": {`"tokens-per-key";r=0;t=60`}}},
+			Why: &kubectlplugin.WhyResult{WhyResponse: debugapi.WhyResponse{Policies: []debugapi.WhyPolicy{{
+				Name: TokenPolicy, Target: true,
+				Window: &debugapi.WhyWindow{InWindow: 120000, Unit: "cost", RetryAfterSeconds: 59.99},
+			}}}},
+		},
+	}
 	for _, c := range Clients {
 		r.Round1[c] = Counts{Admitted: 5, Rejected: 3, RejectedBy: map[string]int{UserPolicy: 3}}
 	}
-	r.Round1["alice"] = Counts{Admitted: 6, Rejected: 2, RejectedBy: map[string]int{UserPolicy: 2}}
-	if len(Check(r)) == 0 {
-		t.Fatal("Check accepted a client admitted over its limit")
+	return r
+}
+
+// TestCheckCatchesWrongNumbers shows Check is not vacuous: it passes the
+// promised numbers and fails each way of missing them, among them the
+// naive ways of limiting tokens (counting requests, showing admits).
+func TestCheckCatchesWrongNumbers(t *testing.T) {
+	if p := Check(goodResult()); len(p) > 0 {
+		t.Fatalf("Check failed the promised result: %v", p)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(r *Result)
+	}{
+		{"a client admitted over its limit", func(r *Result) {
+			r.Round1["alice"] = Counts{Admitted: 6, Rejected: 2, RejectedBy: map[string]int{UserPolicy: 2}}
+		}},
+		{"no token step", func(r *Result) { r.Tokens = nil }},
+		{"tokens counted as requests", func(r *Result) {
+			// What the sidecar does when the render drops spec.cost: five
+			// requests under a limit of 100,000.
+			r.Tokens.Admitted, r.Tokens.Rejected, r.Tokens.Tokens, r.Tokens.Whole, r.Tokens.UpstreamSeen = 5, 0, 200000, 5, 5
+			r.Tokens.Remaining = []int64{99999, 99998, 99997, 99996, 99995}
+			r.Tokens.Sample429 = nil
+		}},
+		{"a stream cut short", func(r *Result) { r.Tokens.Whole = 2 }},
+		{"the window's tokens not in RateLimit", func(r *Result) { r.Tokens.Remaining[2] = 99998 }},
+		{"Retry-After past the window", func(r *Result) { r.Tokens.Sample429.Header.Set("Retry-After", "61") }},
+		{"Retry-After earlier than the first charge leaves", func(r *Result) { r.Tokens.Sample429.Header.Set("Retry-After", "30") }},
+		{"why shows admits", func(r *Result) { r.Tokens.Why.Policies[0].Window.Unit = "" }},
+		{"why shows no debt", func(r *Result) { r.Tokens.Why.Policies[0].Window.InWindow = 100000 }},
+		{"why allows the key", func(r *Result) { r.Tokens.Why.Policies[0].Window.Allowed = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := goodResult()
+			tc.edit(r)
+			if len(Check(r)) == 0 {
+				t.Fatal("Check accepted it")
+			}
+		})
 	}
 }

@@ -87,6 +87,8 @@ type Result struct {
 	Round2   Counts
 	Policies []PolicyStatus
 	Injected *corev1.Pod
+	// Tokens is the token-limited step (tokens.go).
+	Tokens *TokenResult
 }
 
 // Options of Run.
@@ -124,7 +126,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	fmt.Fprint(o.Out, indent(out))
 
 	logf("creating the app's pod from Deployment %s through the API server (no kubelet here); the webhook injects the sidecar", AppDeployment)
-	pod, err := createPodFromDeployment(ctx, c.Client)
+	pod, err := createPodFromDeployment(ctx, c.Client, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -133,34 +135,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		v1alpha1.InjectedAnnotation, pod.Annotations[v1alpha1.InjectedAnnotation])
 
 	logf("waiting for the controller to render ConfigMap %s", sidecarconfig.ConfigMapName)
-	// Not only there: holding every policy. The controller renders as the
-	// policies arrive, and a sidecar started on an earlier render serves its
-	// first requests without the later policies (seen: alice admitted 6).
-	// A policy's status.revision is the hash of its part of the document,
-	// so the document holds every policy when each part hashes to it.
-	if err := poll(ctx, func() bool {
-		var cm corev1.ConfigMap
-		var list v1alpha1.RateLimitPolicyList
-		if c.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: sidecarconfig.ConfigMapName}, &cm) != nil ||
-			c.Client.List(ctx, &list, client.InNamespace(Namespace)) != nil || len(list.Items) == 0 {
-			return false
-		}
-		cfg, err := sidecarconfig.Parse([]byte(cm.Data[sidecarconfig.FileName]))
-		if err != nil {
-			return false
-		}
-		revs, err := render.PolicyRevisions(cfg)
-		if err != nil {
-			return false
-		}
-		for _, p := range list.Items {
-			if p.Status.Revision == "" || p.Status.Revision != revs[p.Name] {
-				return false
-			}
-		}
-		return true
-	}); err != nil {
-		return nil, fmt.Errorf("the ConfigMap never held every policy: %w", err)
+	if err := waitRendered(ctx, c.Client); err != nil {
+		return nil, err
 	}
 
 	var seen atomic.Int64
@@ -174,14 +150,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	// The kubelet keeps ConfigMap volumes in sync; so do we, until the end.
-	syncCtx, stopSync := context.WithCancel(ctx)
-	defer stopSync()
-	go func() {
-		for syncCtx.Err() == nil {
-			_ = c.SyncConfig(syncCtx, sc, Namespace)
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
+	c.KeepSynced(sc, Namespace)
 
 	var policy v1alpha1.RateLimitPolicy
 	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: UserPolicy}, &policy); err != nil {
@@ -250,6 +219,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	printCounts(o.Out, map[string]Counts{NewClient: res.Round2})
 
+	if res.Tokens, err = runTokens(ctx, c, o, logf); err != nil {
+		return nil, err
+	}
+
 	logf("kubectl get rlp -n %s -o wide", Namespace)
 	if err := poll(ctx, func() bool {
 		res.Policies, err = statuses(ctx, c.Client)
@@ -265,16 +238,60 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-func createPodFromDeployment(ctx context.Context, c client.Client) (*corev1.Pod, error) {
+// waitRendered waits until the rendered ConfigMap holds every policy of
+// the namespace. Not only there: the controller renders as the policies
+// arrive, and a sidecar started on an earlier render serves its first
+// requests without the later policies (seen: alice admitted 6). A policy's
+// status.revision is the hash of its part of the document, so the document
+// holds every policy when each part hashes to it.
+func waitRendered(ctx context.Context, c client.Client) error {
+	if err := poll(ctx, func() bool {
+		var cm corev1.ConfigMap
+		var list v1alpha1.RateLimitPolicyList
+		if c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: sidecarconfig.ConfigMapName}, &cm) != nil ||
+			c.List(ctx, &list, client.InNamespace(Namespace)) != nil || len(list.Items) == 0 {
+			return false
+		}
+		cfg, err := sidecarconfig.Parse([]byte(cm.Data[sidecarconfig.FileName]))
+		if err != nil {
+			return false
+		}
+		revs, err := render.PolicyRevisions(cfg)
+		if err != nil {
+			return false
+		}
+		for _, p := range list.Items {
+			if p.Status.Revision == "" || p.Status.Revision != revs[p.Name] {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("the ConfigMap never held every policy: %w", err)
+	}
+	return nil
+}
+
+// createPodFromDeployment creates a pod of Deployment AppDeployment through
+// the API server. With labels, the pod has those instead of the template's
+// and is named after labels["app"]: the same pod spec standing for another
+// app (the model server of tokens.go).
+func createPodFromDeployment(ctx context.Context, c client.Client, labels map[string]string) (*corev1.Pod, error) {
 	var d appsv1.Deployment
 	if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: AppDeployment}, &d); err != nil {
 		return nil, err
 	}
+	name := AppDeployment
+	if labels == nil {
+		labels = d.Spec.Template.Labels
+	} else if labels["app"] != "" {
+		name = labels["app"]
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: AppDeployment + "-",
+			GenerateName: name + "-",
 			Namespace:    Namespace,
-			Labels:       d.Spec.Template.Labels,
+			Labels:       labels,
 			Annotations:  d.Spec.Template.Annotations,
 		},
 		Spec: d.Spec.Template.Spec,
@@ -552,5 +569,6 @@ func Check(r *Result) []string {
 			bad("policy %s: Ready=%s Accepted=%s Enforced=%s matched=%d enforced=%d; want True/True/True 1/1", s.Name, s.Ready, s.Accepted, s.Enforced, s.MatchedPods, s.EnforcedPods)
 		}
 	}
+	checkTokens(r.Tokens, bad)
 	return p
 }

@@ -28,6 +28,9 @@ type Sidecar struct {
 	cmd      *exec.Cmd
 	URL      string // the proxied listener (the pod's named port)
 	AdminURL string // /metrics, /healthz, /readyz
+	// DebugURL serves /debug/why and /debug/top, which kubectl slidegate
+	// reaches through a port-forward (a kubelet's; here, directly).
+	DebugURL string
 	Args     []string
 	// ConfigSyncs counts how often the ConfigMap content was (re)projected.
 	configDir string
@@ -51,7 +54,7 @@ func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *core
 		return nil, err
 	}
 	listen, admin, debug := addrs[0], addrs[1], addrs[2]
-	s := &Sidecar{URL: "http://" + listen, AdminURL: "http://" + admin}
+	s := &Sidecar{URL: "http://" + listen, AdminURL: "http://" + admin, DebugURL: "http://" + debug}
 	for _, a := range spec.Args {
 		name, value, _ := strings.Cut(a, "=")
 		switch name {
@@ -200,6 +203,24 @@ func (c *Cluster) SyncConfig(ctx context.Context, s *Sidecar, namespace string) 
 	}
 	s.last = sum.String()
 	return nil
+}
+
+// KeepSynced projects the ConfigMap into s's config directory every 100ms
+// until the cluster is closed, as the kubelet keeps ConfigMap volumes in
+// sync. Close waits for it before it removes the directories.
+func (c *Cluster) KeepSynced(s *Sidecar, namespace string) {
+	c.syncs.Add(1)
+	go func() {
+		defer c.syncs.Done()
+		for {
+			_ = c.SyncConfig(c.syncCtx, s, namespace)
+			select {
+			case <-c.syncCtx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
 }
 
 // downwardLabels writes labels as the downward API does: key="value" lines,
