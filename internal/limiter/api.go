@@ -139,6 +139,13 @@ func (r *Request) hits() int64 {
 	return r.Hits
 }
 
+// needsOne reports whether r is admitted with room for exactly one: one
+// hit, or a weighted check. A denial learned for it holds for any request
+// but a charge until its retry time, and is exact for those needing one.
+func (r *Request) needsOne() bool {
+	return r.Op != OpCharge && (r.Op == OpCheck || r.hits() == 1)
+}
+
 // Decision is the answer for one Request.
 type Decision struct {
 	Allowed bool

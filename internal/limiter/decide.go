@@ -20,6 +20,9 @@ import (
 //
 // FailMode "" counts as FailOpen.
 func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
+	if charges, others := splitCharges(reqs); charges != nil {
+		return l.decideApart(ctx, reqs, charges, others)
+	}
 	out := make([]Decision, len(reqs))
 	if len(reqs) == 0 {
 		return out
@@ -43,6 +46,46 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 		c.undo()
 	}
 	c.count()
+	return out
+}
+
+// splitCharges returns, when reqs mixes charges (OpCharge) with other
+// requests, the indexes of each; nil, nil otherwise.
+func splitCharges(reqs []Request) (charges, others []int) {
+	n := 0
+	for i := range reqs {
+		if reqs[i].Op == OpCharge {
+			n++
+		}
+	}
+	if n == 0 || n == len(reqs) {
+		return nil, nil
+	}
+	for i := range reqs {
+		if reqs[i].Op == OpCharge {
+			charges = append(charges, i)
+		} else {
+			others = append(others, i)
+		}
+	}
+	return charges, others
+}
+
+// decideApart decides the charges of reqs apart from its other requests:
+// a charge counts whatever the others decide (a rate limit service call
+// may carry the after-stream charge of one policy beside another's
+// check), where one Decide is all or nothing.
+func (l *Limiter) decideApart(ctx context.Context, reqs []Request, parts ...[]int) []Decision {
+	out := make([]Decision, len(reqs))
+	for _, idx := range parts {
+		sub := make([]Request, len(idx))
+		for k, i := range idx {
+			sub[k] = reqs[i]
+		}
+		for k, d := range l.Decide(ctx, sub) {
+			out[idx[k]] = d
+		}
+	}
 	return out
 }
 
@@ -140,6 +183,9 @@ func validRule(r *Rule) error {
 // with a dry-run rule not in the cache still goes to Redis, which decides
 // (and counts) that rule.
 func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, out []Decision) bool {
+	if reqs[0].Op == OpCharge { // Decide split them off: all are charges
+		return false
+	}
 	hit, dryMiss := false, false
 	for i := range reqs {
 		if keys[i] == "" { // invalid: already failed closed
@@ -149,8 +195,8 @@ func (l *Limiter) deniedByCache(reqs []Request, keys []string, now time.Time, ou
 		d, ok := l.view.denied(keys[i], &reqs[i].Rule, now)
 		// A denial is learned for one hit: a request of more is denied too,
 		// but may have to wait longer than that retry time, which only
-		// Redis can tell. Weighted rules are not cached (fillRedis).
-		ok = ok && reqs[i].hits() == 1 && !reqs[i].Rule.Weighted
+		// Redis can tell.
+		ok = ok && reqs[i].needsOne()
 		switch {
 		case ok:
 			out[i] = d
@@ -290,10 +336,11 @@ func (c *call) fillRedis(ctx context.Context, g *group) {
 		g.admitted = g.admitted || (rep.committed && v.allowed)
 		c.pass = c.pass && (r.DryRun || v.allowed)
 		// A denial of several hits says nothing about one hit: it is not
-		// cached, or the deny cache would refuse what Redis admits. A
-		// weighted rule's answers are in cost, which the view (and the
-		// fallback's seed from it) counts as admits: not cached.
-		if c.l.view != nil && (r.hits() == 1 || v.allowed) && !r.Rule.Weighted {
+		// cached, or the deny cache would refuse what Redis admits. (A
+		// weighted rule's answers are in cost, and so is its view: its
+		// fallback counts cost.) A charge's answer says nothing of the room
+		// left but that there is none past the limit: not cached.
+		if c.l.view != nil && (r.needsOne() || v.allowed) && r.Op != OpCharge {
 			c.l.view.put(g.keys[k], &r.Rule, c.start, &c.out[i])
 		}
 	}

@@ -614,3 +614,59 @@ return 1`, []string{key}, cap).Err(); err != nil {
 		t.Fatalf("a check on a key at the cap was admitted: %+v", d)
 	}
 }
+
+// TestWeightedChargeBesideADenial: a charge counts whatever the other
+// requests of its call decide (a rate limit service call may carry one
+// policy's after-stream charge beside another's check), and is never
+// answered by the deny cache. Before, one Decide was all or nothing, and
+// the denied check took the charge with it.
+func TestWeightedChargeBesideADenial(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	l := newLimiter(t, rdb, Options{Timeout: 5 * time.Second})
+	full := Rule{ID: "full", Limit: 10, Window: time.Minute, Weighted: true}
+	other := Rule{ID: "other", Limit: 1000, Window: time.Minute, Weighted: true}
+	weighted(l, full, "c", OpCharge, 50) // in debt
+	for i := range 3 {                   // the second and third: the deny cache
+		ds := l.Decide(context.Background(), []Request{{Rule: full, Client: "c", Op: OpCheck}, {Rule: other, Client: "c", Op: OpCharge, Hits: 100}})
+		if ds[0].Allowed || !ds[1].Allowed || ds[1].Source != SourceRedis {
+			t.Fatalf("call %d: %+v", i, ds)
+		}
+		key := redisschema.WeightedKey(l.opts.Prefix, other.ID, "c", false)
+		if s, want := rdb.HGet(context.Background(), key+"s", "s").Val(), strconv.Itoa(100*(i+1)); s != want {
+			t.Fatalf("call %d: charged %q in all, want %s", i, s, want)
+		}
+		if i > 0 && ds[0].Source != SourceDenyCache {
+			t.Fatalf("call %d: the check in debt asked Redis again: %+v", i, ds[0])
+		}
+	}
+}
+
+// TestWeightedDenialWritesNothing: a client in debt that keeps asking
+// costs Redis reads only: its denied checks change nothing (no
+// replication or AOF traffic). Before, each rewrote the key's sums.
+func TestWeightedDenialWritesNothing(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	l := newLimiter(t, rdb, Options{Timeout: 5 * time.Second, DenyCacheMax: -1})
+	rule := Rule{ID: "quiet", Limit: 10, Window: time.Minute, Weighted: true}
+	weighted(l, rule, "c", OpCharge, 50)
+	changes := func() string {
+		for _, line := range strings.Split(rdb.Info(context.Background(), "persistence").Val(), "\r\n") {
+			if v, ok := strings.CutPrefix(line, "rdb_changes_since_last_save:"); ok {
+				return v
+			}
+		}
+		t.Fatal("no rdb_changes_since_last_save in INFO persistence")
+		return ""
+	}
+	before := changes()
+	for range 5 {
+		if d := weighted(l, rule, "c", OpCheck, 0); d.Allowed {
+			t.Fatalf("check in debt admitted: %+v", d)
+		}
+	}
+	if after := changes(); after != before {
+		t.Fatalf("5 denied checks changed Redis: %s changes before, %s after", before, after)
+	}
+}

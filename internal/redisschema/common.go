@@ -109,10 +109,11 @@ local function wint(v) return string.format('%d', v) end
 local function wload(key, w, now)
   local v = redis.call('HMGET', key .. 's', 's', 't', 'k', 'n')
   local st = {s = tonumber(v[1]) or 0, t = tonumber(v[2]) or 0, k = tonumber(v[3]) or 0,
-    n = tonumber(v[4]) or 0, exists = v[1] ~= false, cut = now - w, w = w, added = false}
+    n = tonumber(v[4]) or 0, exists = v[1] ~= false, cut = now - w, w = w, added = false, left = false}
   local lo = '(0'
   while true do
     local r = redis.call('ZRANGE', key, lo, st.cut, 'BYSCORE', 'LIMIT', 0, wChunk, 'WITHSCORES')
+    if #r > 0 then st.left = true end
     for i = 1, #r, 2 do st.s = st.s - wcost(r[i]) end
     if #r < 2 * wChunk then break end
     lo = '(' .. r[#r]
@@ -144,14 +145,17 @@ local function wretry(key, st, need, l, now)
   local lo, T = st.cut, st.t - st.s
   local cp = redis.call('ZRANGE', key .. 'p', '(' .. wint(target), '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
   if cp[2] and tonumber(cp[2]) > T then lo, T = tonumber(cp[1]), tonumber(cp[2]) end
+  -- The target lies within the next wEvery members but for undone or
+  -- trimmed checkpoints: read those first, then in chunks.
+  local n = wEvery + 1
   while true do
-    local r = redis.call('ZRANGE', key, '(' .. wint(lo), '+inf', 'BYSCORE', 'LIMIT', 0, wChunk, 'WITHSCORES')
+    local r = redis.call('ZRANGE', key, '(' .. wint(lo), '+inf', 'BYSCORE', 'LIMIT', 0, n, 'WITHSCORES')
     for i = 1, #r, 2 do
       T = T + wcost(r[i])
       if T >= target then return tonumber(r[i + 1]) + st.w - now end
     end
-    if #r < 2 * wChunk then return st.w end
-    lo = tonumber(r[#r])
+    if #r < 2 * n then return st.w end
+    lo, n = tonumber(r[#r]), wChunk
   end
 end
 
@@ -166,7 +170,10 @@ end
 -- its window and margin (ms) past its newest admit.
 local function wsave(key, st, margin)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', wint(st.cut))
-  if not st.exists and not st.added then return end
+  -- A call that admitted nothing and saw nothing leave (a check, a
+  -- denial) writes nothing more: no replication or AOF traffic for a
+  -- client in debt that keeps asking.
+  if not st.added and not (st.left and st.exists) then return end
   if st.t > 1125899906842624 then
     -- t grows while the key never empties; rebase it (and the
     -- checkpoints) long before a double loses whole numbers (2^53).
