@@ -216,7 +216,6 @@ func TestCostSources(t *testing.T) {
 	type step struct {
 		name    string
 		handler http.HandlerFunc
-		req     func(*http.Request)
 		// hangUp: the client closes the stream after its first event.
 		hangUp bool
 		source string
@@ -379,4 +378,56 @@ func TestCostHangUpEndsTheStream(t *testing.T) {
 		t.Fatal("the application's request did not end after the client hung up")
 	}
 	eventually(t, 5*time.Second, "charged the default", func() bool { return chargedBy(s, "endless", "default") == 9 })
+}
+
+// TestCostRequestHeader: a request cost read from a header is decided as
+// the request arrives (admitted only if it fits, counted at once); a
+// missing, repeated or malformed header costs the default, one above 1e9
+// counts 1e9; a cost of 0 is a check (admitted while under the limit).
+func TestCostRequestHeader(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	up := newUpstream(t)
+	pol := testPolicy("est", 1000)
+	def := int64(5)
+	pol.Cost = &sidecarconfig.Cost{Request: &sidecarconfig.RequestCost{Header: "X-Estimated-Tokens", Default: &def}}
+	cfg := testConfig(nil, pol)
+	cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
+	vol := newVolume(t)
+	vol.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, cfg)})
+	s, err := New(testOptions(up.URL, vol, nil), redisLimiter(t, r, 1, exactTimeout), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := newTestServer(t, s).URL
+	for i, st := range []struct {
+		values []string
+		status int
+		rem    int64 // after the decision
+	}{
+		{[]string{"600"}, 200, 400},
+		{nil, 200, 395},            // the default
+		{[]string{"1e3"}, 200, 390}, // not plain digits: the default
+		{[]string{"10", "10"}, 200, 385},
+		{[]string{"500"}, 429, 385}, // does not fit: nothing counted
+		{[]string{"0"}, 200, 385},   // a check
+		{[]string{"385"}, 200, 0},
+		{[]string{"0"}, 429, 0},
+		{[]string{"99999999999999999999999"}, 429, 0}, // 1e9: never fits
+	} {
+		req, _ := http.NewRequest("GET", front, nil)
+		req.Header["X-Estimated-Tokens"] = st.values
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drain(resp)
+		if resp.StatusCode != st.status {
+			t.Fatalf("step %d (%q): status %d, want %d", i, st.values, resp.StatusCode, st.status)
+		}
+		if st.status == 200 {
+			if m := remainingParam.FindStringSubmatch(resp.Header.Get("RateLimit")); m == nil || m[1] != strconv.FormatInt(st.rem, 10) {
+				t.Fatalf("step %d (%q): RateLimit %q, want r=%d", i, st.values, resp.Header.Get("RateLimit"), st.rem)
+			}
+		}
+	}
 }
