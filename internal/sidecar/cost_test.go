@@ -405,7 +405,7 @@ func TestCostRequestHeader(t *testing.T) {
 		rem    int64 // after the decision
 	}{
 		{[]string{"600"}, 200, 400},
-		{nil, 200, 395},            // the default
+		{nil, 200, 395},             // the default
 		{[]string{"1e3"}, 200, 390}, // not plain digits: the default
 		{[]string{"10", "10"}, 200, 385},
 		{[]string{"500"}, 429, 385}, // does not fit: nothing counted
