@@ -6,16 +6,19 @@
 // the slidegate library's functions (FCALL) against its scripts (EVALSHA)
 // with redis-server's CPU time per decision, the cost of durable
 // admits (a replica acknowledges each round trip: WAIT) beside the same
-// decisions without, Redis memory per tracked client, and the deny cache
-// under attack before and after issue 25 (the limiter package's
-// BenchmarkViewUnderAttack, run by go test). It starts its own
-// redis-server (and a replica of it).
+// decisions without, Redis memory per tracked client, weighted decisions
+// (cost limits, issue 27: an admit, a check and a charge) against count
+// decisions in Redis CPU and memory, with the exact Retry-After of a key
+// deep in debt (cost.go), and the deny cache under attack before and after
+// issue 25 (the limiter package's BenchmarkViewUnderAttack, run by go
+// test). It starts its own redis-server (and a replica of it).
 //
 //	go run ./test/bench/limiter -out bench/limiter.md
 //
 // writes a Markdown section starting at "## Limiter" to -out and the
 // decisions/s per concurrency as CSV next to it (same name, .csv), for a
-// plot. A full run takes about two minutes.
+// plot. A full run takes about six minutes; -cost-only and
+// -deny-cache-only measure their sections alone and replace them in -out.
 package main
 
 import (
@@ -55,6 +58,7 @@ func main() {
 	ceilN := flag.Int("ceiling-requests", 200000, "requests per redis-benchmark run")
 	callersFlag := flag.String("callers", "1,16,64,256", "concurrent callers to measure")
 	denyCacheOnly := flag.Bool("deny-cache-only", false, "measure only the deny cache under attack and replace its section in -out, keeping the rest")
+	costOnly := flag.Bool("cost-only", false, "measure only the cost limits (weighted decisions, issue 27) and replace their sections in -out, keeping the rest")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "limiter bench: -out is required")
@@ -74,6 +78,12 @@ func main() {
 			fatalf("%v", err)
 		}
 		if err := replaceDenyCache(*out, dc); err != nil {
+			fatalf("%v", err)
+		}
+		return
+	}
+	if *costOnly {
+		if err := runCostOnly(*out); err != nil {
 			fatalf("%v", err)
 		}
 		return
@@ -171,12 +181,16 @@ func run(out string, dur time.Duration, ceilN int, callers []int) error {
 	if err != nil {
 		return err
 	}
+	cost, err := measureCost(ctx, srv)
+	if err != nil {
+		return err
+	}
 	dc, err := measureDenyCache()
 	if err != nil {
 		return err
 	}
 	version, _ := srv.Do("INFO", "server")
-	return write(out, rows, durable, mem, dc, report{
+	return write(out, rows, durable, mem, cost, dc, report{
 		started: started, took: time.Since(started), loadBefore: loadBefore, loadAfter: loadAvg(),
 		redisVersion: field(version, "redis_version"), dur: dur, ceilN: ceilN,
 	})
@@ -449,7 +463,7 @@ type report struct {
 	ceilN                 int
 }
 
-func write(out string, rows []row, durable []durableRow, mem []memRow, dc denyCache, rep report) error {
+func write(out string, rows []row, durable []durableRow, mem []memRow, cost costResult, dc denyCache, rep report) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) }
@@ -551,6 +565,7 @@ func write(out string, rows []row, durable []durableRow, mem []memRow, dc denyCa
 		p("\n")
 	}
 	p("\nSlidingLog keeps one sorted-set member per admit in the window (a listpack up to 128 members, then a skiplist); SlidingWindowCounter keeps one small hash whatever the limit.\n")
+	writeCost(p, cost)
 	writeDenyCache(p, dc)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err

@@ -63,6 +63,8 @@ func main() {
 	b.WriteString("KUBEBUILDER_ASSETS=\"$(hack/envtest.sh)\" go run ./test/bench/operator -out docs/bench/operator.md\n")
 	b.WriteString("go run ./test/bench/rls -out docs/bench/rls.md\n")
 	b.WriteString("go run ./test/bench/limiter -deny-cache-only -out docs/bench/limiter.md   # its deny cache section alone\n")
+	b.WriteString("go run ./test/bench/limiter -cost-only -out docs/bench/limiter.md         # its cost limits sections alone\n")
+	b.WriteString("go run ./test/bench/sidecar -stream-only -out docs/bench/sidecar.md       # its streaming section alone\n")
 	b.WriteString("go run ./test/bench/report\n")
 	b.WriteString("go test -run XXX -bench . ./internal/limiter   # the hot-path micro-benchmarks\n```\n\n")
 	for _, sec := range []string{*limiterMD, *sidecarMD, *operatorMD, *rlsMD} {

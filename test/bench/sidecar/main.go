@@ -18,7 +18,11 @@
 // namespace's own Redis ACL user calling the Functions library: what the
 // tenant isolation costs (issue 22). The targets are
 // measured in interleaved rounds, so that load from elsewhere on the machine
-// spreads over all of them. It needs redis-server in PATH.
+// spreads over all of them. Then a streaming response (a model server's
+// Server-Sent Events) directly, through the bare hop, and through a sidecar
+// counting requests and one counting the response's tokens (issue 27):
+// time to first byte and bytes/s (stream.go; -stream-only measures that
+// alone and replaces its section in -out). It needs redis-server in PATH.
 package main
 
 import (
@@ -54,6 +58,7 @@ import (
 	"github.com/slidegate/slidegate/internal/sidecar"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
+	"github.com/slidegate/slidegate/test/bench/internal/mdsection"
 )
 
 type target struct {
@@ -92,7 +97,8 @@ func mainErr() int {
 	rpsDur := flag.Duration("rps-duration", 1500*time.Millisecond, "closed-loop slice per target and round")
 	latDur := flag.Duration("latency-duration", 3*time.Second, "open-loop slice per target and round")
 	conc := flag.Int("concurrency", 32, "closed-loop workers")
-	only := flag.String("only", "", "measure only these targets, e.g. \"bc\" (for profiling)")
+	only := flag.String("only", "", "measure only these targets, e.g. \"bc\" (for profiling; no streams)")
+	streamOnly := flag.Bool("stream-only", false, "measure only the streaming responses (issue 27) and replace their section in -out, keeping the rest")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	rate := flag.Int("rate", 0, "offered load of the latency phase, requests/s (default: 30% of the lowest maximum)")
 	flag.DurationVar(&limOpts.MaxWait, "max-wait", 0, "limiter MaxWait (experiments; default: the limiter's default)")
@@ -107,22 +113,27 @@ func mainErr() int {
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*out, *only, *rounds, *rpsDur, *latDur, *conc, *rate); err != nil {
+	if err := run(*out, *only, *streamOnly, *rounds, *rpsDur, *latDur, *conc, *rate); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
 	return 0
 }
 
-func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate int) error {
+func run(out, only string, streamOnly bool, rounds int, rpsDur, latDur time.Duration, conc, rate int) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	started := time.Now()
 	loadBefore := loadAvg()
 
-	// (a) the application: a small fixed body.
+	// (a) the application: a small fixed body, or under /stream a model
+	// server's event stream (stream.go).
 	body := []byte(strings.Repeat("x", 128))
 	appURL, err := serveHTTP(ctx, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, streamPathPrefix+"/") {
+			serveStream(w, r)
+			return
+		}
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write(body)
@@ -292,6 +303,46 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 		return err
 	}
 
+	// The streams' sidecar: a count and a response-cost policy (stream.go).
+	streamSideURL, err := serveStreamSidecar(ctx, opts, tmp, lim)
+	if err != nil {
+		return err
+	}
+	charged := new(atomic.Int64)
+	streamTargets := []*streamTarget{
+		{name: "a", label: "direct to the model server", url: appURL + streamPathPrefix + "/direct"},
+		{name: "b", label: "bare httputil.ReverseProxy + buffer pool", url: bareURL + streamPathPrefix + "/bare"},
+		{name: "s", label: "sidecar, policy counting requests", url: streamSideURL + streamPathPrefix + "/count"},
+		{name: "S", label: "sidecar, policy counting the response's tokens", url: streamSideURL + streamPathPrefix + "/cost", charged: charged},
+	}
+	streamSection := func() (string, error) {
+		client := &http.Client{Transport: &http.Transport{
+			MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
+		}}
+		load := loadAvg()
+		res, rate := measureStreams(client, streamTargets, rounds, conc, rpsDur, latDur)
+		got, err := chargedTokens(ctx, rdb, charged.Load()*streamTokens)
+		if err != nil {
+			return "", err
+		}
+		if !streamOnly {
+			load = ""
+		} else {
+			load += " before, " + loadAvg() + " after"
+		}
+		return streamReport(streamTargets, res, rate, rounds, conc, rpsDur, latDur, got, charged.Load()*streamTokens, load), nil
+	}
+	if streamOnly {
+		if out == "" {
+			return errors.New("-stream-only replaces a section of -out: give -out")
+		}
+		section, err := streamSection()
+		if err != nil {
+			return err
+		}
+		return mdsection.Replace(out, streamHeading, "", section)
+	}
+
 	user := func(i int) string { return "u" + strconv.Itoa(i%1000) }
 	okPath := func(i int) (string, string) { return "/ok/items", user(i) }
 	halfHot := func(i int) (string, string) {
@@ -393,7 +444,15 @@ func run(out, only string, rounds int, rpsDur, latDur time.Duration, conc, rate 
 		}
 	}
 	st := lim.Stats()
-	md := report(targets, results, rate, conc, rounds, rpsDur, latDur, st, pingErrors.Load(), time.Since(started), loadBefore, loadAvg())
+	// The streams after st: the limiter's figures below are (c), (d) and
+	// (g)'s.
+	var streamMD string
+	if only == "" {
+		if streamMD, err = streamSection(); err != nil {
+			return err
+		}
+	}
+	md := report(targets, results, rate, conc, rounds, rpsDur, latDur, st, pingErrors.Load(), time.Since(started), loadBefore, loadAvg()) + streamMD
 	if out == "" {
 		_, err = os.Stdout.WriteString(md)
 		return err
@@ -490,45 +549,67 @@ func send(c *http.Client, u, user string, bearer func(string) string) int {
 // closedLoop runs conc workers sending back to back for d and returns the
 // completed requests per second and the status counts.
 func closedLoop(c *http.Client, t *target, conc int, d time.Duration) (float64, map[int]int, int) {
-	var n atomic.Int64
-	var mu sync.Mutex
+	local := make([]map[int]int, conc)
+	for w := range local {
+		local[w] = map[int]int{}
+	}
+	elapsed := workers(conc, d, func(w, i int) {
+		p, u := t.path(i)
+		local[w][send(c, t.url+p, u, t.bearer)]++
+	})
 	codes := map[int]int{}
-	errs := 0
+	errs, total := 0, 0
+	for _, l := range local {
+		for k, v := range l {
+			if k == 0 {
+				errs += v
+			}
+			codes[k] += v
+			total += v
+		}
+	}
+	return float64(total) / elapsed.Seconds(), codes, errs
+}
+
+// workers runs f(w, i) from conc workers (w the worker, i a sequence over
+// all of them), each calling again as soon as the last call returned,
+// until d has passed; it returns how long that took.
+func workers(conc int, d time.Duration, f func(w, i int)) time.Duration {
+	var n atomic.Int64
 	deadline := time.Now().Add(d)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for range conc {
+	for w := range conc {
 		wg.Go(func() {
-			local := map[int]int{}
 			for time.Now().Before(deadline) {
-				i := int(n.Add(1))
-				p, u := t.path(i)
-				local[send(c, t.url+p, u, t.bearer)]++
+				f(w, int(n.Add(1)))
 			}
-			mu.Lock()
-			for k, v := range local {
-				if k == 0 {
-					errs += v
-				}
-				codes[k] += v
-			}
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	total := 0
-	for _, v := range codes {
-		total += v
-	}
-	return float64(total) / time.Since(start).Seconds(), codes, errs
+	return time.Since(start)
 }
 
 // openLoop offers rate requests/s for d regardless of how fast they are
 // answered, and returns each request's latency from its scheduled time.
 func openLoop(c *http.Client, t *target, rate int, d time.Duration) ([]time.Duration, int) {
-	n := int(float64(rate) * d.Seconds())
-	lat := make([]time.Duration, n)
+	lat := make([]time.Duration, int(float64(rate)*d.Seconds()))
 	var errs atomic.Int64
+	offer(rate, d, func(i int, sched time.Time) {
+		p, u := t.path(i)
+		if code := send(c, t.url+p, u, t.bearer); code == 0 {
+			errs.Add(1)
+		}
+		lat[i] = time.Since(sched)
+	})
+	return lat, int(errs.Load())
+}
+
+// offer calls f(i, scheduled time) for rate·d calls spaced evenly over d,
+// each in its own goroutine at its time however long the others take, and
+// returns when all have returned.
+func offer(rate int, d time.Duration, f func(i int, sched time.Time)) {
+	n := int(float64(rate) * d.Seconds())
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -537,16 +618,9 @@ func openLoop(c *http.Client, t *target, rate int, d time.Duration) ([]time.Dura
 		if w := time.Until(sched); w > 0 {
 			time.Sleep(w)
 		}
-		wg.Go(func() {
-			p, u := t.path(i)
-			if code := send(c, t.url+p, u, t.bearer); code == 0 {
-				errs.Add(1)
-			}
-			lat[i] = time.Since(sched)
-		})
+		wg.Go(func() { f(i, sched) })
 	}
 	wg.Wait()
-	return lat, int(errs.Load())
 }
 
 func median(xs []float64) float64 {
