@@ -160,24 +160,32 @@ func (f *tokenFleet) sources() map[string]float64 {
 	return (&fleet{sidecars: f.sidecars}).sources()
 }
 
+// streamed is what a caller got: the status, the header, and when the
+// stream's end was read.
+type streamed struct {
+	code   int
+	header http.Header
+	read   time.Time
+}
+
 // stream sends one completion request for user through front and reads
-// its stream to the end; read is when the end came.
-func (f *tokenFleet) stream(front, id, user string, tokens int64) (resp *http.Response, read time.Time, err error) {
+// its stream to the end.
+func (f *tokenFleet) stream(front, id, user string, tokens int64) (streamed, error) {
 	req, _ := http.NewRequestWithContext(context.Background(), "POST", front+"/v1/chat/completions", nil)
 	req.Header.Set("X-User", user)
 	req.Header.Set("X-Request-Id", id)
 	req.Header.Set("X-Max-Tokens", strconv.FormatInt(tokens, 10))
-	resp, err = f.client.Do(req)
+	resp, err := f.client.Do(req)
 	if err != nil {
-		return nil, time.Time{}, err
+		return streamed{}, err
 	}
 	body, err := io.ReadAll(resp.Body)
-	read = time.Now()
+	sr := streamed{code: resp.StatusCode, header: resp.Header, read: time.Now()}
 	_ = resp.Body.Close()
-	if err == nil && resp.StatusCode == http.StatusOK && !strings.Contains(string(body), "[DONE]") {
+	if err == nil && sr.code == http.StatusOK && !strings.Contains(string(body), "[DONE]") {
 		err = fmt.Errorf("stream %s cut: %q", id, body)
 	}
-	return resp, read, err
+	return sr, err
 }
 
 type tokenLoad struct {
@@ -218,17 +226,15 @@ func tokenLoadFor(t *testing.T, f *tokenFleet, up *tokenUpstream) *tokenLoad {
 					tokens := 1 + n*7919%costExactMax
 					at := time.Now()
 					code := 0
-					resp, read, err := f.stream(f.fronts[s], id, user, tokens)
-					if resp != nil {
-						code = resp.StatusCode
-					}
-					if err != nil && resp != nil {
+					sr, err := f.stream(f.fronts[s], id, user, tokens)
+					code = sr.code
+					if err != nil && code != 0 {
 						t.Error(err)
 					}
 					mu.Lock()
 					codes[code]++
 					if code == http.StatusOK && err == nil {
-						sent[id] = &tokenStream{sent: at, read: read}
+						sent[id] = &tokenStream{sent: at, read: sr.read}
 					}
 					mu.Unlock()
 					if code != http.StatusOK && code != http.StatusTooManyRequests {
@@ -503,35 +509,35 @@ func TestCostDebtRetryAfterIsExact(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 		}
 		id := "debt-" + strconv.Itoa(i)
-		resp, read, err := f.stream(f.fronts[i%3], id, "debtor", n)
+		sr, err := f.stream(f.fronts[i%3], id, "debtor", n)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The check saw the charges so far: 30 per stream.
-		if want := fmt.Sprintf(`"tokens";r=%d;t=`, limit-30*i); resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("RateLimit"), want) {
-			t.Fatalf("stream %d: %d, RateLimit %q, want 200 and %s…", i, resp.StatusCode, resp.Header.Get("RateLimit"), want)
+		if want := fmt.Sprintf(`"tokens";r=%d;t=`, limit-30*i); sr.code != http.StatusOK || !strings.HasPrefix(sr.header.Get("RateLimit"), want) {
+			t.Fatalf("stream %d: %d, RateLimit %q, want 200 and %s…", i, sr.code, sr.header.Get("RateLimit"), want)
 		}
 		up.mu.Lock()
-		charges = append(charges, span{up.streams[id].ended, read})
+		charges = append(charges, span{up.streams[id].ended, sr.read})
 		up.mu.Unlock()
 	}
 
 	// In debt: refused, with the limiter's exact wait rounded up.
-	resp, _, err := f.stream(f.fronts[1], "debt-refused", "debtor", 1)
+	sr, err := f.stream(f.fronts[1], "debt-refused", "debtor", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rl := f.lims[1]
 	reqs, ds, begun, ended := rl.last()
-	if resp.StatusCode != http.StatusTooManyRequests || len(ds) != 1 || ds[0].Allowed || reqs[0].Op != limiter.OpCheck {
-		t.Fatalf("in debt: status %d, limiter asked %+v, answered %+v; want a refused check", resp.StatusCode, reqs, ds)
+	if sr.code != http.StatusTooManyRequests || len(ds) != 1 || ds[0].Allowed || reqs[0].Op != limiter.OpCheck {
+		t.Fatalf("in debt: status %d, limiter asked %+v, answered %+v; want a refused check", sr.code, reqs, ds)
 	}
 	ra := ds[0].RetryAfter
 	secs := strconv.FormatInt(ratelimitheader.CeilSeconds(ra), 10)
-	if got := resp.Header.Get("Retry-After"); got != secs {
+	if got := sr.header.Get("Retry-After"); got != secs {
 		t.Errorf("Retry-After %q, want %s (the limiter's %v rounded up)", got, secs, ra)
 	}
-	if got, want := resp.Header.Get("RateLimit"), `"tokens";r=0;t=`+secs; got != want {
+	if got, want := sr.header.Get("RateLimit"), `"tokens";r=0;t=`+secs; got != want {
 		t.Errorf("RateLimit %q, want %q", got, want)
 	}
 	byLimiter := span{begun.Add(ra), ended.Add(ra)}
@@ -569,19 +575,19 @@ func TestCostDebtRetryAfterIsExact(t *testing.T) {
 		}
 		id := "poll-" + strconv.Itoa(i)
 		sent := time.Now()
-		resp, _, err := f.stream(f.fronts[i%3], id, "debtor", 1)
+		sr, err := f.stream(f.fronts[i%3], id, "debtor", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.StatusCode == http.StatusTooManyRequests {
+		if sr.code == http.StatusTooManyRequests {
 			if sent.After(open.hi) {
-				t.Fatalf("poll %d sent %v after the reopening was sure, refused (Retry-After %s)", i, sent.Sub(open.hi), resp.Header.Get("Retry-After"))
+				t.Fatalf("poll %d sent %v after the reopening was sure, refused (Retry-After %s)", i, sent.Sub(open.hi), sr.header.Get("Retry-After"))
 			}
 			lastDenied = sent
 			continue
 		}
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("poll %d: status %d", i, resp.StatusCode)
+		if sr.code != http.StatusOK {
+			t.Fatalf("poll %d: status %d", i, sr.code)
 		}
 		up.mu.Lock()
 		arrived := up.streams[id].arrived
@@ -595,7 +601,7 @@ func TestCostDebtRetryAfterIsExact(t *testing.T) {
 		if sent.After(charges[3].hi.Add(window)) {
 			want = `"tokens";r=100;t=`
 		}
-		if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, want) &&
+		if got := sr.header.Get("RateLimit"); !strings.HasPrefix(got, want) &&
 			(!arrived.After(charges[3].lo.Add(window)) || !strings.HasPrefix(got, `"tokens";r=100;t=`)) {
 			t.Errorf("first admit: RateLimit %q, want %s… (the fourth charge leaves in [%s, %s])", got, want,
 				charges[3].lo.Add(window).Format("15:04:05.000000"), charges[3].hi.Add(window).Format("15:04:05.000000"))
