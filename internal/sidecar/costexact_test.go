@@ -345,7 +345,9 @@ func (l *tokenLoad) checkJudge() (most int64, where string) {
 	for _, ss := range l.byUser() {
 		for _, x := range ss {
 			var n int64
-			for _, y := range ss[readAfter(ss, x.arrived.Add(-costExactWindow)):readAfter(ss, x.sent)] {
+			// Empty when x arrived more than a window after it was sent.
+			lo, hi := readAfter(ss, x.arrived.Add(-costExactWindow)), readAfter(ss, x.sent)
+			for _, y := range ss[lo:max(lo, hi)] {
 				if y.ended.After(x.arrived.Add(-costExactWindow)) {
 					n += y.tokens
 				}
