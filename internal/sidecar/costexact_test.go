@@ -436,6 +436,17 @@ func TestCostExactAcrossSidecars(t *testing.T) {
 				}
 			}
 			if src["fallback"] > 0 || src["failed-closed"] > 0 {
+				for _, rl := range f.lims {
+					rl.mu.Lock()
+					for _, c := range rl.calls {
+						for i, d := range c.ds {
+							if d.Source == limiter.SourceFallback || d.Source == limiter.SourceFailedClosed {
+								t.Logf("op %d of %d tokens, %v in %v: %s, %v", c.reqs[i].Op, c.reqs[i].Hits, c.begun.Format("15:04:05.000"), c.ended.Sub(c.begun), d.Source, d.Err)
+							}
+						}
+					}
+					rl.mu.Unlock()
+				}
 				t.Fatalf("decisions not from Redis: %v", src)
 			}
 			for code := range res.statuses {
