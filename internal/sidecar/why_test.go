@@ -22,7 +22,7 @@ import (
 
 // recordingLimiter is the real limiter, remembering what the request path
 // asked it and answered last: the client key the sidecar derived for live
-// traffic, and its decision.
+// traffic, and its decision; and every call (limiterCall).
 type recordingLimiter struct {
 	*limiter.Limiter
 	mu    sync.Mutex
@@ -30,6 +30,15 @@ type recordingLimiter struct {
 	ds    []limiter.Decision
 	begun time.Time // wall clock just before the last Decide
 	ended time.Time
+	calls []limiterCall
+}
+
+// limiterCall is one Decide: Redis decided at its own time somewhere in
+// [begun, ended] (the same machine's clock).
+type limiterCall struct {
+	begun, ended time.Time
+	reqs         []limiter.Request
+	ds           []limiter.Decision
 }
 
 func (rl *recordingLimiter) Decide(ctx context.Context, reqs []limiter.Request) []limiter.Decision {
@@ -37,6 +46,7 @@ func (rl *recordingLimiter) Decide(ctx context.Context, reqs []limiter.Request) 
 	ds := rl.Limiter.Decide(ctx, reqs)
 	rl.mu.Lock()
 	rl.reqs, rl.ds, rl.begun, rl.ended = reqs, ds, begun, time.Now()
+	rl.calls = append(rl.calls, limiterCall{begun: begun, ended: rl.ended, reqs: slices.Clone(reqs), ds: slices.Clone(ds)})
 	rl.mu.Unlock()
 	return ds
 }

@@ -8,7 +8,7 @@ import (
 
 // TestBusiestWindowAtRandom compares BusiestWindow with counting every
 // window by brute force, on random admits and denials (send-to-return lags
-// of up to 50 ms, ties included).
+// of up to 50 ms, ties included), counted or of random cost.
 func TestBusiestWindowAtRandom(t *testing.T) {
 	base := time.Unix(1000, 0)
 	brute := func(ds []Decision, w time.Duration) int {
@@ -17,7 +17,7 @@ func TestBusiestWindowAtRandom(t *testing.T) {
 			n := 0
 			for _, b := range ds {
 				if a.Admitted && b.Admitted && b.Key == a.Key && b.Sent.After(a.Done.Add(-w)) && !b.Done.After(a.Done) {
-					n++
+					n += b.cost()
 				}
 			}
 			most = max(most, n)
@@ -29,7 +29,7 @@ func TestBusiestWindowAtRandom(t *testing.T) {
 		var ds []Decision
 		for range 1 + rng.IntN(120) {
 			sent := base.Add(time.Duration(rng.IntN(40)) * 25 * time.Millisecond)
-			ds = append(ds, Decision{Key: []string{"a", "b"}[rng.IntN(2)], Sent: sent, Done: sent.Add(time.Duration(rng.IntN(3)) * 25 * time.Millisecond), Admitted: rng.IntN(4) > 0})
+			ds = append(ds, Decision{Key: []string{"a", "b"}[rng.IntN(2)], Sent: sent, Done: sent.Add(time.Duration(rng.IntN(3)) * 25 * time.Millisecond), Admitted: rng.IntN(4) > 0, Cost: int64(rng.IntN(3) * rng.IntN(100))})
 		}
 		w := time.Duration(1+rng.IntN(8)) * 100 * time.Millisecond
 		got, where := BusiestWindow(ds, w)

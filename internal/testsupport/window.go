@@ -13,13 +13,23 @@ type Decision struct {
 	Key        string // the client the limit counts by
 	Sent, Done time.Time
 	Admitted   bool
+	// Cost is what the admit counts in a weighted (cost) limit; 0 means 1,
+	// an admit of a count limit.
+	Cost int64
+}
+
+func (d *Decision) cost() int {
+	if d.Cost == 0 {
+		return 1
+	}
+	return int(d.Cost)
 }
 
 // BusiestWindow judges a sliding-window limit from outside: admits of one
 // key that were all sent after d−window and had all come back by d were
 // decided inside (d−window, d], one window. It returns the most admits of
-// one key so proven to share a window, and a description of where (empty
-// when there are no admits). A limiter that admits more than its limit in
+// one key so proven to share a window (their summed Cost, in a cost
+// limit), and a description of where (empty when there are no admits). A limiter that admits more than its limit in
 // any window shows here as most > limit, whatever the clocks' latency; an
 // exact one can still show fewer than it admitted per window (latency only
 // hides admits, never adds them).
@@ -45,11 +55,11 @@ func BusiestWindow(ds []Decision, window time.Duration) (most int, where string)
 	return most, where
 }
 
-// busiestOfKey is the largest number of as sent after d−window and back by
+// busiestOfKey is the largest cost of as sent after d−window and back by
 // d, over every return d, and that d. Taken in order of return, each
-// admit's rank among all send times goes into a Fenwick tree, which counts
-// those so far sent after d−window in O(log n): a failover test judges
-// thousands of admits of one key.
+// admit's cost goes into a Fenwick tree at its rank among all send times,
+// which sums those so far sent after d−window in O(log n): a failover test
+// judges thousands of admits of one key.
 func busiestOfKey(as []Decision, window time.Duration) (int, time.Time) {
 	slices.SortFunc(as, func(a, b Decision) int { return a.Done.Compare(b.Done) })
 	bySent := make([]int, len(as)) // indexes of as in order of sending
@@ -63,10 +73,12 @@ func busiestOfKey(as []Decision, window time.Duration) (int, time.Time) {
 		rank[i], sent[r] = r, as[i].Sent
 	}
 	tree := make([]int, len(as)+1)
-	best, at := 0, time.Time{}
+	var best, sum int
+	at := time.Time{}
 	for j, a := range as {
+		sum += a.cost()
 		for i := rank[j] + 1; i < len(tree); i += i & -i {
-			tree[i]++
+			tree[i] += a.cost()
 		}
 		// k: how many send times are ≤ d−window; the ranks below k are
 		// admits sent too early to share a window with d.
@@ -81,7 +93,7 @@ func busiestOfKey(as []Decision, window time.Duration) (int, time.Time) {
 		for i := k; i > 0; i -= i & -i {
 			early += tree[i]
 		}
-		if n := j + 1 - early; n > best {
+		if n := sum - early; n > best {
 			best, at = n, a.Done
 		}
 	}
