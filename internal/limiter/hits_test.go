@@ -115,9 +115,8 @@ func TestHitsExactUnderContention(t *testing.T) {
 			t.Parallel()
 			r := testsupport.StartRedis(t)
 			rule := Rule{ID: "hits/contended", Limit: limit, Window: window, FailMode: FailClosed}
-			type admit struct{ at, hits int64 }
 			var mu sync.Mutex
-			var admits []admit
+			var admits []testsupport.Decision
 			var wg sync.WaitGroup
 			stop := time.Now().Add(dur)
 			for range 4 {
@@ -142,7 +141,7 @@ func TestHitsExactUnderContention(t *testing.T) {
 							}
 							if ds[0].Allowed {
 								mu.Lock()
-								admits = append(admits, admit{*at, h})
+								admits = append(admits, serverAdmit(*at, h))
 								mu.Unlock()
 							}
 						}
@@ -150,17 +149,7 @@ func TestHitsExactUnderContention(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			slices.SortFunc(admits, func(a, b admit) int { return int(a.at - b.at) })
-			// The busiest window (t-W, t] ends at an admit.
-			busiest, lo, sum := int64(0), 0, int64(0)
-			for _, a := range admits {
-				sum += a.hits
-				for admits[lo].at <= a.at-window.Microseconds() {
-					sum -= admits[lo].hits
-					lo++
-				}
-				busiest = max(busiest, sum)
-			}
+			busiest, _ := testsupport.BusiestWindow(admits, window)
 			t.Logf("%d admitted requests; busiest window %d hits, limit %d", len(admits), busiest, limit)
 			switch {
 			case !tc.naive && busiest > limit:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,6 +131,14 @@ func TestWeightedCostIsNotCount(t *testing.T) {
 	if d := hitsDecide(l, Rule{ID: "pair/hits", Limit: 100000, Window: time.Minute}, "c", 5000); !errors.Is(d.Err, ErrInvalidRule) {
 		t.Errorf("a count rule took 5000 hits: %+v", d)
 	}
+}
+
+// serverAdmit is an admit of cost at the server time us (µs since the
+// scores' epoch), as testsupport.BusiestWindow judges it: sent and back
+// at that instant, so that windows are judged on the server's clock.
+func serverAdmit(us, cost int64) testsupport.Decision {
+	at := serverTime(us)
+	return testsupport.Decision{Key: "hot", Sent: at, Done: at, Admitted: true, Cost: cost}
 }
 
 // wlog is a weighted log key's live members, oldest first, and its state.
@@ -447,9 +454,8 @@ func TestWeightedExactUnderContention(t *testing.T) {
 			t.Parallel()
 			r := testsupport.StartRedis(t)
 			rule := Rule{ID: "w/contended", Limit: limit, Window: window, FailMode: FailClosed, Weighted: true}
-			type admit struct{ at, cost int64 }
 			var mu sync.Mutex
-			var admits []admit
+			var admits []testsupport.Decision
 			var wg sync.WaitGroup
 			stop := time.Now().Add(dur)
 			for range 4 {
@@ -481,23 +487,14 @@ func TestWeightedExactUnderContention(t *testing.T) {
 								l.Decide(ctx, []Request{req})
 							}
 							mu.Lock()
-							admits = append(admits, admit{*at, c})
+							admits = append(admits, serverAdmit(*at, c))
 							mu.Unlock()
 						}
 					})
 				}
 			}
 			wg.Wait()
-			slices.SortFunc(admits, func(a, b admit) int { return int(a.at - b.at) })
-			busiest, lo, sum := int64(0), 0, int64(0)
-			for _, a := range admits {
-				sum += a.cost
-				for admits[lo].at <= a.at-window.Microseconds() {
-					sum -= admits[lo].cost
-					lo++
-				}
-				busiest = max(busiest, sum)
-			}
+			busiest, _ := testsupport.BusiestWindow(admits, window)
 			t.Logf("%d admitted requests; busiest window %d, limit %d", len(admits), busiest, limit)
 			switch {
 			case !tc.naive && busiest > limit:

@@ -78,8 +78,7 @@ func TestCostStreamingAcrossSidecars(t *testing.T) {
 			if tc.cost {
 				pol.Cost = &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{JSONFields: []string{"usage.total_tokens"}, Default: 50}}
 			}
-			cfg := testConfig(nil, pol)
-			cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
+			cfg := costConfig(pol)
 			var lims []Limiter
 			for range 3 {
 				lims = append(lims, redisLimiter(t, r, 3, exactTimeout))
@@ -174,15 +173,7 @@ func TestCostGzipIsNoWayAround(t *testing.T) {
 	t.Cleanup(up.Close)
 	pol := testPolicy("gz", 1000)
 	pol.Cost = &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{JSONFields: []string{"usage.total_tokens"}, Default: 1}}
-	cfg := testConfig(nil, pol)
-	cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
-	vol := newVolume(t)
-	vol.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, cfg)})
-	s, err := New(testOptions(up.URL, vol, nil), redisLimiter(t, r, 1, exactTimeout), testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := newTestServer(t, s).URL
+	_, front := costSidecar(t, r, up.URL, pol)
 	// DisableCompression: the client's Accept-Encoding is sent as set.
 	c := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 	admitted := 0
@@ -201,6 +192,27 @@ func TestCostGzipIsNoWayAround(t *testing.T) {
 	if admitted != 4 {
 		t.Fatalf("%d requests of 300 tokens admitted under 1000 tokens, want 4", admitted)
 	}
+}
+
+// costConfig is a config of the one policy pol, in the version its cost
+// needs.
+func costConfig(pol sidecarconfig.Policy) *sidecarconfig.Config {
+	cfg := testConfig(nil, pol)
+	cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
+	return cfg
+}
+
+// costSidecar is one sidecar enforcing pol on a real limiter of r, in
+// front of upstream, and the URL it serves at.
+func costSidecar(t *testing.T, r *testsupport.Redis, upstream string, pol sidecarconfig.Policy) (*Sidecar, string) {
+	t.Helper()
+	vol := newVolume(t)
+	vol.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, costConfig(pol))})
+	s, err := New(testOptions(upstream, vol, nil), redisLimiter(t, r, 1, exactTimeout), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, newTestServer(t, s).URL
 }
 
 // chargedBy is slidegate_sidecar_cost_charged_total of policy and source.
@@ -274,15 +286,7 @@ func TestCostSources(t *testing.T) {
 	t.Cleanup(up.Close)
 	pol := testPolicy("src", 100000)
 	pol.Cost = &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{Header: "X-Usage-Tokens", JSONFields: []string{"usage.total_tokens"}, Default: 7}}
-	cfg := testConfig(nil, pol)
-	cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
-	vol := newVolume(t)
-	vol.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, cfg)})
-	s, err := New(testOptions(up.URL, vol, nil), redisLimiter(t, r, 1, exactTimeout), testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := newTestServer(t, s).URL
+	s, front := costSidecar(t, r, up.URL, pol)
 	total := int64(0)
 	for _, st := range steps {
 		h := st.handler
@@ -349,15 +353,7 @@ func TestCostHangUpEndsTheStream(t *testing.T) {
 	t.Cleanup(up.Close)
 	pol := testPolicy("endless", 100000)
 	pol.Cost = &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{JSONFields: []string{"usage.total_tokens"}, Default: 9}}
-	cfg := testConfig(nil, pol)
-	cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
-	vol := newVolume(t)
-	vol.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, cfg)})
-	s, err := New(testOptions(up.URL, vol, nil), redisLimiter(t, r, 1, exactTimeout), testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := newTestServer(t, s).URL
+	s, front := costSidecar(t, r, up.URL, pol)
 	resp, err := http.Get(front)
 	if err != nil {
 		t.Fatal(err)
@@ -390,15 +386,7 @@ func TestCostRequestHeader(t *testing.T) {
 	pol := testPolicy("est", 1000)
 	def := int64(5)
 	pol.Cost = &sidecarconfig.Cost{Request: &sidecarconfig.RequestCost{Header: "X-Estimated-Tokens", Default: &def}}
-	cfg := testConfig(nil, pol)
-	cfg.Version = sidecarconfig.VersionOf(sidecarconfig.MinMinorOf(&cfg.Policies[0]))
-	vol := newVolume(t)
-	vol.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, cfg)})
-	s, err := New(testOptions(up.URL, vol, nil), redisLimiter(t, r, 1, exactTimeout), testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := newTestServer(t, s).URL
+	_, front := costSidecar(t, r, up.URL, pol)
 	for i, st := range []struct {
 		values []string
 		status int
