@@ -63,6 +63,11 @@ func sharedCluster(t *testing.T) *testsupport.Cluster {
 func changingCluster(t *testing.T) *testsupport.Cluster {
 	t.Helper()
 	c := changing.Get(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the cluster's events so far (all tests'):\n%s", c.Events())
+		}
+	})
 	if err := c.WaitOK(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -239,6 +239,29 @@ func (c *Cluster) Close() {
 	}
 }
 
+// Events are the lines of the nodes' logs that tell how the cluster saw
+// itself change (a node marked failing, the cluster's state, a failover),
+// each after its node's address: for a test's failure message, to tell a
+// stalled node from a wrong decision.
+func (c *Cluster) Events() string {
+	var b strings.Builder
+	for _, n := range c.Nodes {
+		for _, l := range n.logLines() {
+			for _, e := range clusterEvents {
+				if strings.Contains(l, e) {
+					fmt.Fprintf(&b, "%s %s\n", n.Addr, l)
+					break
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+// clusterEvents are the phrases of redis-server 7's log that Events keeps.
+var clusterEvents = []string{"as failing", "Cluster state changed", "FAIL message received",
+	"Failover", "failover", "Clear FAIL state"}
+
 // View is CLUSTER NODES as the first running node that answers sees it.
 func (c *Cluster) View() ([]ClusterNode, error) {
 	lastErr := errors.New("no node is running")

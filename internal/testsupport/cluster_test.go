@@ -73,6 +73,11 @@ func TestClusterFailoverAndLag(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("replica took over %v after the kill", time.Since(killed))
+	// Events shows what a test's failure message needs: who saw the
+	// master fail, and the failover.
+	if ev := c.Events(); !strings.Contains(ev, "as failing") || !strings.Contains(ev, "ailover") {
+		t.Errorf("the nodes' events after a failover:\n%s\nwant a node marked failing and a failover", ev)
+	}
 	// The cluster names the new master before that node counts the cluster
 	// up again (its own state is updated on its next cron, 100 ms, longer
 	// on a starved machine): until then it answers CLUSTERDOWN.

@@ -61,7 +61,7 @@ func newRedis(freePort func() (int, error), extraArgs ...string) (*Redis, error)
 		if err != nil {
 			return nil, err
 		}
-		dir, err := os.MkdirTemp("", "slidegate-redis-")
+		dir, err := stateDir("slidegate-redis-")
 		if err != nil {
 			return nil, err
 		}
@@ -120,12 +120,17 @@ func (r *Redis) start(extraArgs ...string) error {
 }
 
 func (r *Redis) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	lines := r.logLines()
 	if len(lines) > 5 {
 		lines = lines[len(lines)-5:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// logLines are the lines of the server's log so far.
+func (r *Redis) logLines() []string {
+	b, _ := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }
 
 // CPUTime is the user and system CPU time the server has used, from
@@ -413,4 +418,29 @@ func StartReplica(tb testing.TB, master *Redis, lag time.Duration) *Replica {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// stateDir makes a directory for a server's files, on a tmpfs (/dev/shm)
+// when the machine has one, else in the temporary directory. A cluster
+// node rewrites and fsyncs nodes.conf from its event loop at every
+// change of the slot map (each SETSLOT NODE of a reshard, on every node
+// at once), as a sentinel does its config: on a shared disk one fsync
+// took up to 670 ms on an idle machine here, and on a busy one longer
+// than the cluster's node timeout, so the nodes stopped answering right
+// after a move, marked each other failing and answered CLUSTERDOWN. On
+// a tmpfs an fsync returns at once.
+func stateDir(prefix string) (string, error) {
+	if onTmpfs("/dev/shm") {
+		if dir, err := os.MkdirTemp("/dev/shm", prefix); err == nil {
+			return dir, nil
+		}
+	}
+	return os.MkdirTemp("", prefix)
+}
+
+// onTmpfs tells whether dir is on a tmpfs.
+func onTmpfs(dir string) bool {
+	const tmpfsMagic = 0x01021994 // TMPFS_MAGIC, linux/magic.h
+	var st syscall.Statfs_t
+	return syscall.Statfs(dir, &st) == nil && st.Type == tmpfsMagic
 }

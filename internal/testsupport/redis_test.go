@@ -1,6 +1,8 @@
 package testsupport
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -72,5 +74,23 @@ func TestCluster(t *testing.T) {
 		if !strings.Contains(info, want) {
 			t.Errorf("CLUSTER INFO lacks %q:\n%s", want, info)
 		}
+	}
+}
+
+// TestServerFilesOnTmpfs: a server keeps its files (a cluster node's
+// nodes.conf, which it fsyncs from its event loop at every slot change)
+// on a tmpfs when the machine has one, so that a busy disk cannot stall
+// it past a cluster's node timeout (stateDir); else in the temporary
+// directory.
+func TestServerFilesOnTmpfs(t *testing.T) {
+	r := StartRedis(t)
+	if onTmpfs("/dev/shm") {
+		if !onTmpfs(r.dir) {
+			t.Fatalf("the server's files are in %s, not on the machine's tmpfs /dev/shm", r.dir)
+		}
+		return
+	}
+	if filepath.Dir(r.dir) != filepath.Clean(os.TempDir()) {
+		t.Fatalf("without a tmpfs the server's files are in %s, want a directory in %s", r.dir, os.TempDir())
 	}
 }

@@ -140,18 +140,17 @@ func (s *Sentinel) Master(masterName string) (string, error) {
 }
 
 // configDir is where a sentinel keeps its config: on a tmpfs when the
-// machine has one. A sentinel rewrites and fsyncs its config when it votes
-// and when it switches masters, from its event loop; on a busy disk that
-// fsync can hold the loop past the 2 s that put the sentinel in TILT (see
-// Await).
+// machine has one (stateDir). A sentinel rewrites and fsyncs its config
+// when it votes and when it switches masters, from its event loop; on a
+// busy disk that fsync can hold the loop past the 2 s that put the
+// sentinel in TILT (see Await).
 func configDir(tb testing.TB) string {
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		if dir, err := os.MkdirTemp("/dev/shm", "slidegate-sentinel-"); err == nil {
-			tb.Cleanup(func() { _ = os.RemoveAll(dir) })
-			return dir
-		}
+	dir, err := stateDir("slidegate-sentinel-")
+	if err != nil {
+		return tb.TempDir()
 	}
-	return tb.TempDir()
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
 
 // Await polls cond every 50 ms until it holds or timeout has passed, and
