@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -135,17 +138,19 @@ func TestCounterKeyOutlivesNextWindow(t *testing.T) {
 
 // burst waits until Redis's clock is early in a fixed window (a tenth in;
 // they start on whole multiples of the window) and admits rule's whole
-// limit for client there.
-func burst(t *testing.T, r *testsupport.Redis, l *Limiter, rule Rule, client string) {
+// limit for client there; it returns how long the admits took.
+func burst(t *testing.T, r *testsupport.Redis, l *Limiter, rule Rule, client string) time.Duration {
 	t.Helper()
 	for in := into(t, r, rule.Window); in > rule.Window/10; in = into(t, r, rule.Window) {
 		time.Sleep(rule.Window - in + 5*time.Millisecond)
 	}
+	began := time.Now()
 	for i := range int(rule.Limit) {
 		if d := one(l, rule, client); !d.Allowed || d.Source != SourceRedis {
 			t.Fatalf("burst admit %d: %+v", i, d)
 		}
 	}
+	return time.Since(began)
 }
 
 // into is how far Redis's clock is into its current fixed window.
@@ -160,4 +165,75 @@ func into(t *testing.T, r *testsupport.Redis, window time.Duration) time.Duratio
 	b, _ := strconv.ParseInt(usec, 10, 64)
 	now := time.Duration((a-scoreEpoch)*1e6+b) * time.Microsecond
 	return now % window
+}
+
+// TestCounterExpirySetOncePerWindow: every admit into one fixed window of
+// a counter key asks the same expiry (the next window's end and the
+// margin), so the batch call sets it on the window's first admit only. A
+// PEXPIRE per admit was most of a counter decision's Redis time that
+// exactness does not need (issue 25). The key still lives to that instant.
+func TestCounterExpirySetOncePerWindow(t *testing.T) {
+	t.Parallel()
+	const limit, window, margin = 10, time.Second, 50 * time.Millisecond
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	l := newLimiter(t, rdb, Options{DenyCacheMax: -1, ExpiryMargin: margin})
+	rule := Rule{ID: "ns/ctr-expiry-once", Limit: limit, Window: window, Algorithm: SlidingWindowCounter}
+	ctx := context.Background()
+	for attempt := range 5 {
+		client := fmt.Sprintf("c%d", attempt)
+		before := commandCalls(t, r, "pexpire")
+		took := burst(t, r, l, rule, client) // limit admits, one call each, early in one fixed window
+		if end := into(t, r, window); end > window/2 {
+			t.Logf("the burst ended %v into its window; again", end)
+			continue
+		}
+		if n := commandCalls(t, r, "pexpire") - before; n != 1 {
+			t.Errorf("%d admits into one fixed window set the expiry %d times, want once", limit, n)
+		}
+		var tm *redis.TimeCmd
+		var ttl *redis.DurationCmd
+		if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			tm = p.Time(ctx)
+			ttl = p.PTTL(ctx, redisschema.CounterKey(defaultPrefix, rule.ID, client))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// The key lives to the end of the next fixed window plus the
+		// margin (fixed windows start on multiples of the window since the
+		// score epoch): never less (to the ms), and more by at most the
+		// time its call ran after reading the clock (Redis counts a
+		// PEXPIRE from when it runs, at the call's end), which the burst's
+		// admits' duration bounds: 5 ms once under CI's load.
+		now := tm.Val().Sub(time.Unix(scoreEpoch, 0))
+		want := (now/window+2)*window + margin - now
+		if d := ttl.Val() - want; d < -2*time.Millisecond || d > took+2*time.Millisecond {
+			t.Errorf("the key expires in %v, want %v (the next fixed window's end and the margin; the burst's admits took %v)", ttl.Val(), want, took)
+		}
+		return
+	}
+	t.Fatal("in 5 attempts no burst fit early enough in its window: the machine is too starved to run this test")
+}
+
+// commandCalls is how many times Redis has run command name (INFO
+// commandstats; commands that scripts and functions run count too).
+func commandCalls(t *testing.T, r *testsupport.Redis, name string) int {
+	t.Helper()
+	info, err := r.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		stat, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(strings.Split(stat, ",")[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	return 0
 }

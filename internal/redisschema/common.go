@@ -77,6 +77,26 @@ local function counterRetry(l, w, h, c, p, elapsed)
   return retry
 end
 
+-- logReset is how long, in µs, until a count log key holding c live
+-- admits holds none: its newest admit's leaving.
+local function logReset(key, c, w, now)
+  if c < 1 then return 0 end
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  return tonumber(last[2]) + w - now
+end
+
+-- logRetry is how long, in µs, until a count log key holding c live
+-- admits (scored above cut, given as '(<µs>') has room for h more under
+-- limit l: until the admit at rank c+h-l-1 of the window leaves. It reads
+-- the window by score, so members that left it and are not trimmed yet
+-- do not shift the rank.
+local function logRetry(key, cut, c, h, l, w, now)
+  local r = {}
+  if l >= h then r = redis.call('ZRANGE', key, cut, '+inf', 'BYSCORE', 'LIMIT', c + h - l - 1, 1, 'WITHSCORES') end
+  if r[2] then return tonumber(r[2]) + w - now end
+  return w
+end
+
 -- A weighted SlidingLog key (flag 4: the limit counts cost, e.g. tokens)
 -- is three keys of one slot:
 --   key        sorted set, one member per admit or charge, named

@@ -55,14 +55,9 @@ else
   if c > 0 then
     local first = redis.call('ZRANGE', key, stale, stale, 'WITHSCORES')
     oldest = now - tonumber(first[2])
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    reset = tonumber(last[2]) + w - now
   end
-  if not ok then
-    local r = {}
-    if l > 0 then r = redis.call('ZRANGE', key, stale + c - l, stale + c - l, 'WITHSCORES') end
-    if r[2] then retry = tonumber(r[2]) + w - now else retry = w end
-  end
+  reset = logReset(key, c, w, now)
+  if not ok then retry = logRetry(key, '(' .. wint(now - w), c, 1, l, w, now) end
   rem = l - c
 end
 if rem < 0 then rem = 0 end

@@ -167,17 +167,11 @@ local function finish(out, key, l, w, f, h, ok, commit, e, x, c, p)
       end
       c = c + h
       reset = w
-    elseif c > 0 then
-      local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-      reset = tonumber(last[2]) + w - now
+    else
+      reset = logReset(key, c, w, now)
     end
     exists = exists or c > 0
-    if not ok then
-      local r = {}
-      -- The admit whose leaving makes room for h more: rank c+h-l-1.
-      if l >= h then r = redis.call('ZRANGE', key, c + h - l - 1, c + h - l - 1, 'WITHSCORES') end
-      if r[2] then retry = tonumber(r[2]) + w - now else retry = w end
-    end
+    if not ok then retry = logRetry(key, '(' .. wint(now - w), c, h, l, w, now) end
     rem = l - c
   end
   if exists then redis.call('PEXPIRE', key, math.ceil(ttl / 1000) + margin) end
