@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -44,24 +46,10 @@ func TestBatchResendDecidesOnce(t *testing.T) {
 		}
 		call := func(ds ...d) []any {
 			var ops []*op
-			nk := 0
 			for _, x := range ds {
 				ops = append(ops, x.o)
-				nk += len(x.reqs)
 			}
-			args := batchArgs(a, ops, nk)
-			if !functions {
-				args = asEval(args, &decideBatchLua)
-			}
-			v, err := rdb.Do(ctx, args...).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			parts, ok := splitBatch(v, ops)
-			if !ok {
-				t.Fatalf("malformed reply %v", v)
-			}
-			return parts
+			return batchCall(t, rdb, a, ops...)
 		}
 		// each checks that every request of x counts its hits once.
 		each := func(t *testing.T, x d) {
@@ -138,6 +126,83 @@ func TestBatchResendDecidesOnce(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// batchCall sends ops in one batch call (the function, or its script by
+// EVAL) and returns each one's part of the reply.
+func batchCall(t *testing.T, rdb redis.UniversalClient, a api, ops ...*op) []any {
+	t.Helper()
+	nk := 0
+	for _, o := range ops {
+		nk += o.args[2].(int)
+	}
+	args := batchArgs(a, ops, nk)
+	if !a.functions {
+		args = asEval(args, &decideBatchLua)
+	}
+	v, err := rdb.Do(context.Background(), args...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, ok := splitBatch(v, ops)
+	if !ok {
+		t.Fatalf("malformed reply %v", v)
+	}
+	return parts
+}
+
+// TestBatchShortPathAnswersAsDecide: the batch call's short path for one
+// hit on one count key (admitPlain) answers as its general path (decide)
+// does: the same admit, remaining, retry, reset and counter field for two
+// clients in the same state, decided in one call (one clock), one alone
+// (the short path) and one beside a second key (the general path).
+func TestBatchShortPathAnswersAsDecide(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	rdb := standalone(t, r.Addr)
+	loadLibrary(t, rdb)
+	for _, functions := range []bool{false, true} {
+		a := api{functions: functions}
+		l := newLimiter(t, rdb, Options{DenyCacheMax: -1, Functions: functions})
+		decision := func(reqs ...Request) *op {
+			var idx []int
+			var keys []string
+			for i := range reqs {
+				idx = append(idx, i)
+				keys = append(keys, l.keyOf(&reqs[i]))
+			}
+			return &op{script: &decideLua, args: decideArgs(nil, a, reqs, idx, keys, l.nextMember(), l.marginMs, true)}
+		}
+		for _, alg := range []Algorithm{SlidingLog, SlidingWindowCounter} {
+			// Limit 10: room for many, for the last one, and for none.
+			for _, before := range []int64{0, 6, 9, 10} {
+				name := fmt.Sprintf("functions=%v/%s/%d before", functions, alg, before)
+				t.Run(name, func(t *testing.T) {
+					rule := Rule{ID: "ns/" + name, Limit: 10, Window: time.Hour, Algorithm: alg}
+					other := Rule{ID: "ns/" + name + "/other", Limit: 1000, Window: time.Hour, Algorithm: alg}
+					short, general := Request{Rule: rule, Client: "short"}, Request{Rule: rule, Client: "general"}
+					if before > 0 {
+						fill := func(q Request) *op { q.Hits = before; return decision(q) }
+						batchCall(t, rdb, a, fill(short), fill(general))
+					}
+					parts := batchCall(t, rdb, a, decision(short), decision(general, Request{Rule: other, Client: "general"}))
+					s, err := decodeDecide(parts[0], 1, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					g, err := decodeDecide(parts[1], 2, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if s.keys[0] != g.keys[0] || s.committed != g.committed {
+						t.Errorf("alone: committed %v %+v; beside another key: committed %v %+v", s.committed, s.keys[0], g.committed, g.keys[0])
+					}
+					if want := before < rule.Limit; s.keys[0].allowed != want {
+						t.Errorf("with %d of %d counted, allowed %v, want %v", before, rule.Limit, s.keys[0].allowed, want)
+					}
+				})
+			}
+		}
 	}
 }
 

@@ -321,19 +321,27 @@ local function decide(out, a, k, member, pass, nk)
   end
 end
 
--- admitPlain admits the most common decision, one hit on one count log
--- key under its limit and not admitted before, with less Lua than decide
--- (measured: 0.88x the Redis CPU per decision, test/bench/luaab), and
--- appends its reply; decide gives the same for it. For any other decision
--- it reports false, having written nothing.
+-- admitPlain admits the most common decisions, one hit on one count key
+-- under its limit (a log's: not admitted before), with less Lua than
+-- decide, and appends its reply; decide gives the same for them
+-- (TestBatchShortPathAnswersAsDecide). Measured with test/bench/luaab:
+-- 0.88x the Redis CPU per log decision, 0.73-0.87x per counter decision.
+-- For any other decision it reports false, having written nothing.
 local function admitPlain(out, key, b, member)
-  local l, w, _, h, _, ct, wt = rule(b)
-  if ct or wt or h ~= 1 then return false end
-  local s = state(key, w, false, false)
-  local c = S[s + 2]
+  local l, w, _, h, hs, ct, wt = rule(b)
+  if wt or h ~= 1 then return false end
+  local s = state(key, w, ct, false)
+  local c, o = S[s + 2], #out
+  if ct then
+    local x = S[s + 3]
+    local e = S[s + 4] * (w - (now - x * w)) / w + c
+    if e + 1 > l then return false end
+    S[s + 2], S[s + 6] = counterAdd(key, x, win(w)[5], 1, hs), true
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, 1, math.floor(l - e - 1), 0, w, x
+    return true
+  end
   if c + 1 > l or redis.call('ZADD', key, 'NX', nowS, member) == 0 then return false end
   S[s + 2], S[s + 6] = c + 1, true
-  local o = #out
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, 1, l - c - 1, 0, w, 0
   return true
 end
