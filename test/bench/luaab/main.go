@@ -11,7 +11,13 @@
 //	go run ./test/bench/luaab before.lua now.lua  # A/B
 //
 // A variant is the EVAL form of slidegate_decide_batch_v1 (the same
-// arguments and reply), e.g. printed with -print at another revision.
+// arguments and reply), e.g. printed with -print at another revision, or
+// one of the floors below, named floor:<name>: what a batch call would
+// cost Redis if it ran nothing but what its name says, to tell how much of
+// a variant's cost is the call itself, the commands, and the rest.
+//
+//	go run ./test/bench/luaab now.lua floor:log floor:empty
+//	go run ./test/bench/luaab -counter now.lua floor:counter floor:empty
 package main
 
 import (
@@ -22,6 +28,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,11 +76,16 @@ func run(files []string, counter bool, rounds int) error {
 	defer func() { _ = rdb.Close() }()
 	shas := make([]string, len(files))
 	for i, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return err
+		src, ok := floors[strings.TrimPrefix(f, "floor:")]
+		if !ok || !strings.HasPrefix(f, "floor:") {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			src = string(b)
 		}
-		if shas[i], err = rdb.ScriptLoad(ctx, string(b)).Result(); err != nil {
+		var err error
+		if shas[i], err = rdb.ScriptLoad(ctx, src).Result(); err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 	}
@@ -148,4 +160,80 @@ func run(files []string, counter bool, rounds int) error {
 			float64(cpu[v])/float64(max(1, decisions[v]))/first, files[0], float64(decisions[v])/(turn.Seconds()*float64(rounds)))
 	}
 	return nil
+}
+
+// floorHead reads Redis's clock as the batch call does.
+const floorHead = `
+local t = redis.call('TIME')
+local now = (tonumber(t[1]) - 1577836800) * 1000000 + tonumber(t[2])
+local w = 1000000
+local out = {now}
+`
+
+// floors are the floor:<name> variants. Each takes the batch call's
+// arguments (run's: one hit on one key per decision, limit 1000 per 1 s)
+// and answers in its shape, six values per decision.
+var floors = map[string]string{
+	// The call, TIME, each decision's arguments read and its reply; no
+	// command per decision.
+	"empty": floorHead + `
+for i = 1, #KEYS do
+  local b = 2 + 7 * (i - 1)
+  local l = tonumber(ARGV[b + 3])
+  local o = #out
+  out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6] = 1, 1, l - 1, 0, w, 0
+end
+return out`,
+	// An exact count log's four commands per decision (ZCOUNT, ZADD NX,
+	// ZREMRANGEBYSCORE, PEXPIRE) and nothing else: no argument checked,
+	// no retry or reset read, no hot key read once.
+	"log": floorHead + logFloor(true),
+	// As floor:log without the PEXPIRE (not exact: keys would expire under
+	// live admits): what the expiry costs.
+	"log-no-expiry": floorHead + logFloor(false),
+	// A sliding window counter's two commands per decision (HMGET of the
+	// two fields, HINCRBY) and nothing else: no expiry, no old field
+	// dropped.
+	"counter": floorHead + `
+local x = math.floor(now / w)
+local xs, ps = string.format('%d', x), string.format('%d', x - 1)
+local el = now - x * w
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local v = redis.call('HMGET', key, xs, ps)
+  local c, p = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+  local e = p * (w - el) / w + c
+  local o = #out
+  if e + 1 <= 1000 then
+    redis.call('HINCRBY', key, xs, '1')
+    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6] = 1, 1, math.floor(999 - e), 0, w, x
+  else
+    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6] = 0, 0, 0, 1, w, 0
+  end
+end
+return out`,
+}
+
+func logFloor(expire bool) string {
+	pexpire := ""
+	if expire {
+		pexpire = "redis.call('PEXPIRE', key, '2000')"
+	}
+	return `
+local nowS = string.format('%d', now)
+local cut = string.format('%d', now - w)
+local cutx = '(' .. cut
+for i = 1, #KEYS do
+  local key, member = KEYS[i], ARGV[2 + 7 * (i - 1)]
+  local c = redis.call('ZCOUNT', key, cutx, '+inf')
+  local o = #out
+  if c < 1000 and redis.call('ZADD', key, 'NX', nowS, member) == 1 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cut)
+    ` + pexpire + `
+    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6] = 1, 1, 999 - c, 0, w, 0
+  else
+    out[o+1], out[o+2], out[o+3], out[o+4], out[o+5], out[o+6] = 0, 0, 0, 1, w, 0
+  end
+end
+return out`
 }
