@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -222,18 +223,13 @@ func withSharedIdentity(k string) string {
 `
 }
 
-// installPrevious builds the previous release's image from its commit,
-// imports it into the node's containerd, and installs that release with
-// the demo and Redis.
+// installPrevious imports the previous release's image (previousImageTarball)
+// into the node's containerd, and installs that release with the demo and
+// Redis.
 func (u *upgrade) installPrevious(ctx context.Context, t *testing.T) {
 	start := time.Now()
-	tarball := filepath.Join(t.TempDir(), "slidegate-"+previousRelease+".tar")
-	build := exec.CommandContext(ctx, filepath.Join(u.n.root, "hack", "node-image-from.sh"), u.prev, previousImage, tarball)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building %s from %s: %v\n%s", previousImage, previousCommit, err, out)
-	}
-	ctr(ctx, t, "images", "import", tarball)
-	t.Logf("%s built from %s and imported in %.1fs", previousImage, previousCommit[:7], time.Since(start).Seconds())
+	ctr(ctx, t, "images", "import", u.previousImageTarball(ctx, t))
+	t.Logf("%s imported in %.1fs", previousImage, time.Since(start).Seconds())
 
 	mustKubectl(ctx, t, "apply", "--server-side", "-k", u.prevOverlay(t, prevInstall(t)))
 	if _, err := kubectl(ctx, redisService(u.n.ip), "apply", "--server-side", "-f", "-"); err != nil {
@@ -255,6 +251,43 @@ func (u *upgrade) installPrevious(ctx context.Context, t *testing.T) {
 	waitServiceReachesAll(ctx, t)
 	u.connectedAs(ctx, t, sharedRedisUser)
 	t.Logf("%s installed with the demo in %.1fs", previousRelease, time.Since(start).Seconds())
+}
+
+// previousImageTarball returns the previous release's image: built from its
+// commit by hack/node-image-from.sh the first time, then kept in the cache
+// outside the checkout (SLIDEGATE_CACHE, else ~/.cache/slidegate) by commit
+// and Go version, so that later runs and fresh clones do not build it again.
+// The build is offline (the node's network namespace has no route out).
+func (u *upgrade) previousImageTarball(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("SLIDEGATE_CACHE")
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			t.Fatalf("no cache directory for the previous release's image: %v", err)
+		}
+		dir = filepath.Join(cache, "slidegate")
+	}
+	dir = filepath.Join(dir, "node", "previous")
+	tarball := filepath.Join(dir, fmt.Sprintf("slidegate-%s-%s-%s.tar", previousRelease, previousCommit[:12], goruntime.Version()))
+	if _, err := os.Stat(tarball); err == nil {
+		t.Logf("%s from the cache: %s", previousImage, tarball)
+		return tarball
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	tmp := tarball + ".tmp"
+	build := exec.CommandContext(ctx, filepath.Join(u.n.root, "hack", "node-image-from.sh"), u.prev, previousImage, tmp)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building %s from %s: %v\n%s", previousImage, previousCommit, err, out)
+	}
+	if err := os.Rename(tmp, tarball); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s built from %s in %.1fs, cached as %s", previousImage, previousCommit[:7], time.Since(start).Seconds(), tarball)
+	return tarball
 }
 
 // upgrade applies this checkout's install over the running previous one. The
