@@ -16,8 +16,14 @@ CONTAINER_TOOL ?= docker
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
 
+# One set of flags for every build that is not a race build (hack/goenv.sh
+# says why: a package compiles once for all the tools that need it).
+export CGO_ENABLED = 0
+export GOFLAGS := $(filter-out -trimpath,$(GOFLAGS)) -trimpath
+
 LOCALBIN ?= $(shell pwd)/bin
-CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+# controller-gen is a tool of go.mod: built with the project's dependencies.
+CONTROLLER_GEN ?= go tool controller-gen
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 
 .PHONY: all
@@ -32,12 +38,12 @@ help: ## Display this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate CRDs, RBAC and webhook manifests from the Go markers.
-	"$(CONTROLLER_GEN)" rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+manifests: ## Generate CRDs, RBAC and webhook manifests from the Go markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
 
 .PHONY: generate
-generate: controller-gen ## Generate DeepCopy code for the API types.
-	"$(CONTROLLER_GEN)" object:headerFile="hack/boilerplate.go.txt" paths="./..."
+generate: ## Generate DeepCopy code for the API types.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
 
 .PHONY: docs
 docs: manifests ## Generate the API reference (docs/api.md) from the CRD's field descriptions.
@@ -76,32 +82,39 @@ verify: generate manifests docs ## Regenerate code, manifests and API docs; fail
 		{ echo "verify: hack/render-install.sh does not set both images"; exit 1; }
 
 .PHONY: test-deps
-test-deps: ## Install what the tests need: redis-server, the envtest control plane, tools.
-	hack/redis.sh
+test-deps: ## Install what the tests need: Debian's packages, the envtest control plane, tools.
+	hack/packages.sh $(TEST_PACKAGES)
 	hack/envtest.sh >/dev/null
-	hack/tools.sh controller-gen >/dev/null
 	hack/tools.sh golangci-lint >/dev/null
 	hack/tools.sh promtool >/dev/null
 
+# Debian's packages for every test, installed with one apt-get update:
+# redis-server for the limiter, containerd, runc, the CNI plugins and
+# netfilter tools for the real node (hack/node.sh).
+TEST_PACKAGES = redis-server redis-tools containerd runc containernetworking-plugins nftables iptables conntrack openssl
+
 .PHONY: test
-test: test-deps vet verify lint test-alerts ## Run every test: real API server and redis-server (race detector on), then the real node.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 $$(go list ./... | grep -v -e /test/node -e /test/monitoring) 2>&1 | hack/test-summary.sh
-	$(MAKE) test-node
+test: ## Run every test in phases, printing a timing table at the end (hack/test.sh): vet, verify, lint, go test -race against a real API server and redis-server, the alert rules, then the real node and the upgrade test.
+	TEST_PACKAGES="$(TEST_PACKAGES)" hack/test.sh
+
+.PHONY: test-packages
+test-packages: ## Run go test -race on every package but the node's and the alerts' (needs make test-deps).
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" CGO_ENABLED=1 go test -race -vet=off -count=1 $$(go list ./... | grep -v -e /test/node -e /test/monitoring) 2>&1 | hack/test-summary.sh
 
 .PHONY: test-alerts
 test-alerts: ## Check the alert rules and run their unit tests with promtool; lint the Grafana dashboard (config/components/monitoring).
-	PROMTOOL="$$(hack/tools.sh promtool)" go test -count=1 -v ./test/monitoring 2>&1 | hack/test-summary.sh
+	PROMTOOL="$$(hack/tools.sh promtool)" go test -vet=off -count=1 -v ./test/monitoring 2>&1 | hack/test-summary.sh
 
 .PHONY: test-stress
 test-stress: test-deps ## Run the limiter, sidecar, RLS, e2e and node tests while stress-ng keeps every core busy (4 workers per core).
-	@command -v stress-ng >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stress-ng; }
+	@hack/packages.sh stress-ng
 	@stress-ng --cpu $$((4 * $$(nproc))) --timeout 1800s >/dev/null 2>&1 & pid=$$!; trap 'kill $$pid 2>/dev/null' EXIT; \
-		KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -race -count=1 ./internal/limiter ./internal/sidecar ./internal/rls ./test/e2e 2>&1 | hack/test-summary.sh && \
+		KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" CGO_ENABLED=1 go test -race -vet=off -count=1 ./internal/limiter ./internal/sidecar ./internal/rls ./test/e2e 2>&1 | hack/test-summary.sh && \
 		hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh
 
 .PHONY: test-exact-busy
 test-exact-busy: test-deps ## Exactness on a busy machine: 3 sidecars x 64 callers, 10 s, healthy redis-server, every core busy, 10 runs: SlidingLog 100/2 s; token costs 1000/1 s (request, response, paired with counting) and debt's exact reopening.
-	@command -v stress-ng >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stress-ng; }
+	@hack/packages.sh stress-ng
 	@stress-ng --cpu $$((4 * $$(nproc))) --timeout 3600s >/dev/null 2>&1 & pid=$$!; trap 'kill $$pid 2>/dev/null' EXIT; \
 		SLIDEGATE_SLOW_CALLERS=64 SLIDEGATE_SLOW_SECONDS=10 go test -count=10 -v -timeout 60m -run '^(TestExactOnASlowRedis|TestCostExactAcrossSidecars|TestCostDebtRetryAfterIsExact)$$/^(healthy|request_cost|response_cost|requests_counted)$$' ./internal/sidecar 2>&1 | \
 		grep -E '(slow|costexact)_test.go|^ *(--- |ok|FAIL)'
@@ -114,10 +127,7 @@ test-node: ## Run test/node on a real single node (kubelet, containerd, kube-pro
 
 .PHONY: build
 build: ## Build the manager, sidecar and rls binaries and the kubectl plugin (kubectl-slidegate) into bin/.
-	go build -ldflags "$(LDFLAGS)" -o bin/manager ./cmd/manager
-	go build -ldflags "$(LDFLAGS)" -o bin/sidecar ./cmd/sidecar
-	go build -ldflags "$(LDFLAGS)" -o bin/rls ./cmd/rls
-	go build -ldflags "$(LDFLAGS)" -o bin/kubectl-slidegate ./cmd/kubectl-slidegate
+	go build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/manager ./cmd/sidecar ./cmd/rls ./cmd/kubectl-slidegate
 
 .PHONY: run
 run: manifests generate ## Run the manager against the cluster in ~/.kube/config.
@@ -158,9 +168,13 @@ undeploy: ## Remove the operator from the cluster.
 ##@ Main job and reports
 
 .PHONY: demo
-demo: build ## Run the whole flow on this machine: control plane, Redis, manager, sidecar, traffic.
-	hack/redis.sh
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/demo -manager bin/manager -sidecar bin/sidecar
+demo: ## Run the whole flow on this machine: control plane, Redis, manager, sidecar, traffic.
+	@hack/redis.sh
+	@echo "==> building slidegate's manager, sidecar and the demo (the first time: downloading modules, then about 2 min, with progress)"
+	@hack/progress.sh "demo: building slidegate" "$$(go list -deps ./cmd/manager ./cmd/sidecar ./hack/demo | wc -l)" \
+		go build -v -ldflags "$(LDFLAGS)" -o bin/ ./cmd/manager ./cmd/sidecar ./hack/demo
+	@echo "==> the envtest control plane (kube-apiserver, etcd): hack/envtest.sh"
+	@assets=$$(hack/envtest.sh) && KUBEBUILDER_ASSETS="$$assets" bin/demo -manager bin/manager -sidecar bin/sidecar
 
 .PHONY: bench
 bench: ## Run the limiter, sidecar, operator and RLS benchmarks side by side and write docs/benchmarks.md.
@@ -174,10 +188,6 @@ bench: ## Run the limiter, sidecar, operator and RLS benchmarks side by side and
 	go run ./test/bench/report -limiter docs/bench/limiter.md -sidecar docs/bench/sidecar.md -operator docs/bench/operator.md -rls docs/bench/rls.md -out docs/benchmarks.md
 
 ##@ Tools
-
-.PHONY: controller-gen
-controller-gen: ## Install controller-gen into bin/ (cached outside the checkout).
-	@hack/tools.sh controller-gen >/dev/null
 
 .PHONY: golangci-lint
 golangci-lint: ## Install golangci-lint into bin/ (cached outside the checkout).

@@ -14,13 +14,12 @@ mkdir -p "$DIR/bin"
 cd "$ROOT"
 # The release the binaries report, as make build stamps it.
 VERSION=$(cat "$ROOT/VERSION" 2>/dev/null || echo devel)
-build() { CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/slidegate/slidegate/internal/version.Version=$VERSION" -o "$DIR/bin/$1" "$2"; }
-build manager ./cmd/manager
-build sidecar ./cmd/sidecar
-build rls ./cmd/rls
-build demoapp ./test/node/demoapp
-build pause ./test/node/pause
-go build -o "$DIR/bin/nodeimage" ./hack/nodeimage
+# shellcheck source=hack/goenv.sh
+. "$ROOT/hack/goenv.sh"
+# One go build for all: the flags of hack/goenv.sh, so everything make build,
+# vet and the linters compiled is reused and only the links are new.
+go build -ldflags="-s -w -X github.com/slidegate/slidegate/internal/version.Version=$VERSION" -o "$DIR/bin/" \
+	./cmd/manager ./cmd/sidecar ./cmd/rls ./test/node/demoapp ./test/node/pause ./hack/nodeimage
 "$DIR/bin/nodeimage" -o "$DIR/slidegate.tar" -tag slidegate.test/slidegate:node -entrypoint /manager \
 	/manager="$DIR/bin/manager" /sidecar="$DIR/bin/sidecar" /rls="$DIR/bin/rls"
 "$DIR/bin/nodeimage" -o "$DIR/demo-app.tar" -tag slidegate.test/demo-app:node -entrypoint /demoapp \

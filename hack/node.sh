@@ -7,8 +7,8 @@
 #
 # The node is etcd + kube-apiserver (hack/envtest.sh), kube-controller-manager,
 # kube-scheduler, kubelet, kube-proxy (nftables mode), CoreDNS
-# (hack/node-bins.sh), containerd + runc (Debian's packages) and the CNI
-# bridge plugin. Every daemon runs in a private network and mount namespace
+# (hack/node-bins.sh), containerd + runc and the CNI bridge plugin (Debian's
+# packages). Every daemon runs in a private network and mount namespace
 # held by one process: pod, Service and node addresses exist only in there,
 # and nothing is sent anywhere else. The command runs in the same network
 # namespace, with KUBECONFIG set to a cluster-admin kubeconfig and
@@ -42,20 +42,8 @@ log() { echo "node: $(date +%T) $*" >&2; }
 die() { log "FAILED: $*"; exit 1; }
 
 need_packages() {
-	local missing=()
-	command -v containerd >/dev/null || missing+=(containerd)
-	command -v runc >/dev/null || missing+=(runc)
-	command -v nft >/dev/null || missing+=(nftables)
-	command -v iptables >/dev/null || missing+=(iptables)
-	command -v conntrack >/dev/null || missing+=(conntrack)
-	command -v openssl >/dev/null || missing+=(openssl)
-	command -v unshare >/dev/null || missing+=(util-linux)
-	command -v ip >/dev/null || missing+=(iproute2)
-	[ ${#missing[@]} -eq 0 ] && return
-	log "installing ${missing[*]} from Debian"
-	apt-get update -qq >&2
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-	# The package may start a system containerd; the node never uses it.
+	"$ROOT/hack/packages.sh" containerd runc nftables iptables conntrack openssl util-linux iproute2
+	# A system containerd the package may have started; the node never uses it.
 	service containerd stop >/dev/null 2>&1 || true
 }
 

@@ -1,36 +1,84 @@
 #!/usr/bin/env bash
-# Installs a pinned build tool and links it into bin/. Usage: hack/tools.sh NAME
+# Installs a pinned tool, links it into bin/ and prints its path.
+# Usage: hack/tools.sh golangci-lint|promtool
 #
-# Tools are built with `go install` from the Go module proxy into a cache
-# outside the checkout, keyed by version, so a fresh clone (CI) links the
-# cached build instead of compiling again (golangci-lint takes ~3 min cold).
+# Tools live in a cache outside the checkout, keyed by version, so a fresh
+# clone (CI) links the cached one instead of building it again.
+#   golangci-lint  built with `go install` (no package or module ships it
+#                  prebuilt): ~1 min on 2 cores when the build cache has the
+#                  Kubernetes builds, ~3 min alone.
+#   promtool       taken from Debian's prometheus package (seconds): building
+#                  it took 15 min cold. hack/tools.sh promtool-source builds
+#                  PROMETHEUS_VERSION instead (Prometheus 3's rule semantics).
+# controller-gen is a `tool` in go.mod: `go tool controller-gen` builds it
+# with the project's own dependencies and caches it (Go's build cache).
 set -euo pipefail
 
-CONTROLLER_TOOLS_VERSION=v0.23.0   # also pinned as a `tool` in go.mod
 GOLANGCI_LINT_VERSION=v2.15.0
-# promtool checks and unit-tests the alert rules (make test-alerts). Its cold
-# build (download + compile, go1.26.8, 2 cores shared with other builds) took
-# 15 min wall clock, 9.5 min CPU; with Go's build cache warm, seconds.
 PROMETHEUS_VERSION=v0.316.0
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE_ROOT=${SLIDEGATE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/slidegate}
 
+link() { # name dir
+	mkdir -p "$ROOT/bin"
+	ln -sfn "$2/$1" "$ROOT/bin/$1"
+	echo "$ROOT/bin/$1"
+}
+
 install() { # name version package
 	local name=$1 version=$2 pkg=$3 dir
 	dir="$CACHE_ROOT/tools/$name-$version"
 	if [ ! -x "$dir/$name" ]; then
-		echo "tools: installing $name $version" >&2
-		GOBIN="$dir" GOFLAGS= go install "$pkg@$version" >&2
+		echo "tools: building $name $version (go install, first time only)" >&2
+		# shellcheck source=hack/goenv.sh
+		. "$ROOT/hack/goenv.sh"
+		GOBIN="$dir" go install "$pkg@$version" >&2
 	fi
-	mkdir -p "$ROOT/bin"
-	ln -sfn "$dir/$name" "$ROOT/bin/$name"
-	echo "$ROOT/bin/$name"
+	link "$name" "$dir"
+}
+
+# debian_promtool extracts promtool from Debian's prometheus package, without
+# installing the package (its service, its web assets): apt-get download and
+# dpkg-deb -x, as any user.
+debian_promtool() {
+	local version dir work
+	version=$(apt-cache policy prometheus 2>/dev/null | sed -n 's/^ *Candidate: //p')
+	if [ -z "$version" ] || [ "$version" = "(none)" ]; then
+		echo "tools: updating Debian's package lists (no candidate for prometheus)" >&2
+		SUDO=
+		[ "$(id -u)" = 0 ] || SUDO=sudo
+		$SUDO apt-get update -qq >&2
+		version=$(apt-cache policy prometheus | sed -n 's/^ *Candidate: //p')
+	fi
+	if [ -z "$version" ] || [ "$version" = "(none)" ]; then
+		echo "tools: Debian has no prometheus package here; try: hack/tools.sh promtool-source" >&2
+		return 1
+	fi
+	dir="$CACHE_ROOT/tools/promtool-deb-${version//[:~+]/_}"
+	if [ ! -x "$dir/promtool" ]; then
+		echo "tools: extracting promtool from Debian's prometheus $version" >&2
+		work=$(mktemp -d)
+		# shellcheck disable=SC2064 # expand now
+		trap "rm -rf '$work'" RETURN
+		# _apt cannot write into a root-owned temporary directory.
+		chmod 755 "$work"
+		# Quiet when it works; again, with its messages, when it does not.
+		(
+			cd "$work" || exit 1
+			apt-get download -q "prometheus=$version" >/dev/null 2>&1 || apt-get download "prometheus=$version" >&2
+		)
+		dpkg-deb -x "$work"/prometheus_*.deb "$work/x"
+		mkdir -p "$dir"
+		cp "$work/x/usr/bin/promtool" "$dir/promtool.tmp"
+		mv "$dir/promtool.tmp" "$dir/promtool"
+	fi
+	link promtool "$dir"
 }
 
 case "${1:-}" in
-controller-gen) install controller-gen "$CONTROLLER_TOOLS_VERSION" sigs.k8s.io/controller-tools/cmd/controller-gen ;;
 golangci-lint) install golangci-lint "$GOLANGCI_LINT_VERSION" github.com/golangci/golangci-lint/v2/cmd/golangci-lint ;;
-promtool) install promtool "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool ;;
-*) echo "usage: $0 controller-gen|golangci-lint|promtool" >&2; exit 2 ;;
+promtool) debian_promtool ;;
+promtool-source) install promtool "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool ;;
+*) echo "usage: $0 golangci-lint|promtool|promtool-source" >&2; exit 2 ;;
 esac
