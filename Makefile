@@ -43,7 +43,8 @@ manifests: ## Generate CRDs, RBAC and webhook manifests from the Go markers.
 
 .PHONY: generate
 generate: ## Generate DeepCopy code for the API types.
-	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
+	@# Only api/ holds API types: loading ./... took 5x longer for the same output.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: docs
 docs: manifests ## Generate the API reference (docs/api.md) from the CRD's field descriptions.
