@@ -22,6 +22,7 @@ Usage:
   kubectl slidegate why -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json]
   kubectl slidegate top -n NAMESPACE POLICY [--limit N] [-o json]
   kubectl slidegate version
+  kubectl slidegate help
 
 why shows the client's live window under POLICY, read by a sidecar of the
 policy's pods without changing it: admits in the window, limit, remaining,
@@ -88,7 +89,9 @@ var valueFlags = [4]struct{ flag, source, help string }{
 func (e Env) flags(cmd string, a *cmdArgs) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("kubectl slidegate "+cmd, pflag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
-	fs.Usage = func() { fmt.Fprint(e.Stderr, usage); fs.PrintDefaults() }
+	// run prints the usage: to stdout when asked for (--help), to stderr
+	// with a usage error.
+	fs.Usage = func() {}
 	fs.StringVarP(&a.output, "output", "o", "", "output format: table (default) or json")
 	if cmd == "top" {
 		fs.IntVar(&a.limit, "limit", 10, "how many clients to list")
@@ -106,22 +109,36 @@ func (e Env) flags(cmd string, a *cmdArgs) *pflag.FlagSet {
 	return fs
 }
 
+// printUsage writes the usage and fs's flags to w.
+func (e Env) printUsage(w io.Writer, fs *pflag.FlagSet) {
+	fmt.Fprint(w, usage)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(e.Stderr)
+}
+
 func (e Env) run(ctx context.Context, args []string) error {
 	var a cmdArgs
 	if len(args) == 1 && (args[0] == "version" || args[0] == "--version") {
 		_, err := fmt.Fprintln(e.Stdout, "kubectl-slidegate", version.Get())
 		return err
 	}
+	if len(args) == 1 && (args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+		e.printUsage(e.Stdout, e.flags("why", &a))
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "why" && args[0] != "top") {
-		e.flags("why", &a).Usage()
+		e.printUsage(e.Stderr, e.flags("why", &a))
 		return fmt.Errorf("%w: the commands are why, top and version", ErrUsage)
 	}
 	cmd := args[0]
 	fs := e.flags(cmd, &a)
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
+			e.printUsage(e.Stdout, fs)
 			return nil
 		}
+		e.printUsage(e.Stderr, fs)
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	if fs.NArg() != 1 {

@@ -654,4 +654,22 @@ func TestUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, %q %s", args, code, out, errOut)
 		}
 	}
+	// Asked for, the usage is the answer: on stdout, exit 0, nothing on
+	// stderr; with the flags of the command asked about.
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--help"}, "--header"}, {[]string{"-h"}, "--header"}, {[]string{"help"}, "--header"},
+		{[]string{"why", "--help"}, "--header"}, {[]string{"top", "-h"}, "--limit"},
+	} {
+		code, out, errOut := run(tc.args...)
+		if code != 0 || errOut != "" || !strings.HasPrefix(out, "kubectl slidegate: ") || !strings.Contains(out, tc.flag) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and the usage with %s on stdout only", tc.args, code, out, errOut, tc.flag)
+		}
+	}
+	// A usage error prints the usage on stderr, none on stdout.
+	if code, out, errOut := run(); code != 2 || out != "" || !strings.Contains(errOut, "Usage:") {
+		t.Errorf("no arguments: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 }
