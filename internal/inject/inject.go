@@ -88,9 +88,10 @@ const (
 
 // The defaults of Options that the manager and the controller share.
 const (
-	// DefaultImage is the sidecar image when Options.Image is empty, and
-	// the default of the manager's --sidecar-image.
-	DefaultImage = "ghcr.io/slidegate/slidegate:latest"
+	// ImageRepository is the release image's name (make image); the
+	// sidecar image is ImageRepository:<release> when Options.Image is
+	// empty (ReleaseImage), and the manager's --sidecar-image default.
+	ImageRepository = "ghcr.io/slidegate/slidegate"
 	// DefaultTargetPort is the port name taken over when Options.TargetPort
 	// is empty: the RateLimitPolicy schema's default targetPort (the
 	// +kubebuilder:default marker cannot name a Go constant).
@@ -693,7 +694,7 @@ func credentialItems(identity string) []corev1.KeyToPath {
 
 func withDefaults(o Options) Options {
 	if o.Image == "" {
-		o.Image = DefaultImage
+		o.Image = ReleaseImage(o.SidecarVersion)
 	}
 	if o.ImagePullPolicy == "" {
 		o.ImagePullPolicy = corev1.PullIfNotPresent
@@ -743,4 +744,41 @@ func setVolume(pod *corev1.Pod, v corev1.Volume) {
 		}
 	}
 	pod.Spec.Volumes = append(pod.Spec.Volumes, v)
+}
+
+// ReleaseImage is the release image of slidegate release v (make image's
+// tag): ImageRepository:v.
+func ReleaseImage(v string) string {
+	if v == "" {
+		v = "devel"
+	}
+	return ImageRepository + ":" + v
+}
+
+// CheckImage refuses a sidecar image that may change under its name: one
+// without a tag or digest, or tagged latest. With IfNotPresent, a moving
+// tag lets each node run whichever sidecar it pulled first, so one
+// policy's pods would enforce with different releases.
+func CheckImage(image string) error {
+	rest, digest, pinned := strings.Cut(image, "@")
+	if pinned {
+		hexDigits := strings.TrimPrefix(digest, "sha256:")
+		if len(hexDigits) != 64 || len(digest) == len(hexDigits) || strings.Trim(hexDigits, "0123456789abcdef") != "" {
+			return fmt.Errorf("sidecar image %q: the digest is not sha256:<64 hex digits>", image)
+		}
+		return nil
+	}
+	// The tag follows the last ':' after the last '/' (a ':' before it
+	// is a registry's port).
+	last := rest[strings.LastIndex(rest, "/")+1:]
+	_, tag, tagged := strings.Cut(last, ":")
+	switch {
+	case rest == "":
+		return errors.New("sidecar image: empty")
+	case !tagged || tag == "":
+		return fmt.Errorf("sidecar image %q: no tag; give a release tag (and its digest), not the implied latest", image)
+	case tag == "latest":
+		return fmt.Errorf("sidecar image %q: latest moves; give a release tag (and its digest)", image)
+	}
+	return nil
 }

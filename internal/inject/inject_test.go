@@ -427,3 +427,39 @@ func TestDefaultPortsAvoidOtherSidecars(t *testing.T) {
 		t.Errorf("the defaults do not validate: %v", err)
 	}
 }
+
+// TestCheckImage: the sidecar image names one release for good (a fixed
+// tag, or a digest); a moving or implied tag is refused with the reason.
+func TestCheckImage(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("0f", 32)
+	for _, tc := range []struct {
+		image   string
+		wantErr string
+	}{
+		{image: ReleaseImage("v0.2.0")},
+		{image: "ghcr.io/slidegate/slidegate:v0.2.0@" + digest},
+		{image: "ghcr.io/slidegate/slidegate@" + digest},
+		{image: "registry.internal:5000/sg/slidegate:v1"},
+		{image: "registry.internal:5000/sg/slidegate", wantErr: "no tag"},
+		{image: "ghcr.io/slidegate/slidegate", wantErr: "no tag"},
+		{image: "ghcr.io/slidegate/slidegate:", wantErr: "no tag"},
+		{image: "ghcr.io/slidegate/slidegate:latest", wantErr: "latest moves"},
+		{image: "slidegate:latest", wantErr: "latest moves"},
+		{image: "ghcr.io/slidegate/slidegate:v1@sha256:abc", wantErr: "not sha256:<64 hex digits>"},
+		{image: "ghcr.io/slidegate/slidegate:v1@sha256:" + strings.Repeat("g", 64), wantErr: "not sha256:<64 hex digits>"},
+		{image: "", wantErr: "empty"},
+	} {
+		t.Run(tc.image, func(t *testing.T) {
+			err := CheckImage(tc.image)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}

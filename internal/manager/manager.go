@@ -67,7 +67,16 @@ func Command() cli.Command {
 		Flags: func(fs *flag.FlagSet) cli.Setup {
 			o := &options{}
 			o.bindFlags(fs)
-			return o.setup
+			return func() (cli.Program, error) {
+				// Every flag is also SLIDEGATE_<FLAG>, as the data plane's:
+				// the install sets the Redis connection once, in a
+				// ConfigMap that the manager and the RLS take as their
+				// environment (config/manager), never by an args index.
+				if err := cli.ApplyEnv(fs, os.LookupEnv); err != nil {
+					return cli.Program{}, err
+				}
+				return o.setup()
+			}
 		},
 		Signals: ctrl.SetupSignalHandler,
 	}
@@ -123,6 +132,9 @@ func (o *options) setup() (cli.Program, error) {
 	if err := o.completeSidecarPorts(); err != nil {
 		return cli.Program{}, err
 	}
+	if err := inject.CheckImage(o.webhook.Inject.Image); err != nil {
+		return cli.Program{}, fmt.Errorf("--sidecar-image: %w", err)
+	}
 	proxies, err := sidecarconfig.ParseTrustedProxies(strings.Split(o.trustedProxies, ","))
 	if err != nil {
 		return cli.Program{}, fmt.Errorf("--trusted-proxies: %w", err)
@@ -174,21 +186,21 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.trustedProxies, "trusted-proxies", "",
 		"Comma-separated CIDRs (or addresses) of the proxies, e.g. the ingress, whose X-Forwarded-For header sidecars believe for RemoteAddress keys. Empty: none.")
 	o.redis.BindFlags(fs)
-	// Flags that the install sets per deployment come from the environment
-	// too (config/default), so kustomize can patch them by name.
+	// Every flag comes from the environment too (cli.ApplyEnv), so the
+	// install sets them by name (config/default) and kustomize patches them.
 	fs.StringVar(&o.webhookHost, "webhook-host", "", "Address the injection webhook listens on; empty: all.")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the injection webhook.")
 	fs.StringVar(&o.rlsService, "rls-service-name", controllers.DefaultRLSServiceName,
 		"Service, in the manager's namespace, in front of the rate limit service's servers (config/components/rls); the controller asks its ready endpoints what they loaded.")
 	wh := &o.webhook
 	fs.StringVar(&wh.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with the webhook's tls.crt and tls.key (the mounted Secret).")
-	fs.StringVar(&wh.CertMode, "cert-mode", envOr("SLIDEGATE_CERT_MODE", webhook.CertModeSelf),
-		"Webhook certificate: self (the manager issues and rotates it, and the caBundle) or external (cert-manager does). Env SLIDEGATE_CERT_MODE.")
-	fs.StringVar(&wh.SecretName, "webhook-secret-name", envOr("SLIDEGATE_WEBHOOK_SECRET_NAME", "slidegate-webhook-server-cert"), "Secret holding the webhook certificate (cert-mode self).")
-	fs.StringVar(&wh.ServiceName, "webhook-service-name", envOr("SLIDEGATE_WEBHOOK_SERVICE_NAME", "slidegate-webhook-service"), "Service in front of the webhook (cert-mode self).")
-	fs.StringVar(&wh.ConfigurationName, "webhook-configuration-name", envOr("SLIDEGATE_WEBHOOK_CONFIGURATION_NAME", "slidegate-mutating-webhook-configuration"),
+	fs.StringVar(&wh.CertMode, "cert-mode", webhook.CertModeSelf,
+		"Webhook certificate: self (the manager issues and rotates it, and the caBundle) or external (cert-manager does).")
+	fs.StringVar(&wh.SecretName, "webhook-secret-name", "slidegate-webhook-server-cert", "Secret holding the webhook certificate (cert-mode self).")
+	fs.StringVar(&wh.ServiceName, "webhook-service-name", "slidegate-webhook-service", "Service in front of the webhook (cert-mode self).")
+	fs.StringVar(&wh.ConfigurationName, "webhook-configuration-name", "slidegate-mutating-webhook-configuration",
 		"MutatingWebhookConfiguration whose caBundle the manager keeps (cert-mode self).")
-	fs.StringVar(&wh.Inject.Image, "sidecar-image", envOr("SLIDEGATE_SIDECAR_IMAGE", inject.DefaultImage), "Image of the injected sidecar. Env SLIDEGATE_SIDECAR_IMAGE.")
+	fs.StringVar(&wh.Inject.Image, "sidecar-image", inject.ReleaseImage(version.Get()), "Image of the injected sidecar: a fixed tag, or a tag and its digest (name:tag@sha256:...); never latest.")
 	fs.IntVar(&o.sidecarListenPort, "sidecar-listen-port", inject.DefaultListenPort,
 		"Port the injected sidecar proxies on (it takes the name of the app's port). Must differ from --sidecar-admin-port and from every port the pods declare, "+
 			"including other sidecars': Istio's use 15000-15090, so the injector would skip its pods.")
@@ -313,13 +325,6 @@ func addWebhook(mgr ctrl.Manager, o options, namespace string) error {
 		return err
 	}
 	return mgr.AddReadyzCheck("webhook", webhookReady)
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
 
 // managerNamespace is the namespace the manager runs in: $POD_NAMESPACE (set
