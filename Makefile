@@ -9,8 +9,11 @@
 # and `make dist` writes the install for it.
 VERSION ?= $(shell cat VERSION)
 LDFLAGS := -X github.com/slidegate/slidegate/internal/version.Version=$(VERSION)
-# Image for the three binaries (manager, sidecar, rls), see Dockerfile.
-IMG ?= ghcr.io/slidegate/slidegate:$(VERSION)
+# Image for the three binaries (manager, sidecar, rls): make image builds it
+# (or the Dockerfile, with a container engine). The manifests name it in one
+# place, config/manager/kustomization.yaml (newTag = VERSION, make verify).
+IMAGE ?= ghcr.io/slidegate/slidegate
+IMG ?= $(IMAGE):$(VERSION)
 CONTAINER_TOOL ?= docker
 
 SHELL = /usr/bin/env bash -o pipefail
@@ -79,7 +82,7 @@ verify: generate manifests docs ## Regenerate code, manifests and API docs; fail
 	@test "$$(sed -n 's/^ *newTag: *//p' config/manager/kustomization.yaml)" = "$(VERSION)" || \
 		{ echo "verify: config/manager/kustomization.yaml's newTag is not VERSION ($(VERSION))"; exit 1; }
 	@# make deploy's image must reach the manager and the sidecar it injects.
-	@test "$$(hack/render-install.sh registry.test:5000/sg/slidegate | grep -c 'registry.test:5000/sg/slidegate:latest')" = 2 || \
+	@test "$$(hack/render-install.sh registry.test:5000/sg/slidegate | grep -c 'registry.test:5000/sg/slidegate:$(VERSION)$$')" = 2 || \
 		{ echo "verify: hack/render-install.sh does not set both images"; exit 1; }
 
 .PHONY: test-deps
@@ -134,15 +137,17 @@ build: ## Build the manager, sidecar and rls binaries and the kubectl plugin (ku
 run: manifests generate ## Run the manager against the cluster in ~/.kube/config.
 	go run ./cmd/manager
 
+.PHONY: image
+image: ## Build the release image $(IMG) without a container engine (hack/image.sh): dist/images/ gets an OCI archive (kind load image-archive), an OCI layout (crane push) and the reference with its digest.
+	IMAGE="$(IMAGE)" hack/image.sh dist/images
+
 .PHONY: docker-build
 docker-build: ## Build the image with the three binaries, tagged with VERSION (needs a container engine).
 	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) .
 
 .PHONY: dist
-dist: ## Write dist/install.yaml: the single-file install of this release (config/default with the image $(IMG)).
-	mkdir -p dist
-	hack/render-install.sh "$(IMG)" > dist/install.yaml
-	@echo "dist/install.yaml: slidegate $(VERSION), image $(IMG); apply with: kubectl apply --server-side -f dist/install.yaml"
+dist: image ## Write the release set into dist/ (hack/dist.sh): install.yaml with the image pinned by tag and digest, the kubectl plugin for linux and darwin (amd64, arm64), its krew manifest, the release notes from CHANGELOG.md, checksums.
+	hack/dist.sh dist
 
 .PHONY: docker-push
 docker-push: ## Push the image.

@@ -2,7 +2,7 @@
 # Builds the slidegate image of another source tree (an earlier release,
 # extracted with `git archive`) for the real-node upgrade test, as
 # hack/node-images.sh builds this checkout's: its cmd/manager, cmd/sidecar and
-# cmd/rls built statically from SRC, packed by this checkout's hack/nodeimage
+# cmd/rls built statically from SRC, packed by this checkout's hack/imagepack
 # into OUT.tar under TAG (fixed, not "latest": there is no registry).
 #   hack/node-image-from.sh SRC TAG OUT.tar
 # It builds offline (GOPROXY=off): the test runs it inside the node's network
@@ -21,6 +21,6 @@ VERSION=${TAG##*:}
 # One go build for the three: packages they share compile once.
 (cd "$SRC" && go build -ldflags="-s -w -X github.com/slidegate/slidegate/internal/version.Version=$VERSION" \
 	-o "$BIN/" ./cmd/manager ./cmd/sidecar ./cmd/rls)
-(cd "$ROOT" && go build -o "$BIN/nodeimage" ./hack/nodeimage)
-"$BIN/nodeimage" -o "$OUT" -tag "$TAG" -entrypoint /manager \
-	/manager="$BIN/manager" /sidecar="$BIN/sidecar" /rls="$BIN/rls"
+(cd "$ROOT" && go build -o "$BIN/imagepack" ./hack/imagepack)
+"$BIN/imagepack" -o "$OUT" -tag "$TAG" -entrypoint /manager \
+	/manager="$BIN/manager" /sidecar="$BIN/sidecar" /rls="$BIN/rls" >/dev/null

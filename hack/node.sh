@@ -19,10 +19,13 @@
 # the namespace holder are stopped by PID, their cgroups removed, and the state
 # directory deleted. Nothing is left behind, so runs can follow each other.
 #
-# Images: every *.tar in $SLIDEGATE_NODE_IMAGES (docker-archive tarballs; by
-# default hack/node-images.sh builds them from this checkout) is imported into
-# containerd before the kubelet starts; the sandbox ("pause") image is
-# slidegate.test/pause:node from that directory.
+# Images: every *.tar in $SLIDEGATE_NODE_IMAGES (image archives; by default
+# hack/node-images.sh builds them from this checkout, make image's among them)
+# is imported into containerd before the kubelet starts, as `kind load
+# image-archive` does (ctr images import --digests; make image's archive names
+# the image by its digest too, so an install pinned to it finds it); the sandbox ("pause")
+# image is slidegate.test/pause:node from that directory. The test gets the
+# directory as SLIDEGATE_NODE_IMAGES.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -318,7 +321,7 @@ EOF
 	wait_for 60 containerd ns ctr --address "$STATE/containerd/containerd.sock" version
 	local img
 	for img in "$IMAGES"/*.tar; do
-		ns ctr --address "$STATE/containerd/containerd.sock" -n k8s.io images import "$img" >/dev/null ||
+		ns ctr --address "$STATE/containerd/containerd.sock" -n k8s.io images import --digests "$img" >/dev/null ||
 			die "importing $img"
 	done
 	# The listing is read whole first: with pipefail, `ctr | grep -q` fails
@@ -458,6 +461,7 @@ export KUBECONFIG=$STATE/admin.kubeconfig
 export SLIDEGATE_NODE_NAME=$NODE_NAME SLIDEGATE_NODE_IP=$NODE_IP SLIDEGATE_NODE_STATE=$STATE
 export SLIDEGATE_NODE_SYNC_FREQUENCY=$SYNC_FREQUENCY
 export SLIDEGATE_NODE_NETWORK_POLICY=$NETWORK_POLICY
+export SLIDEGATE_NODE_IMAGES=$IMAGES
 set +e
 # Only the network namespace: the command sees the node's addresses, and the
 # machine's own files (the checkout, Go's caches) rather than the node's mounts.

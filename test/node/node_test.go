@@ -12,10 +12,12 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +36,6 @@ import (
 )
 
 const (
-	image        = "slidegate.test/slidegate:node"
 	demoImage    = "slidegate.test/demo-app:node"
 	system       = "slidegate-system"
 	demo         = "slidegate-demo"
@@ -47,12 +48,31 @@ const (
 
 var theNode *node
 
+// image is make image's release image, which hack/node-images.sh builds and
+// hack/node.sh imports as kind load image-archive does, pinned by the tag
+// the manifests name and the digest make image printed, as make dist pins
+// it. The manager and every sidecar it injects run it: a digest the import
+// did not keep would be pulled, and fail here, where no registry is.
+var image string
+
+// redisServiceName is the Service of this test's Redis, set as the install's
+// Redis address in installKustomization; not the default's, so the install
+// works only if that setting reaches the manager, the RLS and the sidecars.
+const redisServiceName = "redis-node"
+
 func TestMain(m *testing.M) {
 	n, err := nodeFromEnv()
 	if err != nil {
 		testsupport.MissingInMain("a real node", err)
 	}
 	theNode = n
+	release, err := os.ReadFile(filepath.Join(n.root, "VERSION"))
+	if err != nil {
+		testsupport.MissingInMain("the release in VERSION", err)
+	}
+	if image, err = pinnedImage(strings.TrimSpace(string(release))); err != nil {
+		testsupport.MissingInMain("make image's reference", err)
+	}
 	os.Exit(m.Run())
 }
 
@@ -93,20 +113,21 @@ func TestNode(t *testing.T) {
 }
 
 // testInstall installs slidegate as a user does (config/default through
-// kustomize, image set by kustomize), with Redis where the default install
-// expects it, and waits for the manager with its self-issued webhook
-// certificate.
+// kustomize with the image make image built, the Redis address set in the
+// install's one place), and waits for the manager with its self-issued
+// webhook certificate.
 func testInstall(ctx context.Context, t *testing.T, n *node) {
-	dir := n.overlay(t, installKustomization)
+	dir := n.overlay(t, installKustomization())
 	mustKubectl(ctx, t, "apply", "--server-side", "-k", dir)
 	// Redis as a selector-less Service with a hand-written EndpointSlice:
 	// what a user does for a Redis outside the cluster.
-	if _, err := kubectl(ctx, redisService(n.ip), "apply", "--server-side", "-f", "-"); err != nil {
+	if _, err := kubectl(ctx, redisService(n.ip, redisServiceName), "apply", "--server-side", "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
-	// The administrative identity, created as docs/quickstart.md does,
-	// after the install: the manager reads it from its mounted volume once
-	// the kubelet has filled it, and then administers Redis.
+	// The administrative identity, created after the install (the
+	// quickstart creates it first; after is the case that waits): the
+	// manager reads it from its mounted volume once the kubelet has filled
+	// it, and then administers Redis.
 	mustKubectl(ctx, t, "-n", system, "create", "secret", "generic", "slidegate-redis-admin",
 		"--from-literal=username="+n.redisAdminUser, "--from-literal=password="+n.redisAdminPassword)
 	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
@@ -165,14 +186,26 @@ func testInstall(ctx context.Context, t *testing.T, n *node) {
 	}
 }
 
-// The default install, with the image changed the way a user's overlay (or
-// `make deploy IMG=...`) changes it.
-const installKustomization = `resources:
-  - ../default
+// installKustomization is the default install as a user's overlay (or a
+// GitOps repository) sets it up: the image pinned by its digest as make
+// dist pins it (kustomize's images, copied to the sidecar's as
+// hack/render-install.sh does), and the Redis address in the one place the
+// install has for it, the generator of the ConfigMap
+// slidegate-redis-connection merged (docs/install.md).
+func installKustomization() string {
+	return overlayKustomization("../default")
+}
+
+// overlayKustomization is installKustomization on the install in base.
+func overlayKustomization(base string) string {
+	name, digest, _ := strings.Cut(image, "@")
+	name, tag := name[:strings.LastIndex(name, ":")], name[strings.LastIndex(name, ":")+1:]
+	return `resources:
+  - ` + base + `
 images:
-  - name: ghcr.io/slidegate/slidegate
-    newName: slidegate.test/slidegate
-    newTag: node
+  - name: ` + name + `
+    newTag: ` + tag + `
+    digest: ` + digest + `
 replacements:
   - source:
       kind: Deployment
@@ -184,7 +217,33 @@ replacements:
           name: slidegate-controller-manager
         fieldPaths:
           - spec.template.spec.containers.[name=manager].env.[name=SLIDEGATE_SIDECAR_IMAGE].value
+configMapGenerator:
+  - name: slidegate-redis-connection
+    namespace: slidegate-system
+    behavior: merge
+    literals:
+      - SLIDEGATE_REDIS_ADDRS=` + redisServiceName + `.slidegate-system.svc.cluster.local:6379
 `
+}
+
+// pinnedImage is the reference make image wrote for the release
+// (hack/image.sh: IMAGE:TAG@sha256:...), in the images directory that
+// hack/node.sh imported.
+func pinnedImage(release string) (string, error) {
+	dir := os.Getenv("SLIDEGATE_NODE_IMAGES")
+	if dir == "" {
+		return "", errors.New("SLIDEGATE_NODE_IMAGES is not set (hack/node.sh sets it)")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "release", "slidegate-"+release+".ref"))
+	if err != nil {
+		return "", err
+	}
+	ref := strings.TrimSpace(string(b))
+	if !strings.HasPrefix(ref, inject.ReleaseImage(release)+"@sha256:") {
+		return "", fmt.Errorf("make image's reference %q is not %s@sha256:...", ref, inject.ReleaseImage(release))
+	}
+	return ref, nil
+}
 
 // config/samples, with the demo app's image replaced by this repository's
 // stand-in (test/node/demoapp takes agnhost's arguments).
@@ -196,23 +255,31 @@ images:
     newTag: node
 `
 
-func redisService(ip string) string {
-	return fmt.Sprintf(`apiVersion: v1
+// redisService is a selector-less Service of each name with a hand-written
+// EndpointSlice to the redis-server at ip: what a user does for a Redis
+// outside the cluster.
+func redisService(ip string, names ...string) string {
+	var b strings.Builder
+	for _, name := range names {
+		fmt.Fprintf(&b, `---
+apiVersion: v1
 kind: Service
-metadata: {name: redis, namespace: %[1]s}
+metadata: {name: %[3]s, namespace: %[1]s}
 spec:
   ports: [{name: redis, port: 6379, targetPort: 6379, protocol: TCP}]
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
-  name: redis-node
+  name: %[3]s
   namespace: %[1]s
-  labels: {kubernetes.io/service-name: redis}
+  labels: {kubernetes.io/service-name: %[3]s}
 addressType: IPv4
 ports: [{name: redis, port: 6379, protocol: TCP}]
 endpoints: [{addresses: [%[2]q]}]
-`, system, ip)
+`, system, ip, name)
+	}
+	return b.String()
 }
 
 // testDemoInjected applies config/samples and checks what the kubelet runs:
@@ -805,7 +872,7 @@ func testLastPolicyDeleted(ctx context.Context, t *testing.T, n *node) {
 // nothing slidegate created is left.
 func testUninstall(ctx context.Context, t *testing.T, n *node) {
 	mustKubectl(ctx, t, "delete", "--ignore-not-found", "--wait=true", "--timeout=3m", "-k", n.overlay(t, demoKustomization))
-	mustKubectl(ctx, t, "delete", "--wait=true", "--timeout=3m", "-k", n.overlay(t, installKustomization))
+	mustKubectl(ctx, t, "delete", "--wait=true", "--timeout=3m", "-k", n.overlay(t, installKustomization()))
 	for _, q := range [][]string{
 		{"get", "crd", "ratelimitpolicies.ratelimit.slidegate.dev", "--ignore-not-found", "-o", "name"},
 		{"get", "namespace", system, demo, "--ignore-not-found", "-o", "name"},

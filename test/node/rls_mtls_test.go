@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,8 +21,8 @@ import (
 )
 
 // The install with the rate limit service requiring client certificates
-// (config/rls-mtls), the image changed as in installKustomization.
-var rlsMTLSKustomization = strings.Replace(installKustomization, "  - ../default\n", "  - ../rls-mtls\n", 1)
+// (config/rls-mtls), the image and Redis as in installKustomization.
+func rlsMTLSKustomization() string { return overlayKustomization("../rls-mtls") }
 
 // testRateLimitServiceMTLS switches the rate limit service to client
 // certificates (config/rls-mtls, with the Secret slidegate-rls-tls a user
@@ -38,10 +37,10 @@ func testRateLimitServiceMTLS(ctx context.Context, t *testing.T, n *node) {
 	t.Cleanup(func() {
 		_, _ = kubectl(context.WithoutCancel(ctx), "", "-n", system, "delete", "secret", "slidegate-rls-tls", "--ignore-not-found")
 	})
-	mustKubectl(ctx, t, "apply", "--server-side", "-k", n.overlay(t, rlsMTLSKustomization))
+	mustKubectl(ctx, t, "apply", "--server-side", "-k", n.overlay(t, rlsMTLSKustomization()))
 	mustKubectl(ctx, t, "-n", system, "rollout", "status", "deployment/slidegate-rls", "--timeout=3m")
 	defer func() {
-		mustKubectl(ctx, t, "apply", "--server-side", "-k", n.overlay(t, rlsKustomization))
+		mustKubectl(ctx, t, "apply", "--server-side", "-k", n.overlay(t, rlsKustomization()))
 		mustKubectl(ctx, t, "-n", system, "rollout", "status", "deployment/slidegate-rls", "--timeout=3m")
 	}()
 

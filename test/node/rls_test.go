@@ -36,8 +36,8 @@ import (
 )
 
 // The install with the rate limit service (config/rls: config/default and
-// config/components/rls), the image changed as in installKustomization.
-var rlsKustomization = strings.Replace(installKustomization, "  - ../default\n", "  - ../rls\n", 1)
+// config/components/rls), the image and Redis as in installKustomization.
+func rlsKustomization() string { return overlayKustomization("../rls") }
 
 const rlsPolicyManifest = `apiVersion: ratelimit.slidegate.dev/v1alpha1
 kind: RateLimitPolicy
@@ -62,7 +62,7 @@ spec:
 // ConfigMap to both; and the limit is one across the two servers, asked
 // alternately by their pod IPs, as a gateway's connections would spread.
 func testRateLimitService(ctx context.Context, t *testing.T, n *node) {
-	mustKubectl(ctx, t, "apply", "--server-side", "-k", n.overlay(t, rlsKustomization))
+	mustKubectl(ctx, t, "apply", "--server-side", "-k", n.overlay(t, rlsKustomization()))
 	mustKubectl(ctx, t, "-n", system, "rollout", "status", "deployment/slidegate-rls", "--timeout=3m")
 	if _, err := kubectl(ctx, rlsPolicyManifest, "apply", "--server-side", "-f", "-"); err != nil {
 		t.Fatal(err)

@@ -191,15 +191,29 @@ func (u *upgrade) prevOverlay(t *testing.T, kustomization string) string {
 }
 
 // prevInstall is the previous release's install as its user applied it
-// (with prevOverlay): the overlay of this checkout's, with the previous
-// image. Its demo is demoKustomization, unchanged.
-func prevInstall(t *testing.T) string {
-	t.Helper()
-	k := strings.Replace(installKustomization, "newTag: node", "newTag: "+previousRelease, 1)
-	if k == installKustomization {
-		t.Fatal("installKustomization no longer sets newTag: node; set the previous release's tag in prevInstall")
-	}
-	return withSharedIdentity(k)
+// (with prevOverlay): its config/default with the previous image, and its
+// default Redis address (the Service "redis"; that release had no other
+// place for it than the manager's arguments). Its demo is
+// demoKustomization, unchanged.
+func prevInstall() string {
+	return withSharedIdentity(`resources:
+  - ../default
+images:
+  - name: ghcr.io/slidegate/slidegate
+    newName: slidegate.test/slidegate
+    newTag: ` + previousRelease + `
+replacements:
+  - source:
+      kind: Deployment
+      name: slidegate-controller-manager
+      fieldPath: spec.template.spec.containers.[name=manager].image
+    targets:
+      - select:
+          kind: Deployment
+          name: slidegate-controller-manager
+        fieldPaths:
+          - spec.template.spec.containers.[name=manager].env.[name=SLIDEGATE_SIDECAR_IMAGE].value
+`)
 }
 
 // The shared Redis identity of the previous release's install: its user
@@ -231,8 +245,11 @@ func (u *upgrade) installPrevious(ctx context.Context, t *testing.T) {
 	ctr(ctx, t, "images", "import", u.previousImageTarball(ctx, t))
 	t.Logf("%s imported in %.1fs", previousImage, time.Since(start).Seconds())
 
-	mustKubectl(ctx, t, "apply", "--server-side", "-k", u.prevOverlay(t, prevInstall(t)))
-	if _, err := kubectl(ctx, redisService(u.n.ip), "apply", "--server-side", "-f", "-"); err != nil {
+	mustKubectl(ctx, t, "apply", "--server-side", "-k", u.prevOverlay(t, prevInstall()))
+	// The previous release's default address, and the one this checkout's
+	// install is given: one redis-server behind both, as a user who moves
+	// the address in the upgrade keeps the old one until it is done.
+	if _, err := kubectl(ctx, redisService(u.n.ip, "redis", redisServiceName), "apply", "--server-side", "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
 	mustKubectl(ctx, t, "-n", system, "create", "secret", "generic", sharedRedisSecret,
@@ -304,7 +321,7 @@ func (u *upgrade) upgrade(ctx context.Context, t *testing.T) {
 	mustKubectl(ctx, t, "-n", system, "create", "secret", "generic", "slidegate-redis-admin",
 		"--from-literal=username="+u.adminUser, "--from-literal=password="+u.adminPassword)
 	applied := time.Now()
-	mustKubectl(ctx, t, "apply", "--server-side", "-k", u.n.overlay(t, withSharedIdentity(installKustomization)))
+	mustKubectl(ctx, t, "apply", "--server-side", "-k", u.n.overlay(t, withSharedIdentity(installKustomization())))
 	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
 	waitLeader(ctx, t, image)
 	t.Logf("the manager of %s leads %.1fs after the apply", u.newRelease, time.Since(applied).Seconds())
@@ -384,7 +401,7 @@ func (u *upgrade) rollback(ctx context.Context, t *testing.T) {
 		before[p.Name] = sidecarMetrics(ctx, t, &p).loads
 	}
 	u.rolledBack = time.Now()
-	mustKubectl(ctx, t, "apply", "--server-side", "-k", u.prevOverlay(t, prevInstall(t)))
+	mustKubectl(ctx, t, "apply", "--server-side", "-k", u.prevOverlay(t, prevInstall()))
 	mustKubectl(ctx, t, "-n", system, "rollout", "status", manager, "--timeout=3m")
 	waitLeader(ctx, t, previousImage)
 	eventually(t, time.Minute, 200*time.Millisecond, "the previous controller's "+sidecarconfig.VersionOf(0), func() error {
@@ -435,7 +452,7 @@ func (u *upgrade) rollback(ctx context.Context, t *testing.T) {
 // would, leaving the node as the test found it.
 func (u *upgrade) uninstall(ctx context.Context, t *testing.T) {
 	mustKubectl(ctx, t, "delete", "--ignore-not-found", "--wait=true", "--timeout=3m", "-k", u.prevOverlay(t, demoKustomization))
-	mustKubectl(ctx, t, "delete", "--wait=true", "--timeout=3m", "-k", u.prevOverlay(t, prevInstall(t)))
+	mustKubectl(ctx, t, "delete", "--wait=true", "--timeout=3m", "-k", u.prevOverlay(t, prevInstall()))
 	for _, q := range [][]string{
 		{"get", "crd", "ratelimitpolicies.ratelimit.slidegate.dev", "--ignore-not-found", "-o", "name"},
 		{"get", "namespace", system, demo, "--ignore-not-found", "-o", "name"},

@@ -1,0 +1,291 @@
+// Command imagepack packs static binaries into an OCI image without a
+// container engine or a registry: `make image` builds slidegate's release
+// image with it (hack/image.sh), and the real-node tests their stand-ins for
+// the demo app and the sandbox image (hack/node-images.sh).
+//
+//	go run ./hack/imagepack -tag ghcr.io/slidegate/slidegate:v0.2.0 -o out.tar \
+//	    -oci dist/images/oci -entrypoint /manager /manager=bin/manager /sidecar=bin/sidecar
+//
+// It writes an OCI archive, a tar of an OCI image layout (`ctr images import`
+// and `kind load image-archive` take it, and keep the manifest's digest), and
+// with -oci adds the image to an OCI image layout directory (`crane push DIR
+// REF`, `skopeo copy oci:DIR:TAG`). It prints the image's reference with its digest
+// (REF@sha256:...), which is the same for the same binaries: every time and
+// owner in the image is fixed.
+//
+// The layout mirrors the Dockerfile's distroless/static base where the
+// binaries care: /etc/passwd and /etc/group with the nonroot user 65532, and a
+// world-writable /tmp.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/match"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+const nonroot = "65532"
+
+func main() {
+	var (
+		out        = flag.String("o", "", "output: an OCI archive (a tar of an OCI image layout)")
+		tag        = flag.String("tag", "", "image reference, with a fixed non-latest tag")
+		entrypoint = flag.String("entrypoint", "", "the image's entrypoint (one path)")
+		arch       = flag.String("arch", runtime.GOARCH, "the binaries' GOARCH: the image's platform is linux/ARCH")
+		oci        = flag.String("oci", "", "also add the image to the OCI image layout in this directory (created if missing)")
+	)
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: imagepack -o FILE -tag REF [-oci DIR] [-arch GOARCH] [-entrypoint PATH] /path/in/image=local-file...\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if *out == "" || *tag == "" || flag.NArg() == 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	pinned, err := run(*out, *tag, *entrypoint, *arch, *oci, flag.Args())
+	if err != nil {
+		log.Fatalf("imagepack: %v", err)
+	}
+	fmt.Println(pinned)
+}
+
+// run packs the image, writes it, and returns its reference pinned by
+// digest (tag@sha256:...).
+func run(out, tag, entrypoint, arch, oci string, files []string) (string, error) {
+	ref, err := name.NewTag(tag, name.StrictValidation)
+	if err != nil {
+		return "", fmt.Errorf("tag %q: %w", tag, err)
+	}
+	// A moving tag would let the nodes of one cluster run different bits
+	// under one name (and the kubelet pull it again on every start).
+	if ref.TagStr() == "latest" {
+		return "", fmt.Errorf("tag %q: a release image needs a fixed tag, not latest", tag)
+	}
+	layerTar, err := layer(files)
+	if err != nil {
+		return "", err
+	}
+	// OCI media types throughout: what an OCI layout and registries expect.
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return "", err
+	}
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, l)
+	if err != nil {
+		return "", err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return "", err
+	}
+	cf = cf.DeepCopy()
+	// containerd unpacks only images of its own platform.
+	cf.OS, cf.Architecture = "linux", arch
+	cf.Created = v1.Time{Time: time.Unix(0, 0)}
+	cf.Config = v1.Config{User: nonroot + ":" + nonroot, Env: []string{"PATH=/"}}
+	if entrypoint != "" {
+		cf.Config.Entrypoint = []string{entrypoint}
+	}
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		return "", err
+	}
+	if err := writeArchive(out, ref, img); err != nil {
+		return "", err
+	}
+	if oci != "" {
+		if err := addToLayout(oci, ref, img); err != nil {
+			return "", fmt.Errorf("OCI layout %s: %w", oci, err)
+		}
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return "", err
+	}
+	return ref.String() + "@" + digest.String(), nil
+}
+
+// writeArchive writes img, named ref, to the file out as an OCI archive: a
+// tar of an OCI image layout that holds img alone. containerd imports it
+// (`ctr images import`, which `kind load image-archive` runs) with the
+// manifest's own digest, the one run returns: a `docker save` tarball has no
+// manifest, so an importer writes one of its own, with another digest.
+// The index names the image twice for containerd: by ref, and by its
+// repository and digest (repo@sha256:...). The kubelet finds an image by
+// those names only, so without the second, a pod pinned to the digest (make
+// dist's install) would be pulled from the registry: ctr's --digests names
+// it import-<date>@sha256:..., which no pod asks for.
+func writeArchive(out string, ref name.Tag, img v1.Image) error {
+	dir, err := os.MkdirTemp("", "imagepack-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := addToLayout(dir, ref, img); err != nil {
+		return err
+	}
+	desc, err := partial.Descriptor(img)
+	if err != nil {
+		return err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	desc.Platform = &v1.Platform{OS: cf.OS, Architecture: cf.Architecture}
+	desc.Annotations = map[string]string{"io.containerd.image.name": ref.Context().Digest(desc.Digest.String()).String()}
+	if err := layout.Path(dir).AppendDescriptor(*desc); err != nil {
+		return err
+	}
+	var files []string
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && path != dir {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	for _, path := range files {
+		if err := addFile(tw, dir, path); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// addFile writes the file or directory path, relative to dir, into tw with
+// fixed times and owners, so the archive of one image is always the same.
+func addFile(tw *tar.Writer, dir, path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(dir, path)
+	if err != nil {
+		return err
+	}
+	h := &tar.Header{Name: filepath.ToSlash(rel), Mode: 0o644, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+	if info.IsDir() {
+		h.Typeflag, h.Name, h.Mode = tar.TypeDir, h.Name+"/", 0o755
+		return tw.WriteHeader(h)
+	}
+	h.Typeflag, h.Size = tar.TypeReg, info.Size()
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	src, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	_, err = io.Copy(tw, src)
+	return err
+}
+
+// addToLayout adds img to the OCI image layout in dir, named by the tag as
+// the OCI image spec's ref.name annotation says (and by the whole
+// reference, as containerd names the images it imports).
+func addToLayout(dir string, ref name.Tag, img v1.Image) error {
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		if p, err = layout.Write(dir, empty.Index); err != nil {
+			return err
+		}
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	return p.ReplaceImage(img, match.Name(ref.TagStr()),
+		layout.WithPlatform(v1.Platform{OS: cf.OS, Architecture: cf.Architecture}),
+		layout.WithAnnotations(map[string]string{
+			"org.opencontainers.image.ref.name": ref.TagStr(),
+			"io.containerd.image.name":          ref.String(),
+		}))
+}
+
+// layer returns one uncompressed tar with the base files and the binaries.
+func layer(files []string) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	epoch := time.Unix(0, 0)
+	dir := func(name string, mode int64) error {
+		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, ModTime: epoch})
+	}
+	file := func(name string, mode int64, body []byte) error {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(body)), ModTime: epoch}); err != nil {
+			return err
+		}
+		_, err := tw.Write(body)
+		return err
+	}
+	for _, d := range []string{"etc", "tmp"} {
+		mode := int64(0o755)
+		if d == "tmp" {
+			mode = 0o1777
+		}
+		if err := dir(d, mode); err != nil {
+			return nil, err
+		}
+	}
+	if err := file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:"+nonroot+":"+nonroot+":nonroot:/home/nonroot:/sbin/nologin\n")); err != nil {
+		return nil, err
+	}
+	if err := file("etc/group", 0o644, []byte("root:x:0:\nnonroot:x:"+nonroot+":\n")); err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		dst, src, ok := strings.Cut(f, "=")
+		if !ok || !strings.HasPrefix(dst, "/") {
+			return nil, fmt.Errorf("%q: want /path/in/image=local-file", f)
+		}
+		body, err := os.ReadFile(src)
+		if err != nil {
+			return nil, err
+		}
+		if err := file(strings.TrimPrefix(dst, "/"), 0o755, body); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
