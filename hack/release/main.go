@@ -46,7 +46,7 @@ func main() {
 
 func run(version, changelog, out string, archives []string) error {
 	if version == "" || len(archives) == 0 {
-		return errors.New("usage: release -version V [-changelog FILE] [-out DIR] ARCHIVE...")
+		return errors.New("usage: release -version V [-changelog FILE] [-out DIR] ARCHIVE [ARCHIVE]")
 	}
 	cl, err := os.ReadFile(changelog)
 	if err != nil {
