@@ -137,6 +137,7 @@ func krewManifest(version string, archives []string) ([]byte, error) {
 			Homepage:         "https://github.com/slidegate/slidegate",
 			ShortDescription: "Why a client is rate limited by slidegate",
 			Description: "Reads slidegate's exact sliding-window rate limits from the cluster:\n" +
+				"`status` lists the RateLimitPolicies with what the controller reported,\n" +
 				"`why` shows one client's live window under a RateLimitPolicy (admits,\n" +
 				"remaining, the exact retry time) without changing it, and `top` lists\n" +
 				"the clients a policy refused most. It reaches the sidecars through a\n" +

@@ -16,13 +16,20 @@ import (
 	"github.com/slidegate/slidegate/internal/version"
 )
 
-const usage = `kubectl slidegate: why is a client limited, from the Kubernetes API.
+const usage = `kubectl slidegate: the policies' status, and why a client is limited, from the Kubernetes API.
 
 Usage:
-  kubectl slidegate why -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json]
-  kubectl slidegate top -n NAMESPACE POLICY [--limit N] [-o json]
+  kubectl slidegate status [-n NAMESPACE | -A] [POLICY] [-o json|yaml]
+  kubectl slidegate why -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json|yaml]
+  kubectl slidegate top -n NAMESPACE POLICY [--limit N] [-o json|yaml]
   kubectl slidegate version
   kubectl slidegate help
+
+status lists the policies with what the controller reported: accepted,
+ready, enforced, the reason of the first that is not (SidecarsOutdated,
+ServiceBypassesSidecar, ...), enforced of matched pods and the sidecar
+configuration revision; with one POLICY, each condition's message too. It
+needs only get and list on ratelimitpolicies.
 
 why shows the client's live window under POLICY, read by a sidecar of the
 policy's pods without changing it: admits in the window, limit, remaining,
@@ -67,13 +74,15 @@ func (e Env) Main(ctx context.Context, args []string) int {
 
 // cmdArgs are the values of the flags.
 type cmdArgs struct {
-	o          WhyOptions
-	output     string
-	limit      int
-	global     bool
-	values     [4]string // header, query, claim, ip
-	overrides  clientcmd.ConfigOverrides
-	kubeconfig string
+	o      WhyOptions
+	output string
+	limit  int
+	global bool
+	values [4]string // header, query, claim, ip
+	// allNamespaces is status's -A.
+	allNamespaces bool
+	overrides     clientcmd.ConfigOverrides
+	kubeconfig    string
 }
 
 // valueFlags name cmdArgs.values and the source each stands for.
@@ -92,10 +101,13 @@ func (e Env) flags(cmd string, a *cmdArgs) *pflag.FlagSet {
 	// run prints the usage: to stdout when asked for (--help), to stderr
 	// with a usage error.
 	fs.Usage = func() {}
-	fs.StringVarP(&a.output, "output", "o", "", "output format: table (default) or json")
-	if cmd == "top" {
+	fs.StringVarP(&a.output, "output", "o", "", "output format: table (default), json or yaml")
+	switch cmd {
+	case "status":
+		fs.BoolVarP(&a.allNamespaces, "all-namespaces", "A", false, "status: the policies of every namespace")
+	case "top":
 		fs.IntVar(&a.limit, "limit", 10, "how many clients to list")
-	} else {
+	default:
 		for i, v := range valueFlags {
 			fs.StringVar(&a.values[i], v.flag, "", "why: "+v.help)
 		}
@@ -127,9 +139,9 @@ func (e Env) run(ctx context.Context, args []string) error {
 		e.printUsage(e.Stdout, e.flags("why", &a))
 		return nil
 	}
-	if len(args) == 0 || (args[0] != "why" && args[0] != "top") {
+	if len(args) == 0 || (args[0] != "why" && args[0] != "top" && args[0] != "status") {
 		e.printUsage(e.Stderr, e.flags("why", &a))
-		return fmt.Errorf("%w: the commands are why, top and version", ErrUsage)
+		return fmt.Errorf("%w: the commands are status, why, top and version", ErrUsage)
 	}
 	cmd := args[0]
 	fs := e.flags(cmd, &a)
@@ -141,11 +153,14 @@ func (e Env) run(ctx context.Context, args []string) error {
 		e.printUsage(e.Stderr, fs)
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
+	if a.output != "" && a.output != "table" && a.output != "json" && a.output != "yaml" {
+		return fmt.Errorf("%w: unknown output format %q (table, json or yaml)", ErrUsage, a.output)
+	}
+	if cmd == "status" {
+		return e.status(ctx, a, fs.Args())
+	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: give exactly one POLICY", ErrUsage)
-	}
-	if a.output != "" && a.output != "table" && a.output != "json" {
-		return fmt.Errorf("%w: unknown output format %q (table or json)", ErrUsage, a.output)
 	}
 	if cmd == "top" {
 		if a.limit < 1 {
@@ -196,6 +211,32 @@ func (e Env) run(ctx context.Context, args []string) error {
 		return err
 	}
 	return PrintWhy(e.Stdout, res, a.output)
+}
+
+// status runs `kubectl slidegate status [POLICY]`.
+func (e Env) status(ctx context.Context, a cmdArgs, args []string) error {
+	if len(args) > 1 {
+		return fmt.Errorf("%w: give at most one POLICY", ErrUsage)
+	}
+	if a.allNamespaces && len(args) == 1 {
+		return fmt.Errorf("%w: a POLICY is in one namespace: give -n, not -A", ErrUsage)
+	}
+	c, ns, err := e.connect(a)
+	if err != nil {
+		return err
+	}
+	if a.allNamespaces {
+		ns = ""
+	}
+	name := ""
+	if len(args) == 1 {
+		name = args[0]
+	}
+	res, err := c.Status(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	return PrintStatus(e.Stdout, res, a.output)
 }
 
 // connect loads the kubeconfig as kubectl does (flags, $KUBECONFIG,

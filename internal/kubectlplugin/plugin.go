@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/debugapi"
@@ -310,17 +311,25 @@ func PrintWhy(w io.Writer, res *WhyResult, format string) error {
 	return err
 }
 
-// printJSON writes v when format is json; done is false for a table.
+// printJSON writes v when format is json or yaml; done is false for a
+// table.
 func printJSON(w io.Writer, v any, format string) (done bool, err error) {
 	switch format {
 	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return true, enc.Encode(v)
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		_, err = w.Write(b)
+		return true, err
 	case "", "table":
 		return false, nil
 	}
-	return true, fmt.Errorf("unknown output format %q (table or json)", format)
+	return true, fmt.Errorf("unknown output format %q (table, json or yaml)", format)
 }
 
 func orDash(s string) string {

@@ -638,12 +638,12 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "the commands are why, top and version"},
+		{nil, "the commands are status, why, top and version"},
 		{[]string{"top", "p", "--limit", "0"}, "--limit must be at least 1"},
 		{[]string{"why", "p"}, "exactly one of --header"},
 		{[]string{"why", "p", "--header", "a", "--ip", "1.2.3.4"}, "exactly one of --header"},
 		{[]string{"why", "--global"}, "exactly one POLICY"},
-		{[]string{"top", "p", "-o", "yaml"}, "unknown output format"},
+		{[]string{"top", "p", "-o", "xml"}, "unknown output format"},
 	} {
 		if code, _, errOut := run(tc.args...); code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, %s", tc.args, code, errOut)
