@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/slidegate/slidegate/internal/rlsconvert"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/version"
 )
@@ -22,6 +25,7 @@ Usage:
   kubectl slidegate status [-n NAMESPACE | -A] [POLICY] [-o json|yaml]
   kubectl slidegate why -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json|yaml]
   kubectl slidegate top -n NAMESPACE POLICY [--limit N] [-o json|yaml]
+  kubectl slidegate convert -f CONFIG.yaml [-f ...] [-n NAMESPACE]
   kubectl slidegate version
   kubectl slidegate help
 
@@ -30,6 +34,11 @@ ready, enforced, the reason of the first that is not (SidecarsOutdated,
 ServiceBypassesSidecar, ...), enforced of matched pods and the sidecar
 configuration revision; with one POLICY, each condition's message too. It
 needs only get and list on ratelimitpolicies.
+
+convert turns envoyproxy/ratelimit's configuration files into
+RateLimitPolicies for slidegate's rate limit service (in NAMESPACE, default
+"default"), written to stdout; what does not map, and what means something
+else, is said in comments above them. It reads the files only (- is stdin).
 
 why shows the client's live window under POLICY, read by a sidecar of the
 policy's pods without changing it: admits in the window, limit, remaining,
@@ -81,8 +90,10 @@ type cmdArgs struct {
 	values [4]string // header, query, claim, ip
 	// allNamespaces is status's -A.
 	allNamespaces bool
-	overrides     clientcmd.ConfigOverrides
-	kubeconfig    string
+	// files are convert's -f.
+	files      []string
+	overrides  clientcmd.ConfigOverrides
+	kubeconfig string
 }
 
 // valueFlags name cmdArgs.values and the source each stands for.
@@ -105,6 +116,8 @@ func (e Env) flags(cmd string, a *cmdArgs) *pflag.FlagSet {
 	switch cmd {
 	case "status":
 		fs.BoolVarP(&a.allNamespaces, "all-namespaces", "A", false, "status: the policies of every namespace")
+	case "convert":
+		fs.StringArrayVarP(&a.files, "filename", "f", nil, "convert: an envoyproxy/ratelimit configuration file (- for stdin); repeatable")
 	case "top":
 		fs.IntVar(&a.limit, "limit", 10, "how many clients to list")
 	default:
@@ -139,9 +152,9 @@ func (e Env) run(ctx context.Context, args []string) error {
 		e.printUsage(e.Stdout, e.flags("why", &a))
 		return nil
 	}
-	if len(args) == 0 || (args[0] != "why" && args[0] != "top" && args[0] != "status") {
+	if len(args) == 0 || !slices.Contains([]string{"status", "why", "top", "convert"}, args[0]) {
 		e.printUsage(e.Stderr, e.flags("why", &a))
-		return fmt.Errorf("%w: the commands are status, why, top and version", ErrUsage)
+		return fmt.Errorf("%w: the commands are status, why, top, convert and version", ErrUsage)
 	}
 	cmd := args[0]
 	fs := e.flags(cmd, &a)
@@ -156,8 +169,11 @@ func (e Env) run(ctx context.Context, args []string) error {
 	if a.output != "" && a.output != "table" && a.output != "json" && a.output != "yaml" {
 		return fmt.Errorf("%w: unknown output format %q (table, json or yaml)", ErrUsage, a.output)
 	}
-	if cmd == "status" {
+	switch cmd {
+	case "status":
 		return e.status(ctx, a, fs.Args())
+	case "convert":
+		return e.convert(a, fs.Args())
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: give exactly one POLICY", ErrUsage)
@@ -237,6 +253,55 @@ func (e Env) status(ctx context.Context, a cmdArgs, args []string) error {
 		return err
 	}
 	return PrintStatus(e.Stdout, res, a.output)
+}
+
+// convert runs `kubectl slidegate convert -f FILE...`: the policies of
+// every file, one YAML stream each, and a line on stderr per file.
+func (e Env) convert(a cmdArgs, args []string) error {
+	if len(args) > 0 || len(a.files) == 0 {
+		return fmt.Errorf("%w: give the configuration files with -f (- for stdin)", ErrUsage)
+	}
+	ns := a.overrides.Context.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	for i, f := range a.files {
+		var in []byte
+		var err error
+		if f == "-" {
+			if e.Stdin == nil {
+				return fmt.Errorf("%w: no stdin to read the configuration from", ErrUsage)
+			}
+			in, err = io.ReadAll(io.LimitReader(e.Stdin, 16<<20))
+		} else {
+			in, err = os.ReadFile(f)
+		}
+		if err != nil {
+			return err
+		}
+		r, err := rlsconvert.Convert(in, ns)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		out, err := r.YAML()
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			out = append([]byte("---\n"), out...)
+		}
+		if _, err := e.Stdout.Write(out); err != nil {
+			return err
+		}
+		skipped := 0
+		for _, n := range r.Notes {
+			if n.Policy == "" {
+				skipped++
+			}
+		}
+		fmt.Fprintf(e.Stderr, "%s: %d policies; %d rate limits not converted, %d notes (in the comments)\n", f, len(r.Policies), skipped, len(r.Notes))
+	}
+	return nil
 }
 
 // connect loads the kubeconfig as kubectl does (flags, $KUBECONFIG,
