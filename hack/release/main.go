@@ -140,9 +140,9 @@ func krewManifest(version string, archives []string) ([]byte, error) {
 				"`status` lists the RateLimitPolicies with what the controller reported,\n" +
 				"`why` shows one client's live window under a RateLimitPolicy (admits,\n" +
 				"remaining, the exact retry time) without changing it, and `top` lists\n" +
-				"the clients a policy refused most, and `convert` turns envoyproxy/ratelimit\n" +
+				"the clients a policy refused most; `convert` turns envoyproxy/ratelimit\n" +
 				"configuration into policies. why and top reach the sidecars through a\n" +
-				"port-forward and needs the ClusterRole slidegate-debugger.\n",
+				"port-forward and need the ClusterRole slidegate-debugger.\n",
 		},
 	}
 	seen := map[string]bool{}
