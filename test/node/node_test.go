@@ -891,6 +891,29 @@ func testUninstall(ctx context.Context, t *testing.T, n *node) {
 			return nil
 		})
 	}
+	// Redis: no namespace's identity is left (the manager deletes a
+	// namespace's user when the namespace goes, before the install does).
+	// What docs/install.md says stays: the administrative user the operator
+	// created, the rate limit service's user and the Functions library,
+	// which the operator deletes. (Keys expire with their windows.)
+	rdb := n.redis.testClient()
+	defer func() { _ = rdb.Close() }()
+	eventually(t, 2*time.Minute, time.Second, "only the users docs/install.md names left in Redis", func() error {
+		users, err := rdb.Do(ctx, "ACL", "USERS").StringSlice()
+		if err != nil {
+			return err
+		}
+		for _, u := range users {
+			if u != "default" && u != testRedisUser && u != n.redisAdminUser && u != "slidegate-rls" {
+				return fmt.Errorf("user %s left (users %v)", u, users)
+			}
+		}
+		return nil
+	})
+	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+	if err != nil || len(libs) != 1 || libs[0].Name != "slidegate" {
+		t.Errorf("libraries left: %+v (%v); want the slidegate library alone, as docs/install.md says", libs, err)
+	}
 }
 
 // --- reading the cluster ----------------------------------------------------
