@@ -428,9 +428,9 @@ func (c *call) undo() {
 		if len(keys) == 0 {
 			continue
 		}
-		// An undo gets a full timeout of its own: it must not be dropped
+		// An undo gets a full budget of its own: it must not be dropped
 		// because the decision that needs it is about to give up.
-		o := &op{script: &undoLua, args: undoArgs(l.api, c.member, keys), deadline: time.Now().Add(l.opts.Timeout), done: make(chan struct{}, 1)}
+		o := &op{script: &undoLua, args: undoArgs(l.api, c.member, keys), deadline: l.repairDeadline(), done: make(chan struct{}, 1)}
 		ops = append(ops, o)
 		l.stats.undos.Add(1)
 		l.enqueueNoWait(o)

@@ -13,7 +13,8 @@ import (
 // MaxTimeout (a new connection through the proxy takes about four delayed
 // round trips: HELLO, CLIENT SETINFO, PING), closes it and teaches the
 // budget the latency; from then on Redis decides. Bounded by Timeout, the
-// probe never closed the breaker and every decision fell back.
+// probe never closed the breaker and every decision fell back. The
+// limiter's own repairs (cancels, undos) get the same budget.
 func TestSlowerThanTimeout(t *testing.T) {
 	t.Parallel()
 	r := testsupport.StartRedis(t)
@@ -27,10 +28,27 @@ func TestSlowerThanTimeout(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("first decision by Redis %v after the start", time.Since(start).Round(time.Millisecond))
+	t.Logf("first decision by Redis %v after the start (%d lost replies' cancels pending, stats %+v)",
+		time.Since(start).Round(time.Millisecond), l.cancels.Load(), l.Stats())
+	opens := l.Stats().BreakerOpens
 	for i := range 10 {
 		if d := one(l, rule, "c"); d.Source != SourceRedis {
 			t.Fatalf("decision %d after Redis decided again: %+v", i, d)
 		}
+	}
+	// The decisions that timed out before left cancels of their lost
+	// replies (and undos of late admits). Sent with a deadline of Timeout,
+	// each failed against this Redis, was retried for a minute, and its
+	// failures reopened the breaker between answered decisions (under
+	// load, five in a row). With the budget's deadline they are answered
+	// as soon as the decisions are: within a few of the slowest answers.
+	wait := 4 * l.budget(time.Now())
+	for deadline := time.Now().Add(wait); l.cancels.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d cancels still pending %v after Redis decided again (stats %+v)", l.cancels.Load(), wait, l.Stats())
+		}
+	}
+	if got := l.Stats().BreakerOpens; got != opens {
+		t.Errorf("the breaker opened %d more times after Redis decided again", got-opens)
 	}
 }
