@@ -554,7 +554,7 @@ func (l *Limiter) undoLate(o *op, v any) {
 	}
 	if args := lateUndoArgs(o.args, rep); args != nil {
 		l.stats.undos.Add(1)
-		l.enqueueNoWait(&op{script: &undoLua, args: args, deadline: l.repairDeadline(), done: make(chan struct{}, 1)})
+		l.enqueueNoWait(l.repairOp(&undoLua, args))
 	}
 }
 
@@ -598,7 +598,7 @@ func (l *Limiter) cancelUntilDone(args []any) {
 	wait := time.NewTimer(time.Hour)
 	defer wait.Stop()
 	for {
-		o := &op{script: &cancelLua, args: args, deadline: l.repairDeadline(), done: make(chan struct{}, 1)}
+		o := l.repairOp(&cancelLua, args)
 		l.enqueueNoWait(o)
 		// An op whose deadline passes in the queue is dropped unanswered.
 		wait.Reset(2 * time.Until(o.deadline))

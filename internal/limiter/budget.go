@@ -15,15 +15,15 @@ func (l *Limiter) budget(now time.Time) time.Duration {
 	return min(max(l.opts.Timeout, 2*l.latency.recent(now)), l.opts.MaxTimeout)
 }
 
-// repairDeadline is the deadline of an op the limiter sends on its own
-// behalf (an undo, a lost reply's cancel): the budget, like a decision's.
-// A fixed Timeout would fail every repair against a Redis slower than
-// Timeout, which the budget serves, and each failure counts toward the
-// breaker: a lost reply's cancel, retried for a minute, then reopened the
-// breaker between decisions Redis answered.
-func (l *Limiter) repairDeadline() time.Time {
+// repairOp is an op the limiter sends on its own behalf (an undo, a lost
+// reply's cancel), with the budget's deadline, like a decision's. A fixed
+// Timeout would fail every repair against a Redis slower than Timeout,
+// which the budget serves, and each failure counts toward the breaker: a
+// lost reply's cancel, retried for a minute, then reopened the breaker
+// between decisions Redis answered.
+func (l *Limiter) repairOp(s *script, args []any) *op {
 	now := time.Now()
-	return now.Add(l.budget(now))
+	return &op{script: s, args: args, deadline: now.Add(l.budget(now)), done: make(chan struct{}, 1)}
 }
 
 // latencyWindow keeps the slowest answer of the current and the previous

@@ -430,7 +430,7 @@ func (c *call) undo() {
 		}
 		// An undo gets a full budget of its own: it must not be dropped
 		// because the decision that needs it is about to give up.
-		o := &op{script: &undoLua, args: undoArgs(l.api, c.member, keys), deadline: l.repairDeadline(), done: make(chan struct{}, 1)}
+		o := l.repairOp(&undoLua, undoArgs(l.api, c.member, keys))
 		ops = append(ops, o)
 		l.stats.undos.Add(1)
 		l.enqueueNoWait(o)

@@ -105,7 +105,7 @@ func (l *Limiter) notReplicated(o *op, v any) bool {
 	l.stats.notReplicated.Add(1)
 	if args := lateUndoArgs(o.args, rep); args != nil {
 		l.stats.undos.Add(1)
-		l.enqueueNoWait(&op{script: &undoLua, args: args, deadline: l.repairDeadline(), done: make(chan struct{}, 1)})
+		l.enqueueNoWait(l.repairOp(&undoLua, args))
 	}
 	o.finish(nil, ErrNotReplicated)
 	return true
