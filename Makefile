@@ -14,6 +14,9 @@ LDFLAGS := -X github.com/slidegate/slidegate/internal/version.Version=$(VERSION)
 # place, config/manager/kustomization.yaml (newTag = VERSION, make verify).
 IMAGE ?= ghcr.io/slidegate/slidegate
 IMG ?= $(IMAGE):$(VERSION)
+# The platforms of make image (this machine's; make dist: RELEASE_ARCHES).
+ARCHES ?= $(shell go env GOARCH)
+RELEASE_ARCHES = amd64 arm64
 CONTAINER_TOOL ?= docker
 
 SHELL = /usr/bin/env bash -o pipefail
@@ -138,15 +141,16 @@ run: manifests generate ## Run the manager against the cluster in ~/.kube/config
 	go run ./cmd/manager
 
 .PHONY: image
-image: ## Build the release image $(IMG) without a container engine (hack/image.sh): dist/images/ gets an OCI archive (kind load image-archive), an OCI layout (crane push) and the reference with its digest.
-	IMAGE="$(IMAGE)" hack/image.sh dist/images
+image: ## Build the release image $(IMG) for linux/$(ARCHES) without a container engine (hack/image.sh): dist/images/ gets an OCI archive (kind load image-archive), an OCI layout (crane push) and the reference with the index's digest.
+	IMAGE="$(IMAGE)" ARCHES="$(ARCHES)" hack/image.sh dist/images
 
 .PHONY: docker-build
 docker-build: ## Build the image with the three binaries, tagged with VERSION (needs a container engine).
 	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) .
 
 .PHONY: dist
-dist: image ## Write the release set into dist/ (hack/dist.sh): install.yaml with the image pinned by tag and digest, the kubectl plugin for linux and darwin (amd64, arm64), its krew manifest, the release notes from CHANGELOG.md, checksums.
+dist: ARCHES = $(RELEASE_ARCHES)
+dist: image ## Write the release set into dist/ (hack/dist.sh): the image for linux/amd64 and linux/arm64, install.yaml with it pinned by tag and digest, the kubectl plugin for linux and darwin (amd64, arm64), its krew manifest, the release notes from CHANGELOG.md, checksums.
 	hack/dist.sh dist
 
 .PHONY: docker-push

@@ -31,7 +31,7 @@ for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
 done
 go run ./hack/release -version "$VERSION" -changelog CHANGELOG.md -out "$DIR" "$DIR"/kubectl-slidegate_*.tar.gz
 (cd "$DIR" && sha256sum install.yaml slidegate.yaml RELEASE_NOTES.md kubectl-slidegate_*.tar.gz \
-	images/slidegate-"$VERSION"-linux-*.tar >checksums.txt)
+	images/slidegate-"$VERSION".tar >checksums.txt)
 echo "dist: slidegate $VERSION, image $ref" >&2
 (cd "$DIR" && ls -1 install.yaml slidegate.yaml RELEASE_NOTES.md checksums.txt kubectl-slidegate_*.tar.gz) | sed 's/^/  /' >&2
 echo "apply with: kubectl apply --server-side -f $DIR/install.yaml" >&2

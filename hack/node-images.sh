@@ -22,7 +22,7 @@ VERSION=$(cat "$ROOT/VERSION" 2>/dev/null || echo devel)
 # (ctr -n k8s.io images import), this one under make image's file name.
 "$ROOT/hack/image.sh" "$DIR/release" >/dev/null
 rm -f "$DIR"/slidegate*.tar
-cp "$DIR/release/slidegate-$VERSION-linux-$(go env GOARCH).tar" "$DIR/"
+cp "$DIR/release/slidegate-$VERSION.tar" "$DIR/"
 # One go build for the stand-ins: the flags of hack/goenv.sh, so what make
 # build, vet and the linters compiled is reused and only the links are new.
 go build -ldflags="-s -w" -o "$DIR/bin/" ./test/node/demoapp ./test/node/pause ./hack/imagepack

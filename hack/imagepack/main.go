@@ -4,14 +4,20 @@
 // the demo app and the sandbox image (hack/node-images.sh).
 //
 //	go run ./hack/imagepack -tag ghcr.io/slidegate/slidegate:v0.2.0 -o out.tar \
-//	    -oci dist/images/oci -entrypoint /manager /manager=bin/manager /sidecar=bin/sidecar
+//	    -arch amd64,arm64 -oci dist/images/oci -entrypoint /manager \
+//	    /manager=bin/{arch}/manager /sidecar=bin/{arch}/sidecar
+//
+// The image is an OCI image index with one image per -arch (linux/ARCH),
+// each packed from the files with {arch} replaced by its GOARCH: one name
+// and one digest for every platform, as a registry serves a multi-platform
+// image, so a pinned install runs on amd64 and arm64 nodes alike.
 //
 // It writes an OCI archive, a tar of an OCI image layout (`ctr images import`
-// and `kind load image-archive` take it, and keep the manifest's digest), and
-// with -oci adds the image to an OCI image layout directory (`crane push DIR
-// REF`, `skopeo copy oci:DIR:TAG`). It prints the image's reference with its digest
-// (REF@sha256:...), which is the same for the same binaries: every time and
-// owner in the image is fixed.
+// and `kind load image-archive` take it, and keep the index's digest), and
+// with -oci adds the index to an OCI image layout directory (`crane push DIR
+// REF`, `skopeo copy --all oci:DIR:TAG`). It prints the reference with the
+// index's digest (REF@sha256:...), which is the same for the same binaries:
+// every time and owner in the image is fixed.
 //
 // The layout mirrors the Dockerfile's distroless/static base where the
 // binaries care: /etc/passwd and /etc/group with the nonroot user 65532, and a
@@ -29,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -51,11 +58,11 @@ func main() {
 		out        = flag.String("o", "", "output: an OCI archive (a tar of an OCI image layout)")
 		tag        = flag.String("tag", "", "image reference, with a fixed non-latest tag")
 		entrypoint = flag.String("entrypoint", "", "the image's entrypoint (one path)")
-		arch       = flag.String("arch", runtime.GOARCH, "the binaries' GOARCH: the image's platform is linux/ARCH")
+		arch       = flag.String("arch", runtime.GOARCH, "the GOARCHes, comma-separated: one image for linux/ARCH each, from the files with {arch} replaced")
 		oci        = flag.String("oci", "", "also add the image to the OCI image layout in this directory (created if missing)")
 	)
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: imagepack -o FILE -tag REF [-oci DIR] [-arch GOARCH] [-entrypoint PATH] /path/in/image=local-file...\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: imagepack -o FILE -tag REF [-oci DIR] [-arch GOARCH,...] [-entrypoint PATH] /path/in/image=local-file...\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -63,16 +70,16 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	pinned, err := run(*out, *tag, *entrypoint, *arch, *oci, flag.Args())
+	pinned, err := run(*out, *tag, *entrypoint, strings.Split(*arch, ","), *oci, flag.Args())
 	if err != nil {
 		log.Fatalf("imagepack: %v", err)
 	}
 	fmt.Println(pinned)
 }
 
-// run packs the image, writes it, and returns its reference pinned by
-// digest (tag@sha256:...).
-func run(out, tag, entrypoint, arch, oci string, files []string) (string, error) {
+// run packs an image per arch into one index, writes it, and returns the
+// reference pinned by the index's digest (tag@sha256:...).
+func run(out, tag, entrypoint string, arches []string, oci string, files []string) (string, error) {
 	ref, err := name.NewTag(tag, name.StrictValidation)
 	if err != nil {
 		return "", fmt.Errorf("tag %q: %w", tag, err)
@@ -82,25 +89,61 @@ func run(out, tag, entrypoint, arch, oci string, files []string) (string, error)
 	if ref.TagStr() == "latest" {
 		return "", fmt.Errorf("tag %q: a release image needs a fixed tag, not latest", tag)
 	}
-	layerTar, err := layer(files)
+	if len(arches) == 0 || slices.Contains(arches, "") || len(slices.Compact(slices.Sorted(slices.Values(arches)))) != len(arches) {
+		return "", fmt.Errorf("-arch %q: want distinct GOARCHes, comma-separated", strings.Join(arches, ","))
+	}
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, arch := range arches {
+		img, err := image(arch, entrypoint, files)
+		if err != nil {
+			return "", fmt.Errorf("linux/%s: %w", arch, err)
+		}
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
+			Add:        img,
+			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}},
+		})
+	}
+	if err := writeArchive(out, ref, idx); err != nil {
+		return "", err
+	}
+	if oci != "" {
+		if err := addToLayout(oci, ref, idx); err != nil {
+			return "", fmt.Errorf("OCI layout %s: %w", oci, err)
+		}
+	}
+	digest, err := idx.Digest()
 	if err != nil {
 		return "", err
+	}
+	return ref.String() + "@" + digest.String(), nil
+}
+
+// image packs the files, {arch} replaced by arch, into an image of the
+// platform linux/arch.
+func image(arch, entrypoint string, files []string) (v1.Image, error) {
+	resolved := make([]string, len(files))
+	for i, f := range files {
+		resolved[i] = strings.ReplaceAll(f, "{arch}", arch)
+	}
+	layerTar, err := layer(resolved)
+	if err != nil {
+		return nil, err
 	}
 	// OCI media types throughout: what an OCI layout and registries expect.
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	}, tarball.WithMediaType(types.OCILayer))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err := mutate.AppendLayers(base, l)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	cf = cf.DeepCopy()
 	// containerd unpacks only images of its own platform.
@@ -110,53 +153,32 @@ func run(out, tag, entrypoint, arch, oci string, files []string) (string, error)
 	if entrypoint != "" {
 		cf.Config.Entrypoint = []string{entrypoint}
 	}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return "", err
-	}
-	if err := writeArchive(out, ref, img); err != nil {
-		return "", err
-	}
-	if oci != "" {
-		if err := addToLayout(oci, ref, img); err != nil {
-			return "", fmt.Errorf("OCI layout %s: %w", oci, err)
-		}
-	}
-	digest, err := img.Digest()
-	if err != nil {
-		return "", err
-	}
-	return ref.String() + "@" + digest.String(), nil
+	return mutate.ConfigFile(img, cf)
 }
 
-// writeArchive writes img, named ref, to the file out as an OCI archive: a
-// tar of an OCI image layout that holds img alone. containerd imports it
+// writeArchive writes idx, named ref, to the file out as an OCI archive: a
+// tar of an OCI image layout that holds idx alone. containerd imports it
 // (`ctr images import`, which `kind load image-archive` runs) with the
-// manifest's own digest, the one run returns: a `docker save` tarball has no
+// index's own digest, the one run returns: a `docker save` tarball has no
 // manifest, so an importer writes one of its own, with another digest.
 // The index names the image twice for containerd: by ref, and by its
 // repository and digest (repo@sha256:...). The kubelet finds an image by
 // those names only, so without the second, a pod pinned to the digest (make
 // dist's install) would be pulled from the registry: ctr's --digests names
 // it import-<date>@sha256:..., which no pod asks for.
-func writeArchive(out string, ref name.Tag, img v1.Image) error {
+func writeArchive(out string, ref name.Tag, idx v1.ImageIndex) error {
 	dir, err := os.MkdirTemp("", "imagepack-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := addToLayout(dir, ref, img); err != nil {
+	if err := addToLayout(dir, ref, idx); err != nil {
 		return err
 	}
-	desc, err := partial.Descriptor(img)
+	desc, err := partial.Descriptor(idx)
 	if err != nil {
 		return err
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	desc.Platform = &v1.Platform{OS: cf.OS, Architecture: cf.Architecture}
 	desc.Annotations = map[string]string{"io.containerd.image.name": ref.Context().Digest(desc.Digest.String()).String()}
 	if err := layout.Path(dir).AppendDescriptor(*desc); err != nil {
 		return err
@@ -219,22 +241,18 @@ func addFile(tw *tar.Writer, dir, path string) error {
 	return err
 }
 
-// addToLayout adds img to the OCI image layout in dir, named by the tag as
+// addToLayout adds idx to the OCI image layout in dir, named by the tag as
 // the OCI image spec's ref.name annotation says (and by the whole
-// reference, as containerd names the images it imports).
-func addToLayout(dir string, ref name.Tag, img v1.Image) error {
+// reference, as containerd names the images it imports), in place of what
+// the layout held under that tag.
+func addToLayout(dir string, ref name.Tag, idx v1.ImageIndex) error {
 	p, err := layout.FromPath(dir)
 	if err != nil {
 		if p, err = layout.Write(dir, empty.Index); err != nil {
 			return err
 		}
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	return p.ReplaceImage(img, match.Name(ref.TagStr()),
-		layout.WithPlatform(v1.Platform{OS: cf.OS, Architecture: cf.Architecture}),
+	return p.ReplaceIndex(idx, match.Name(ref.TagStr()),
 		layout.WithAnnotations(map[string]string{
 			"org.opencontainers.image.ref.name": ref.TagStr(),
 			"io.containerd.image.name":          ref.String(),
