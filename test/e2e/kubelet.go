@@ -32,13 +32,15 @@ type Sidecar struct {
 	// reaches through a port-forward (a kubelet's; here, directly).
 	DebugURL string
 	Args     []string
+	// Log is the file the sidecar's output goes to.
+	Log string
 	// ConfigSyncs counts how often the ConfigMap content was (re)projected.
 	configDir string
 	last      string
 }
 
 // StartSidecar runs the injected sidecar of pod in front of upstream.
-func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *corev1.Pod, upstream string, logf func(string, ...any)) (*Sidecar, error) {
+func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *corev1.Pod, upstream string, logf func(string, ...any), extraArgs ...string) (*Sidecar, error) {
 	var spec *corev1.Container
 	for i := range pod.Spec.InitContainers {
 		if pod.Spec.InitContainers[i].Name == inject.ContainerName {
@@ -113,6 +115,8 @@ func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *core
 		}
 		env = append(env, e.Name+"="+v)
 	}
+	s.Args = append(s.Args, extraArgs...)
+	s.Log = filepath.Join(c.Dir, "sidecar-"+pod.Name+".log")
 	cmd := exec.CommandContext(ctx, sidecarBin, s.Args...)
 	cmd.Env = env
 	logf("starting the sidecar binary with the injected container's arguments:\n      %s %s", spec.Command[0], strings.Join(s.Args, " "))
@@ -121,9 +125,20 @@ func (c *Cluster) StartSidecar(ctx context.Context, sidecarBin string, pod *core
 	}
 	s.cmd = cmd
 	if err := waitHTTP(ctx, s.AdminURL+"/readyz", 30*time.Second); err != nil {
-		return nil, fmt.Errorf("sidecar not ready (log: %s): %w", filepath.Join(c.Dir, "sidecar-"+pod.Name+".log"), err)
+		return nil, fmt.Errorf("sidecar not ready (log: %s): %w", s.Log, err)
 	}
 	return s, nil
+}
+
+// LogTail returns the last n lines of the sidecar's output, for a failure's
+// message (the directory is gone when the test ends).
+func (s *Sidecar) LogTail(n int) string {
+	b, err := os.ReadFile(s.Log)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // projectSecret writes, into dir, the items of the pod's Secret volume

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -76,22 +77,56 @@ type TokenResult struct {
 // content events, each flushed on its own, then the usage event and
 // [DONE]. In process, on loopback, like the demo's app: the step needs a
 // stream, which the demo app (agnhost netexec) does not send.
-func modelServer(tokens int, seen *atomic.Int64) *httptest.Server {
+//
+// What went wrong on its side (a failed read of the request or write of the
+// stream, with when) goes to errs, for a failure's message.
+func modelServer(tokens int, seen *atomic.Int64, errs *modelErrors) *httptest.Server {
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen.Add(1)
-		_, _ = io.Copy(io.Discard, r.Body)
+		n := seen.Add(1)
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			errs.add("request %d: reading the body: %v", n, err)
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		fl, _ := w.(http.Flusher)
+		write := func(ev string) {
+			if _, err := io.WriteString(w, ev); err != nil {
+				errs.add("request %d: writing %q: %v", n, ev, err)
+			}
+		}
 		for i, word := range []string{"Sliding", " windows", " are", " exact."} {
-			fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-demo\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", word)
+			write(fmt.Sprintf("data: {\"id\":\"chatcmpl-demo\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", word))
 			if fl != nil && i < 3 {
 				fl.Flush()
 			}
 		}
 		prompt := tokens / 4
-		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-demo\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", prompt, tokens-prompt, tokens)
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		write(fmt.Sprintf("data: {\"id\":\"chatcmpl-demo\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", prompt, tokens-prompt, tokens))
+		write("data: [DONE]\n\n")
+		if err := r.Context().Err(); err != nil {
+			errs.add("request %d: its context ended: %v", n, context.Cause(r.Context()))
+		}
 	}))
+}
+
+// modelErrors are what modelServer saw fail, with when.
+type modelErrors struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *modelErrors) add(format string, a ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, time.Now().Format("15:04:05.000000 ")+fmt.Sprintf(format, a...))
+}
+
+func (e *modelErrors) String() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.list) == 0 {
+		return "none"
+	}
+	return strings.Join(e.list, "; ")
 }
 
 // runTokens is the token-limited step: it applies the token sample through
@@ -119,9 +154,12 @@ func runTokens(ctx context.Context, c *Cluster, o Options, logf func(string, ...
 		return nil, err
 	}
 	var seen atomic.Int64
-	upstream := modelServer(TokensPerStream, &seen)
+	var upstreamErrs modelErrors
+	upstream := modelServer(TokensPerStream, &seen, &upstreamErrs)
 	defer upstream.Close()
-	sc, err := c.StartSidecar(ctx, o.SidecarBin, pod, upstream.URL, logf)
+	// At debug level the sidecar logs what its reverse proxy saw go wrong
+	// (a read error mid-stream), which a failure below quotes.
+	sc, err := c.StartSidecar(ctx, o.SidecarBin, pod, upstream.URL, logf, "--log-level=debug")
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +174,8 @@ func runTokens(ctx context.Context, c *Cluster, o Options, logf func(string, ...
 		TokenRequests, header, TokenKey, TokensPerStream, TokenPolicy, res.Limit, policy.Spec.Window)
 	start := time.Now()
 	if err := res.streamAll(ctx, o.Out, sc.URL, header, start); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w\n(at %s; the model server saw %d requests, its errors: %s)\nthe sidecar's log, last lines:\n%s",
+			err, time.Now().Format("15:04:05.000000"), seen.Load(), &upstreamErrs, sc.LogTail(40))
 	}
 	res.UpstreamSeen = seen.Load()
 	fmt.Fprintf(o.Out, "    %d streams admitted, %d tokens served (the limit is %d: %d in debt), %d refused; the model server saw %d requests\n",
@@ -261,11 +300,13 @@ func stream(ctx context.Context, url, header string) (*streamed, error) {
 		return s, err
 	}
 	sc := bufio.NewScanner(resp.Body)
+	events, began := 0, time.Now()
 	for sc.Scan() {
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {
 			continue
 		}
+		events++
 		if data == "[DONE]" {
 			s.done = true
 			continue
@@ -282,7 +323,10 @@ func stream(ctx context.Context, url, header string) (*streamed, error) {
 			s.tokens += ev.Usage.TotalTokens
 		}
 	}
-	return s, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w after %d events in %s (headers %v)", err, events, time.Since(began).Round(time.Millisecond), resp.Header)
+	}
+	return s, nil
 }
 
 // why sends the request `kubectl slidegate why` sends through its
