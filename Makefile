@@ -46,6 +46,12 @@ help: ## Display this help.
 .PHONY: manifests
 manifests: ## Generate CRDs, RBAC and webhook manifests from the Go markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./..." output:crd:artifacts:config=config/crd/bases
+	@# The Helm chart's copies of what config/ holds (charts/slidegate/files).
+	mkdir -p charts/slidegate/files/dashboards
+	cp config/crd/bases/ratelimit.slidegate.dev_ratelimitpolicies.yaml charts/slidegate/files/crd.yaml
+	cp config/rbac/role.yaml charts/slidegate/files/role.yaml
+	cp config/components/monitoring/prometheusrule.yaml charts/slidegate/files/prometheusrule.yaml
+	cp config/components/monitoring/dashboards/slidegate.json charts/slidegate/files/dashboards/slidegate.json
 
 .PHONY: generate
 generate: ## Generate DeepCopy code for the API types.
@@ -71,9 +77,9 @@ lint: golangci-lint ## Run golangci-lint.
 .PHONY: verify
 verify: generate manifests docs ## Regenerate code, manifests and API docs; fail on any difference from what is committed.
 	go mod tidy -diff
-	@if [ -n "$$(git status --porcelain -- api config controllers internal cmd docs/api.md)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts controllers internal cmd docs/api.md)" ]; then \
 		echo "verify: generated files are out of date; run 'make generate manifests docs' and commit:"; \
-		git status --porcelain -- api config controllers internal cmd docs/api.md; git diff --stat -- api config docs/api.md; exit 1; \
+		git status --porcelain -- api config charts controllers internal cmd docs/api.md; git diff --stat -- api config charts docs/api.md; exit 1; \
 	fi
 	kubectl kustomize config/default >/dev/null
 	kubectl kustomize config/cert-manager >/dev/null

@@ -59,14 +59,7 @@ func TestRedisConnectionSetOnce(t *testing.T) {
 		t.Fatalf("ConfigMap %s is empty", cm.Name)
 	}
 
-	flags := map[string]map[string]bool{}
-	for name, cmd := range map[string]cli.Command{"manager": manager.Command(), "rls": rls.Command()} {
-		fs := flag.NewFlagSet(name, flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		cmd.Flags(fs)
-		flags[name] = map[string]bool{}
-		fs.VisitAll(func(f *flag.Flag) { flags[name][cli.EnvName(f.Name)] = true })
-	}
+	flags := flagEnv()
 	for key := range cm.Data {
 		for name, env := range flags {
 			if !env[key] {
@@ -103,4 +96,19 @@ func TestRedisConnectionSetOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// flagEnv is, for each command that reads the Redis connection (the
+// manager, and through it the sidecars; the RLS), the environment
+// variables of its flags.
+func flagEnv() map[string]map[string]bool {
+	flags := map[string]map[string]bool{}
+	for name, cmd := range map[string]cli.Command{"manager": manager.Command(), "rls": rls.Command()} {
+		fs := flag.NewFlagSet(name, flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		cmd.Flags(fs)
+		flags[name] = map[string]bool{}
+		fs.VisitAll(func(f *flag.Flag) { flags[name][cli.EnvName(f.Name)] = true })
+	}
+	return flags
 }
