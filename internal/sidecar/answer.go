@@ -98,13 +98,14 @@ func describeKey(p *policy) string {
 }
 
 // ambiguousKeyAnswer is the 400 for a request that gives more than one
-// value for the client key of policy p (see keyAmbiguous): whichever the
+// value for the client key of policy p, or hides what the sidecar reads
+// from the application (see keyAmbiguous, connectionNames): whichever the
 // sidecar took, the client could have chosen its bucket.
 func ambiguousKeyAnswer(p *policy) answer {
 	return answer{
 		status: http.StatusBadRequest,
 		body: "slidegate: request refused: it gives more than one " + describeKey(p) +
-			" (repeated, comma-separated, or spelled another way); send exactly one\n",
+			" (repeated, comma-separated, or spelled another way), or its Connection header names a header the rate limit reads; send exactly one, and no such Connection\n",
 	}
 }
 

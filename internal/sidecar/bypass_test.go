@@ -82,6 +82,9 @@ func TestWaysAroundALimit(t *testing.T) {
 	byHeader := func(s *v1alpha1.RateLimitPolicySpec) {
 		s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User", OnMissing: v1alpha1.MissingKeyAllow}
 	}
+	byHeaderOrDeny := func(s *v1alpha1.RateLimitPolicySpec) {
+		s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User", OnMissing: v1alpha1.MissingKeyDeny}
+	}
 	byQuery := func(s *v1alpha1.RateLimitPolicySpec) {
 		s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceQueryParameter, Name: "key", OnMissing: v1alpha1.MissingKeyAllow}
 	}
@@ -148,6 +151,19 @@ func TestWaysAroundALimit(t *testing.T) {
 		{name: "IPv6 client moving in its /64", policy: byAddress,
 			spend:  []string{"GET / HTTP/1.1", "X-Forwarded-For: 2001:db8:1:2::1"},
 			around: []string{"GET / HTTP/1.1", "X-Forwarded-For: 2001:db8:1:2:ffff:ffff:ffff:fffe"}, want: 429},
+
+		// What the sidecar reads, hidden from the application: a header the
+		// Connection header names is hop-by-hop, and the reverse proxy
+		// removes it. Keyed on it, the client picks a bucket while the
+		// application serves a client without one (past onMissing Deny).
+		{name: "key header named in Connection", policy: byHeaderOrDeny,
+			spend:  []string{"GET / HTTP/1.1", "X-User: real"},
+			around: []string{"GET / HTTP/1.1", "X-User: random", "Connection: keep-alive, x-user"}, want: 400},
+		{name: "bearer token named in Connection", policy: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub", OnMissing: v1alpha1.MissingKeyDeny}
+		},
+			spend:  []string{"GET / HTTP/1.1", "Authorization: Bearer " + jwt(`{"sub":"real"}`)},
+			around: []string{"GET / HTTP/1.1", "Authorization: Bearer " + jwt(`{"sub":"random"}`), "Connection: Authorization"}, want: 400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,6 +178,22 @@ func TestWaysAroundALimit(t *testing.T) {
 				t.Errorf("the application saw %d requests, want 1", n)
 			}
 		})
+	}
+}
+
+// TestHiddenCostHeader: a request whose Connection header names the
+// policy's cost header would be charged a cost the application never sees
+// (the reverse proxy removes the header, and the application does the work
+// of its own default): refused, as an ambiguous key is.
+func TestHiddenCostHeader(t *testing.T) {
+	h := newHarness(t, newMemLimiter(), renderedConfig(t, apiPolicy(func(s *v1alpha1.RateLimitPolicySpec) {
+		s.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{Header: "X-Cost", Default: new(int64(1))}}
+	})))
+	if got := h.rawRequest(t, "GET / HTTP/1.1", "X-Cost: 1", "Connection: X-Cost"); got != http.StatusBadRequest || h.up.hits.Load() != 0 {
+		t.Errorf("X-Cost named in Connection: status %d, the application saw %d requests; want 400 and none", got, h.up.hits.Load())
+	}
+	if got := h.rawRequest(t, "GET / HTTP/1.1", "X-Cost: 1"); got != http.StatusOK {
+		t.Errorf("X-Cost alone: status %d, want 200", got)
 	}
 }
 

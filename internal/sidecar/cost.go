@@ -61,6 +61,13 @@ func (c *requestCost) of(r *http.Request) int64 {
 	return n
 }
 
+// hidden reports whether r's Connection header names c's header: the
+// request would be charged a cost the application never sees (see
+// connectionNames), so it is refused as for an ambiguous key.
+func (c *requestCost) hidden(r *http.Request) bool {
+	return c != nil && c.header != "" && len(r.Header[c.header]) > 0 && connectionNames(r.Header, c.header)
+}
+
 // costRequest is the limiter request of p for a request whose client key
 // is client: its request cost, or a check.
 func costRequest(p *policy, rule limiter.Rule, client string, r *http.Request) limiter.Request {

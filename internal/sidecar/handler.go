@@ -93,6 +93,9 @@ func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []lim
 			continue
 		}
 		key, ks := ri.key(p)
+		if ks == keyFound && p.reqCost.hidden(r) {
+			ks = keyAmbiguous
+		}
 		switch {
 		case ks == keyAmbiguous && p.dryRun:
 			p.counters.Inc(enforce.AmbiguousKey)

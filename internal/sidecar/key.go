@@ -162,13 +162,30 @@ func headerIdentity(h http.Header, canon string) (string, keyState) {
 	switch {
 	case n == 0:
 		return "", keyMissing
-	case n > 1 || len(vs) != 1 || strings.IndexByte(vs[0], ',') >= 0:
+	case n > 1 || len(vs) != 1 || strings.IndexByte(vs[0], ',') >= 0 || connectionNames(h, canon):
 		return "", keyAmbiguous
 	}
 	if v := strings.TrimSpace(vs[0]); v != "" {
 		return v, keyFound
 	}
 	return "", keyMissing
+}
+
+// connectionNames reports whether h's Connection header lists the header
+// name: a hop-by-hop header (RFC 9110, 7.6.1), which the reverse proxy
+// removes before the application sees the request. A value read from it is
+// one the application never saw: keyed on it, a client would pick its own
+// bucket while the application serves it as a client without one (past a
+// policy's onMissing Deny). HTTP/2 has no Connection header.
+func connectionNames(h http.Header, name string) bool {
+	for _, v := range h["Connection"] {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // queryIdentity is the value of the query parameter name that identifies a
@@ -220,6 +237,9 @@ func (ri *reqInfo) claim(p *policy) (string, keyState) {
 	if !ri.bearerDone {
 		ri.bearerDone = true
 		ri.bearer, ri.bearerState = bearerToken(ri.r.Header["Authorization"])
+		if ri.bearerState == keyFound && connectionNames(ri.r.Header, "Authorization") {
+			ri.bearerState = keyAmbiguous
+		}
 	}
 	if ri.bearerState != keyFound {
 		return "", ri.bearerState
