@@ -154,9 +154,20 @@ func (s *Sidecar) withCharges(r *http.Request, dec *decided) (*http.Request, con
 // reverse proxy's ModifyResponse); its Close charges them.
 func meterResponse(resp *http.Response) {
 	cs, ok := resp.Request.Context().Value(chargesKey{}).(*charges)
-	// A protocol switch (WebSocket) is a tunnel the proxy needs the body
-	// of as it is (an io.ReadWriteCloser): it reports no usage.
-	if !ok || resp.StatusCode == http.StatusSwitchingProtocols {
+	if !ok {
+		return
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// A protocol switch (WebSocket) is a tunnel the proxy needs the
+		// body of as it is (an io.ReadWriteCloser), and no usage can be
+		// read from it: charged now what its headers report, else the
+		// policy's default, never nothing (a client could otherwise pick
+		// a tunnel to pay nothing).
+		meters := make([]*respcost.Meter, len(cs.items))
+		for i, c := range cs.items {
+			meters[i] = c.rule.NewMeter(resp.Header, http.NoBody)
+		}
+		cs.charge(resp, meters)
 		return
 	}
 	mb := &meteredBody{cs: cs, resp: resp, meters: make([]*respcost.Meter, len(cs.items))}
@@ -202,21 +213,27 @@ func (b *meteredBody) Close() error {
 		}
 		err = b.ReadCloser.Close()
 		b.cs.stop()
-		reqs := make([]limiter.Request, 0, len(b.cs.items))
-		for i, c := range b.cs.items {
-			res := b.meters[i].Cost(b.resp.Trailer)
-			b.cs.charged.WithLabelValues(c.policy, string(res.Source)).Add(float64(res.Cost))
-			if res.Cost == 0 {
-				continue
-			}
-			req := c.req
-			req.Op, req.Hits = limiter.OpCharge, res.Cost
-			reqs = append(reqs, req)
-		}
-		if len(reqs) > 0 {
-			// The client may be gone; the cost is owed all the same.
-			b.cs.lim.Decide(context.WithoutCancel(b.resp.Request.Context()), reqs)
-		}
+		b.cs.charge(b.resp, b.meters)
 	})
 	return err
+}
+
+// charge charges what meters (one per item, index for index) measured of
+// resp, as of now.
+func (cs *charges) charge(resp *http.Response, meters []*respcost.Meter) {
+	reqs := make([]limiter.Request, 0, len(cs.items))
+	for i, c := range cs.items {
+		res := meters[i].Cost(resp.Trailer)
+		cs.charged.WithLabelValues(c.policy, string(res.Source)).Add(float64(res.Cost))
+		if res.Cost == 0 {
+			continue
+		}
+		req := c.req
+		req.Op, req.Hits = limiter.OpCharge, res.Cost
+		reqs = append(reqs, req)
+	}
+	if len(reqs) > 0 {
+		// The client may be gone; the cost is owed all the same.
+		cs.lim.Decide(context.WithoutCancel(resp.Request.Context()), reqs)
+	}
 }

@@ -376,6 +376,51 @@ func TestCostHangUpEndsTheStream(t *testing.T) {
 	eventually(t, 5*time.Second, "charged the default", func() bool { return chargedBy(s, "endless", "default") == 9 })
 }
 
+// TestCostUpgradeChargesTheDefault: a WebSocket upgrade (101) is a tunnel
+// whose usage cannot be read: it is charged the policy's default, not
+// nothing, and the next request's RateLimit field counts it.
+func TestCostUpgradeChargesTheDefault(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer func() { _ = conn.Close() }()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		_ = brw.Flush()
+		_, _ = io.Copy(io.Discard, brw) // until the client closes the tunnel
+	}))
+	t.Cleanup(up.Close)
+	pol := testPolicy("ws", 100)
+	pol.Cost = &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{JSONFields: []string{"usage.total_tokens"}, Default: 9}}
+	s, front := costSidecar(t, r, up.URL, pol)
+	req, _ := http.NewRequest(http.MethodGet, front, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: status %d", resp.StatusCode)
+	}
+	_ = resp.Body.Close()
+	eventually(t, 5*time.Second, "charged the default for the tunnel", func() bool { return chargedBy(s, "ws", "default") == 9 })
+	resp, err = http.Get(front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(resp)
+	if m := remainingParam.FindStringSubmatch(resp.Header.Get("RateLimit")); m == nil || m[1] != "91" {
+		t.Errorf("after the tunnel: RateLimit %q, want r=91", resp.Header.Get("RateLimit"))
+	}
+}
+
 // TestCostRequestHeader: a request cost read from a header is decided as
 // the request arrives (admitted only if it fits, counted at once); a
 // missing, repeated or malformed header costs the default, one above 1e9
