@@ -43,7 +43,7 @@ func TestCostPolicySkippedBySidecarsOfMinor1(t *testing.T) {
 	ns := newNamespace(t)
 	tokens := newPolicy(ns, "tokens", func(s *v1alpha1.RateLimitPolicySpec) {
 		s.Limit = 100_000
-		s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{JSONFields: []v1alpha1.JSONFieldPath{"usage.total_tokens"}}}
+		s.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{JSONFields: []v1alpha1.JSONFieldPath{"usage.total_tokens"}, Default: new(int64(0))}}
 	})
 	count := newPolicy(ns, "count")
 	old := newPod(ns, "old", map[string]string{"app": "checkout"}, true)

@@ -115,6 +115,7 @@ type RequestCost struct {
 // ResponseCost is where a response reports its cost (for the sidecars), or
 // nothing at all for the rate limit service, where the gateway sends it.
 // +kubebuilder:validation:XValidation:rule="!has(self.default) || has(self.header) || has(self.jsonFields)",message="default applies only with header or jsonFields: it is charged when the response reports no cost"
+// +kubebuilder:validation:XValidation:rule="has(self.default) || !(has(self.header) || has(self.jsonFields))",message="default is required with header or jsonFields: it is what a response that reports no cost is charged (a stream without usage, a client that hangs up first, a WebSocket), which a client can choose; write the most a response costs, or 0 to let such responses pass free"
 type ResponseCost struct {
 	// header is the response header that carries the cost, a whole number
 	// in decimal digits (above 1000000000, it counts as 1000000000), e.g.
@@ -161,9 +162,15 @@ type ResponseCost struct {
 	JSONFields []JSONFieldPath `json:"jsonFields,omitempty"`
 
 	// default is charged when the response reports no cost: the upstream
-	// never reports one, or the response ended (the client disconnected,
-	// the upstream failed) before it did. From 0 to 1000000000; defaults
-	// to 0 (nothing is charged). Only with header or jsonFields.
+	// never reports one, the response ended (the client disconnected, the
+	// upstream failed) before it did, or it is a protocol switch
+	// (WebSocket), whose usage cannot be read. From 0 to 1000000000.
+	// Required with header or jsonFields, and never assumed: a client can
+	// choose a response that reports nothing (an OpenAI-style stream
+	// without stream_options.include_usage, a hang-up before the last
+	// event), so this is what such a client pays. The most a response can
+	// cost (e.g. the model's max_tokens) charges the worst case; 0 lets
+	// such responses pass free.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000000000

@@ -53,7 +53,7 @@ func rlsWithCost(c v1alpha1.Cost) func(*v1alpha1.RateLimitPolicySpec) {
 // TestValidation.
 func TestValidationCost(t *testing.T) {
 	header := &v1alpha1.RequestCost{Header: "X-Estimated-Tokens"}
-	openAI := &v1alpha1.ResponseCost{JSONFields: []v1alpha1.JSONFieldPath{"usage.total_tokens"}}
+	openAI := &v1alpha1.ResponseCost{JSONFields: []v1alpha1.JSONFieldPath{"usage.total_tokens"}, Default: ptr[int64](4096)}
 	fields := func(n int) []v1alpha1.JSONFieldPath {
 		var out []v1alpha1.JSONFieldPath
 		for i := range n {
@@ -69,15 +69,15 @@ func TestValidationCost(t *testing.T) {
 		{name: "request header with default", mutate: withCost(v1alpha1.Cost{Request: &v1alpha1.RequestCost{Header: "X-Estimated-Tokens", Default: ptr[int64](0)}})},
 		{name: "response OpenAI", mutate: withCost(v1alpha1.Cost{Response: openAI})},
 		{name: "response Anthropic, stream", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
-			JSONFields: []v1alpha1.JSONFieldPath{"message.usage.input_tokens", "usage.output_tokens"}}})},
+			JSONFields: []v1alpha1.JSONFieldPath{"message.usage.input_tokens", "usage.output_tokens"}, Default: ptr[int64](0)}})},
 		{name: "response header, jsonFields and default", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
 			Header: "X-Usage-Tokens", JSONFields: []v1alpha1.JSONFieldPath{"usage.total_tokens"}, Default: ptr[int64](1_000_000_000)}})},
 		{name: "request and response", mutate: withCost(v1alpha1.Cost{Request: header, Response: openAI})},
-		{name: "8 json fields", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{JSONFields: fields(8)}})},
+		{name: "8 json fields", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{JSONFields: fields(8), Default: ptr[int64](1)}})},
 		{name: "json field of 8 names", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
-			JSONFields: []v1alpha1.JSONFieldPath{"a.b.c.d.e.f.g._h9"}}})},
+			JSONFields: []v1alpha1.JSONFieldPath{"a.b.c.d.e.f.g._h9"}, Default: ptr[int64](1)}})},
 		{name: "json field with an alternative (Anthropic, JSON and stream)", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{
-			JSONFields: []v1alpha1.JSONFieldPath{"usage.input_tokens|message.usage.input_tokens", "usage.output_tokens"}}})},
+			JSONFields: []v1alpha1.JSONFieldPath{"usage.input_tokens|message.usage.input_tokens", "usage.output_tokens"}, Default: ptr[int64](8192)}})},
 		{name: "rate limit service, request", mutate: rlsWithCost(v1alpha1.Cost{Request: &v1alpha1.RequestCost{}})},
 		{name: "rate limit service, response", mutate: rlsWithCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{}})},
 
@@ -110,6 +110,13 @@ func TestValidationCost(t *testing.T) {
 		// response.
 		{name: "response without header or jsonFields", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{}}),
 			wantErr: []string{"cost.response needs header (a response header or trailer that carries the cost), jsonFields (fields of a JSON response that carry it, e.g. usage.total_tokens) or both"}},
+		// A response that reports no cost is charged default: never a
+		// silent 0 that a client could choose (a stream without usage, a
+		// hang-up, a WebSocket).
+		{name: "response jsonFields without default", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{JSONFields: []v1alpha1.JSONFieldPath{"usage.total_tokens"}}}),
+			wantErr: []string{"spec.cost.response", "default is required with header or jsonFields: it is what a response that reports no cost is charged"}},
+		{name: "response header without default", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage"}}),
+			wantErr: []string{"default is required with header or jsonFields"}},
 		{name: "response default alone", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Default: ptr[int64](5)}}),
 			wantErr: []string{"default applies only with header or jsonFields"}},
 		{name: "response default -1", mutate: withCost(v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage", Default: ptr[int64](-1)}}),
@@ -198,7 +205,7 @@ func TestValidationCost(t *testing.T) {
 // cannot send: omitempty) is refused rather than read as "no fields".
 func TestValidationCostEmptyJSONFields(t *testing.T) {
 	spec := validSpec()
-	spec.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage"}}
+	spec.Cost = &v1alpha1.Cost{Response: &v1alpha1.ResponseCost{Header: "X-Usage", Default: ptr[int64](1)}}
 	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cost-empty-fields", Namespace: "default"}, Spec: spec}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
 	if err != nil {
@@ -214,15 +221,15 @@ func TestValidationCostEmptyJSONFields(t *testing.T) {
 	}
 }
 
-// TestCostHasNoSchemaDefaults: request.default and response.default are
-// not filled in by the schema (the renderer applies 1 and 0): a schema
-// default would put a default into request: {} and response: {} of a policy
-// for the rate limit service, which its rules refuse, and into a constant
-// request, where default does not apply.
+// TestCostHasNoSchemaDefaults: request.default is not filled in by the
+// schema (the renderer applies 1): a schema default would put a default
+// into request: {} of a policy for the rate limit service, which its rules
+// refuse, and into a constant request, where default does not apply.
+// (response.default is required where it applies.)
 func TestCostHasNoSchemaDefaults(t *testing.T) {
 	ctx := context.Background()
 	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cost-defaults", Namespace: "default"}, Spec: validSpec()}
-	p.Spec.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{Header: "X-Cost"}, Response: &v1alpha1.ResponseCost{Header: "X-Usage"}}
+	p.Spec.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{Header: "X-Cost"}, Response: &v1alpha1.ResponseCost{Header: "X-Usage", Default: ptr[int64](7)}}
 	if err := k.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -231,8 +238,8 @@ func TestCostHasNoSchemaDefaults(t *testing.T) {
 	if err := k.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
 		t.Fatal(err)
 	}
-	if c := got.Spec.Cost; c == nil || c.Request == nil || c.Response == nil || c.Request.Default != nil || c.Response.Default != nil {
-		t.Errorf("stored cost %+v: want request and response without defaults", c)
+	if c := got.Spec.Cost; c == nil || c.Request == nil || c.Response == nil || c.Request.Default != nil || c.Response.Default == nil || *c.Response.Default != 7 {
+		t.Errorf("stored cost %+v: want request without a default, response's as given", c)
 	}
 }
 
