@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 
-	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/clienthash"
 )
 
@@ -35,8 +34,11 @@ func (s *Sidecar) loadHashKey() {
 	switch {
 	case err != nil && cur == nil:
 		h = clienthash.Random()
-		s.log.Warn("no client hash key yet: /debug hashes client keys with a key of this process only until the Secret "+
-			v1alpha1.RedisCredentialsSecretName+" has "+clienthash.SecretDataKey, "file", s.opts.ClientHashKeyFile)
+		// The Secret is the file's (the namespace's Redis credentials, as
+		// injected): named by its path, so that the sidecar links no API
+		// types for a name.
+		s.log.Warn("no client hash key yet: /debug hashes client keys with a key of this process only until the mounted Secret has "+
+			clienthash.SecretDataKey, "file", s.opts.ClientHashKeyFile)
 	case err != nil:
 		if len(key) > 0 {
 			s.log.Warn("the client hash key file holds no usable key; keeping the key in force", "file", s.opts.ClientHashKeyFile, "error", err)
