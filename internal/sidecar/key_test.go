@@ -95,6 +95,17 @@ func TestClientKey(t *testing.T) {
 			url: "/x?KEY=random", want: "ambiguous"},
 		{name: "query with PHP's '.' for '_'", key: sidecarconfig.Key{Source: "QueryParameter", Name: "api_key", OnMissing: "Allow"},
 			url: "/x?api_key=real&api.key=random", want: "ambiguous"},
+		// PHP drops a name's leading spaces, reads an unclosed '[' as '_',
+		// and a closed one as an array of the name before it: alone, each
+		// would be no key to the sidecar (onMissing) and the key to PHP.
+		{name: "query with PHP's leading space", key: sidecarconfig.Key{Source: "QueryParameter", Name: "key", OnMissing: "Allow"},
+			url: "/x?+key=real", want: "ambiguous"},
+		{name: "query with PHP's unclosed '[' for '_'", key: sidecarconfig.Key{Source: "QueryParameter", Name: "api_key", OnMissing: "Allow"},
+			url: "/x?api[key=real", want: "ambiguous"},
+		{name: "query as a PHP array", key: sidecarconfig.Key{Source: "QueryParameter", Name: "key", OnMissing: "Allow"},
+			url: "/x?key%5B0%5D=real", want: "ambiguous"},
+		{name: "query, PHP's '[' keeps what follows", key: sidecarconfig.Key{Source: "QueryParameter", Name: "a_b_c", OnMissing: "Deny"},
+			url: "/x?a[b.c=random&a_b_c=real", want: "hash:q:real"},
 		{name: "query, a longer name is not the key", key: sidecarconfig.Key{Source: "QueryParameter", Name: "key", OnMissing: "Deny"},
 			url: "/x?keys=random&key=real", want: "hash:q:real"},
 		{name: "jwt in two Authorization lines", key: sidecarconfig.Key{Source: "JWTClaim", Name: "sub", OnMissing: "Allow"},

@@ -343,16 +343,35 @@ func unescapeQuery(s string) string {
 
 // sameParamName reports whether an application could read the query
 // parameter a as b: in any letter case (ASP.NET Core's query is
-// case-insensitive), and with PHP's renaming of '.' and ' ' to '_'.
+// case-insensitive), and as PHP names it (phpParamName).
 func sameParamName(a, b string) bool {
 	return a == b || strings.EqualFold(phpParamName(a), phpParamName(b))
 }
 
+// phpParamName is the name PHP registers a query parameter under
+// (php_register_variable_ex): leading spaces dropped, ' ' and '.' read as
+// '_' up to the first '[', which opens an array named by what comes before
+// it when a ']' follows (key[0] is read as key), and is itself read as '_'
+// when none does, the rest of the name then kept as it is. Laravel and
+// Symfony read PHP's names.
 func phpParamName(s string) string {
-	if !strings.ContainsAny(s, ". ") {
+	if !strings.ContainsAny(s, ". [") {
 		return s
 	}
-	return phpNames.Replace(s)
+	s = strings.TrimLeft(s, " ")
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ' ', '.':
+			b = append(b, '_')
+		case '[':
+			if strings.IndexByte(s[i+1:], ']') >= 0 {
+				return string(b)
+			}
+			return string(append(append(b, '_'), s[i+1:]...))
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b)
 }
-
-var phpNames = strings.NewReplacer(".", "_", " ", "_")
