@@ -26,6 +26,7 @@ Usage:
   kubectl slidegate why -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json|yaml]
   kubectl slidegate top -n NAMESPACE POLICY [--limit N] [-o json|yaml]
   kubectl slidegate convert -f CONFIG.yaml [-f ...] [-n NAMESPACE]
+  kubectl slidegate completion
   kubectl slidegate version
   kubectl slidegate help
 
@@ -51,6 +52,10 @@ A value of - is read from stdin, so that it stays out of the shell history.
 top lists the clients (hashed keys) that POLICY answered 429 most often in
 the last 5 to 10 minutes, merged over every ready sidecar of its pods; each
 count is an upper bound, AT-LEAST a lower one (a bounded sketch per sidecar).
+
+completion prints the script that kubectl (1.26 and later) runs to complete
+the plugin's commands, flags, output formats and policy names: save it as an
+executable named kubectl_complete-slidegate on PATH, beside the plugin.
 
 It reaches the sidecars' debug port, on the pods' loopback address, through
 a port-forward (as kubectl port-forward does). It needs create (and get) on
@@ -148,13 +153,20 @@ func (e Env) run(ctx context.Context, args []string) error {
 		_, err := fmt.Fprintln(e.Stdout, "kubectl-slidegate", version.Get())
 		return err
 	}
+	if len(args) > 0 && args[0] == "__complete" {
+		return e.complete(ctx, args[1:])
+	}
+	if len(args) == 1 && args[0] == "completion" {
+		_, err := fmt.Fprint(e.Stdout, completionScript)
+		return err
+	}
 	if len(args) == 1 && (args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
 		e.printUsage(e.Stdout, e.flags("why", &a))
 		return nil
 	}
 	if len(args) == 0 || !slices.Contains([]string{"status", "why", "top", "convert"}, args[0]) {
 		e.printUsage(e.Stderr, e.flags("why", &a))
-		return fmt.Errorf("%w: the commands are status, why, top, convert and version", ErrUsage)
+		return fmt.Errorf("%w: the commands are status, why, top, convert, completion and version", ErrUsage)
 	}
 	cmd := args[0]
 	fs := e.flags(cmd, &a)
@@ -339,4 +351,100 @@ func readValue(r io.Reader) (string, error) {
 		return "", fmt.Errorf("%w: the value read from stdin is empty", ErrUsage)
 	}
 	return line, nil
+}
+
+// completionScript is kubectl_complete-slidegate: kubectl runs it with the
+// words after "kubectl slidegate", the last one being completed.
+const completionScript = `#!/usr/bin/env sh
+# kubectl_complete-slidegate: completion of kubectl slidegate (kubectl 1.26+).
+exec kubectl slidegate __complete "$@"
+`
+
+// Directives of Cobra's completion protocol, which kubectl reads from a
+// plugin's completion: 4 completes nothing but the candidates given; 0 lets
+// the shell complete file names too.
+const (
+	completeNoFiles = 4
+	completeFiles   = 0
+)
+
+// complete answers `kubectl slidegate __complete WORDS... WORD` in Cobra's
+// protocol: the candidates for WORD, one a line, then ":" and a directive.
+// Policy names come from the API server, in the namespace the words name
+// (-n) or the kubeconfig's; when it cannot be asked, there are none.
+func (e Env) complete(ctx context.Context, args []string) error {
+	word := ""
+	if len(args) > 0 {
+		word, args = args[len(args)-1], args[:len(args)-1]
+	}
+	directive := completeNoFiles
+	var cands []string
+	switch {
+	case len(args) == 0:
+		cands = []string{"status", "why", "top", "convert", "completion", "version", "help"}
+	case slices.Contains([]string{"status", "why", "top", "convert"}, args[0]):
+		cmd := args[0]
+		var a cmdArgs
+		fs := e.flags(cmd, &a)
+		fs.SetOutput(io.Discard)
+		prev := args[len(args)-1]
+		switch {
+		case strings.HasPrefix(word, "-"):
+			fs.VisitAll(func(f *pflag.Flag) {
+				cands = append(cands, "--"+f.Name)
+				if f.Shorthand != "" {
+					cands = append(cands, "-"+f.Shorthand)
+				}
+			})
+		case prev == "-o" || prev == "--output":
+			cands = []string{"table", "json", "yaml"}
+		case prev == "-f" || prev == "--filename":
+			directive = completeFiles
+		case takesValue(fs, prev):
+			// A value that cannot be listed here (a namespace, a context).
+		case cmd != "convert":
+			fs.ParseErrorsAllowlist.UnknownFlags = true
+			if fs.Parse(args[1:]) != nil || fs.NArg() > 0 {
+				break // a POLICY is given already
+			}
+			c, ns, err := e.connect(a)
+			if err != nil {
+				break
+			}
+			if a.allNamespaces {
+				break // names repeat across namespaces
+			}
+			sts, err := c.Status(ctx, ns, "")
+			if err != nil {
+				break
+			}
+			for _, st := range sts {
+				cands = append(cands, st.Name)
+			}
+		}
+	}
+	for _, c := range cands {
+		if strings.HasPrefix(c, word) {
+			if _, err := fmt.Fprintln(e.Stdout, c); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := fmt.Fprintf(e.Stdout, ":%d\n", directive)
+	return err
+}
+
+// takesValue reports whether word is a flag of fs, without "=", that takes
+// the next word as its value.
+func takesValue(fs *pflag.FlagSet, word string) bool {
+	if !strings.HasPrefix(word, "-") || strings.Contains(word, "=") {
+		return false
+	}
+	var f *pflag.Flag
+	if name, ok := strings.CutPrefix(word, "--"); ok {
+		f = fs.Lookup(name)
+	} else {
+		f = fs.ShorthandLookup(strings.TrimPrefix(word, "-"))
+	}
+	return f != nil && f.NoOptDefVal == ""
 }

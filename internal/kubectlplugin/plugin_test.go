@@ -638,7 +638,7 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "the commands are status, why, top, convert and version"},
+		{nil, "the commands are status, why, top, convert, completion and version"},
 		{[]string{"top", "p", "--limit", "0"}, "--limit must be at least 1"},
 		{[]string{"why", "p"}, "exactly one of --header"},
 		{[]string{"why", "p", "--header", "a", "--ip", "1.2.3.4"}, "exactly one of --header"},

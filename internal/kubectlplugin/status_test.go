@@ -129,3 +129,39 @@ func TestStatus(t *testing.T) {
 		t.Errorf("refused: exit %d: %s", code, errOut)
 	}
 }
+
+// TestCompletion: what kubectl_complete-slidegate (the completion command's
+// script) answers kubectl in Cobra's protocol: the commands, a command's
+// flags, the output formats, file names for convert's -f, and the policies
+// of the namespace the words name, read from the API server.
+func TestCompletion(t *testing.T) {
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "complete-a"}})
+	statusPolicy(t, "complete-a", "per-user", 1, metav1.ConditionTrue, metav1.ConditionTrue, metav1.ConditionTrue, 1, 1)
+	statusPolicy(t, "complete-a", "per-ip", 1, metav1.ConditionTrue, metav1.ConditionTrue, metav1.ConditionTrue, 1, 1)
+	statusPolicy(t, "complete-a", "global", 1, metav1.ConditionTrue, metav1.ConditionTrue, metav1.ConditionTrue, 1, 1)
+	kc := kubeconfigFor(t, "frank", "system:masters")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{""}, "status why top convert completion version help :4"},
+		{[]string{"t"}, "top :4"},
+		{[]string{"why", "-n", "complete-a", "--kubeconfig", kc, "per-"}, "per-ip per-user :4"},
+		{[]string{"top", "--namespace=complete-a", "--kubeconfig", kc, ""}, "global per-ip per-user :4"},
+		{[]string{"why", "-n", "complete-a", "--kubeconfig", kc, "global", ""}, ":4"},
+		{[]string{"why", "--glo"}, "--global :4"},
+		{[]string{"status", "-o", ""}, "table json yaml :4"},
+		{[]string{"why", "--header", ""}, ":4"},
+		{[]string{"convert", "-f", ""}, ":0"},
+		{[]string{"nonsense", ""}, ":4"},
+	} {
+		code, out, errOut := run(append([]string{"__complete"}, tt.args...)...)
+		if got := strings.Join(strings.Fields(out), " "); code != 0 || got != tt.want {
+			t.Errorf("__complete %q: exit %d, %q (stderr %q); want %q", tt.args, code, got, errOut, tt.want)
+		}
+	}
+	code, out, _ := run("completion")
+	if code != 0 || !strings.Contains(out, `kubectl slidegate __complete "$@"`) {
+		t.Errorf("completion: exit %d, %q", code, out)
+	}
+}
