@@ -341,7 +341,8 @@ redis: {mode: sentinel, addrs: "s-0.redis:26379,s-1.redis:26379", masterName: my
 		if err != nil {
 			t.Fatal(err)
 		}
-		cm := decode[corev1.ConfigMap](t, docs, "ConfigMap", "slidegate-redis-connection")
+		var cm corev1.ConfigMap
+		rendered{docs: docs}.get(t, "ConfigMap", "slidegate-redis-connection", &cm)
 		want := map[string]string{
 			"SLIDEGATE_REDIS_MODE": "sentinel", "SLIDEGATE_REDIS_ADDRS": "s-0.redis:26379,s-1.redis:26379",
 			"SLIDEGATE_REDIS_MASTER_NAME": "mymaster", "SLIDEGATE_REDIS_TLS": "true", "SLIDEGATE_REDIS_TLS_SERVER_NAME": "redis.internal",
@@ -462,18 +463,4 @@ func objectOf(t *testing.T, docs [][]byte, kind, name string) *unstructured.Unst
 	}
 	t.Fatalf("no %s %s rendered", kind, name)
 	return nil
-}
-
-// decode is the one object of kind and name in docs, as a T.
-func decode[T any](t *testing.T, docs [][]byte, kind, name string) T {
-	t.Helper()
-	var obj T
-	b, err := yaml.Marshal(objectOf(t, docs, kind, name).Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.UnmarshalStrict(b, &obj); err != nil {
-		t.Fatal(err)
-	}
-	return obj
 }
