@@ -121,18 +121,19 @@ func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns st
 }
 
 // credentialsFor is the data of namespace ns's Secret: the client hash
-// key; from the manager's Secret, the TLS keys and the sentinels'
-// credentials, and the shared identity while it is the mode, or while a
-// sidecar of the namespace uses it and the namespace holds it already
-// (holdsShared); and the namespace's own identity once it is
-// set up on every node. A nil map with a problem leaves the Secret as it
+// key; from the manager's Secret, the TLS keys, the sentinels' identity
+// when it is fit for tenants (sentinelCredentials), and the shared
+// identity while it is the mode, or while a sidecar of the namespace uses
+// it and the namespace holds it already (holdsShared); and the namespace's
+// own identity once it is set up on every node. A nil map with a problem leaves the Secret as it
 // is (the manager's Secret is missing: the sidecars keep what they have).
 func (r *RateLimitPolicyReconciler) credentialsFor(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy, pods []corev1.Pod) (map[string][]byte, *problem, error) {
 	data := withClientHashKey(map[string][]byte{}, r.clientHashKey(ctx, ns))
+	var prob *problem
 	if r.RedisCredentials.Name != "" {
-		src, prob, err := r.credentialsData(ctx)
-		if prob != nil || err != nil {
-			return nil, prob, err
+		src, missing, err := r.credentialsData(ctx)
+		if missing != nil || err != nil {
+			return nil, missing, err
 		}
 		shared := r.mode() == IdentityShared
 		if !shared && len(sharedSidecars(pods)) > 0 {
@@ -140,25 +141,63 @@ func (r *RateLimitPolicyReconciler) credentialsFor(ctx context.Context, ns strin
 				return nil, nil, err
 			}
 		}
+		sentinel, sprob, unknown := r.sentinelCredentials(ctx, src)
+		if unknown {
+			return nil, sprob, nil // as it is, until the sentinels answer
+		}
 		for k, v := range src {
 			if !shared && (k == redisconn.SecretUsernameKey || k == redisconn.SecretPasswordKey) {
 				continue
 			}
+			if !sentinel && (k == redisconn.SecretSentinelUsernameKey || k == redisconn.SecretSentinelPasswordKey) {
+				continue
+			}
 			data[k] = v
 		}
+		prob = sprob
 	}
-	var prob *problem
 	if r.administered() {
 		user, password, p := r.namespaceIdentity(ctx, ns, policies)
 		if p == nil {
 			data[redisconn.SecretNamespaceUsernameKey], data[redisconn.SecretNamespacePasswordKey] = []byte(user), []byte(password)
-		} else if r.mode() == IdentityNamespace {
+		} else if r.mode() == IdentityNamespace && prob == nil {
 			// New sidecars authenticate as the namespace: without it they
 			// cannot. (In the shared mode it is only being prepared.)
 			prob = p
 		}
 	}
 	return data, prob, nil
+}
+
+// sentinelCredentials reports whether the sentinels' identity of src
+// (sentinel-username, sentinel-password) goes to the namespaces: only in
+// sentinel mode (elsewhere no sidecar reads it) and only when the
+// sentinels refuse it every command beyond discovery
+// (redisadmin.SentinelPowers). Every tenant reads its namespace's copy:
+// with SENTINEL REMOVE it takes the master from every namespace, with
+// SENTINEL MONITOR it points the sidecars at a master of its own, which
+// collects their AUTH. A problem says why it is held back; the namespaces'
+// sidecars then find no master. unknown: no sentinel answered and the
+// identity was never checked; the copies stay as they are (taking the
+// identity away during an outage would keep the sidecars from the master
+// after it).
+func (r *RateLimitPolicyReconciler) sentinelCredentials(ctx context.Context, src map[string][]byte) (handOut bool, prob *problem, unknown bool) {
+	user, password := src[redisconn.SecretSentinelUsernameKey], src[redisconn.SecretSentinelPasswordKey]
+	check := r.sentinelCheck()
+	if check == nil || (user == nil && password == nil) {
+		return false, nil, false
+	}
+	powers, err := check.Powers(ctx, string(user), string(password))
+	if err != nil {
+		return false, credentialsProblem(fmt.Sprintf("the sentinels' identity in the Secret %s could not be checked (no sentinel answered): %v", r.RedisCredentials, err)), true
+	}
+	if len(powers) > 0 {
+		return false, credentialsProblem(fmt.Sprintf("the sentinels' identity in the Secret %s (%s, %s) may change what the sentinels monitor (%s): "+
+			"every namespace would hold it, so it is not handed out and the sidecars cannot find the master; "+
+			"give the sidecars an identity of their own with only the discovery ACL (docs/security.md, \"Sentinel\")",
+			r.RedisCredentials, redisconn.SecretSentinelUsernameKey, redisconn.SecretSentinelPasswordKey, strings.Join(powers, ", "))), false
+	}
+	return true, nil, false
 }
 
 // holdsShared reports whether namespace ns's Secret already holds the

@@ -94,6 +94,10 @@ type RedisIdentities struct {
 	// Pod is the manager's own Pod, which events about Redis itself are
 	// about; empty Name: no events.
 	Pod types.NamespacedName
+	// Sentinel checks the sentinels' identity of the manager's Secret
+	// before it is handed to the namespaces; nil: not sentinel mode, and
+	// the namespaces get none.
+	Sentinel *redisadmin.SentinelCheck
 
 	// mu guards the state of the periodic Sync, read by the reconciles.
 	mu sync.Mutex
@@ -131,6 +135,23 @@ func (r *RateLimitPolicyReconciler) mode() IdentityMode {
 		return IdentityShared
 	}
 	return r.Identities.Mode
+}
+
+// sentinelCheck is Sentinel (nil without Identities).
+func (r *RateLimitPolicyReconciler) sentinelCheck() *redisadmin.SentinelCheck {
+	if r.Identities == nil {
+		return nil
+	}
+	r.Identities.mu.Lock()
+	defer r.Identities.mu.Unlock()
+	return r.Identities.Sentinel
+}
+
+// setSentinel changes Sentinel while the reconciler runs (tests).
+func (ri *RedisIdentities) setSentinel(s *redisadmin.SentinelCheck) {
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	ri.Sentinel = s
 }
 
 // setMode changes Mode while the reconciler runs (tests).

@@ -123,17 +123,21 @@ func (c *RedisConnection) Validate() error {
 // files) from AdminCredentialsDir, the RLS Secret in the manager's
 // namespace, and pod, the manager's own Pod for events.
 func (c *RedisConnection) Identities(managerNamespace string, pod types.NamespacedName) (*RedisIdentities, error) {
+	cfg := c.Config
+	cfg.CredentialsDir = c.AdminCredentialsDir
+	if cfg.TLS && c.AdminCredentialsDir != "" {
+		cfg.TLSDir = c.AdminCredentialsDir
+	}
+	var sentinel *redisadmin.SentinelCheck
+	if cfg.Mode == redisconn.Sentinel {
+		sentinel = redisadmin.NewSentinelCheck(cfg, 0)
+	}
 	if c.Identity == IdentityShared && c.AdminCredentialsDir == "" {
 		// The shared mode without an administrative identity: a managed
 		// Redis that refuses ACL SETUSER or FUNCTION LOAD, where every
 		// periodic pass would fail (SlidegateRedisIdentitiesFailing for
 		// good). Nothing is administered, and no open Redis is looked for.
-		return &RedisIdentities{Mode: c.Identity}, nil
-	}
-	cfg := c.Config
-	cfg.CredentialsDir = c.AdminCredentialsDir
-	if cfg.TLS && c.AdminCredentialsDir != "" {
-		cfg.TLSDir = c.AdminCredentialsDir
+		return &RedisIdentities{Mode: c.Identity, Sentinel: sentinel}, nil
 	}
 	admin, err := redisadmin.New(redisadmin.Options{Redis: cfg})
 	if err != nil {
@@ -146,6 +150,7 @@ func (c *RedisConnection) Identities(managerNamespace string, pod types.Namespac
 		Rotation:  c.PasswordRotation,
 		RLSSecret: types.NamespacedName{Namespace: managerNamespace, Name: RLSCredentialsSecretName},
 		Pod:       pod,
+		Sentinel:  sentinel,
 	}, nil
 }
 

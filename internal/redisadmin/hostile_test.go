@@ -35,6 +35,7 @@ func TestHostileTenant(t *testing.T) {
 		c := sharedCluster(t)
 		hostileTenant(t, redisconn.Config{Mode: redisconn.Cluster, Addrs: c.Addrs()}, false)
 	})
+	t.Run("sentinel", hostileSentinel)
 	t.Run("shared identity", func(t *testing.T) {
 		// A script running 100 ms makes the server answer BUSY, so that the
 		// test can tell, and SCRIPT KILL stop it.
@@ -299,4 +300,102 @@ func loadLibrary(t *testing.T, rdb redis.UniversalClient) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// hostileSentinel: the tenant holds the sentinels' identity its sidecars
+// discover the master with. Given the discovery identity
+// (SentinelDiscoveryACL), every attempt to change what the sentinels
+// monitor is refused, while a sidecar still finds the master and decides.
+// Its pair is the identity a namespace held before (the sentinels'
+// administrative one): SentinelPowers names its powers, and with it the
+// tenant removes the master, so that every namespace falls to its fail
+// mode.
+func hostileSentinel(t *testing.T) {
+	ctx := context.Background()
+	master := testsupport.StartRedis(t)
+	const name = "mymaster"
+	s := testsupport.StartSentinelWith(t, master, name, testsupport.SentinelOptions{
+		Password: "sentinel-admin",
+		Users:    []string{"slidegate-discovery on >discovery-pw " + SentinelDiscoveryACL},
+	})
+	cfg := redisconn.Config{Mode: redisconn.Sentinel, Addrs: []string{s.Addr}, MasterName: name}
+	// The tenant's attempts: another master of its own (which would
+	// collect every sidecar's AUTH), the master removed or failed over,
+	// the sentinels reconfigured, their users and clients.
+	evil := testsupport.StartRedis(t)
+	attempts := [][]any{
+		{"sentinel", "monitor", "evil", "127.0.0.1", evil.Port, 1},
+		{"sentinel", "remove", name},
+		{"sentinel", "set", name, "down-after-milliseconds", 1},
+		{"sentinel", "set", name, "auth-pass", "x"},
+		{"sentinel", "failover", name},
+		{"sentinel", "reset", "*"},
+		{"sentinel", "config", "set", "announce-ip", "10.0.0.1"},
+		{"sentinel", "debug", "info-period", 1},
+		{"sentinel", "simulate-failure", "crash-after-election"},
+		{"sentinel", "is-master-down-by-addr", "127.0.0.1", master.Port, 1000, "tenant"},
+		{"sentinel", "masters"}, {"sentinel", "master", name}, {"sentinel", "flushconfig"},
+		{"acl", "setuser", "tenant", "on", ">x", "+@all"}, {"acl", "list"}, {"acl", "deluser", "default"},
+		{"client", "list"}, {"client", "kill", "user", "default"}, {"info"},
+		{"publish", "__sentinel__:hello", "x"}, {"subscribe", "__sentinel__:hello"},
+		{"shutdown", "nosave"},
+	}
+	attack := func(user, password string) (refused int) {
+		t.Helper()
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, Username: user, Password: password, DisableIdentity: true, MaxRetries: -1})
+		defer func() { _ = c.Close() }()
+		for _, a := range attempts {
+			actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			err := c.Do(actx, a...).Err()
+			cancel()
+			if err != nil && strings.HasPrefix(err.Error(), "NOPERM") {
+				refused++
+			} else if user == "slidegate-discovery" {
+				t.Errorf("the discovery identity's %v: %v, want NOPERM", a, err)
+			}
+		}
+		return refused
+	}
+
+	// Discovery only: refused, and fit to hand out.
+	powers, err := SentinelPowers(ctx, cfg, "slidegate-discovery", "discovery-pw")
+	if err != nil || len(powers) != 0 {
+		t.Fatalf("SentinelPowers(discovery) = %v, %v; want none", powers, err)
+	}
+	refused := attack("slidegate-discovery", "discovery-pw")
+	if got, err := s.Master(name); err != nil || got != master.Addr {
+		t.Fatalf("after the attempts the sentinel gives %q (%v), want %s", got, err, master.Addr)
+	}
+	// ... and enough for a sidecar: it finds the master and decides there.
+	side := cfg
+	side.SentinelUsername, side.SentinelPassword = "slidegate-discovery", "discovery-pw"
+	lim, err := limiter.New(client(t, side), limiter.Options{Timeout: 5 * time.Second, DenyCacheMax: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	rule := limiter.Rule{ID: "b/p", Limit: 1, Window: time.Minute}
+	for i, want := range []bool{true, false} {
+		if d := lim.Decide(ctx, []limiter.Request{{Rule: rule, Client: "c"}})[0]; d.Source != limiter.SourceRedis || d.Allowed != want {
+			t.Fatalf("decision %d through the sentinel with the discovery identity: %+v", i, d)
+		}
+	}
+	t.Logf("sentinel: %d of %d attempts with the discovery identity refused; the sidecar found the master", refused, len(attempts))
+
+	// The pair: the administrative identity, which every namespace held
+	// before. The check names what it may do, and the tenant removes the
+	// master with it.
+	powers, err = SentinelPowers(ctx, cfg, "default", "sentinel-admin")
+	if err != nil || len(powers) != len(sentinelProbes) {
+		t.Fatalf("SentinelPowers(admin) = %v, %v; want all %d probes allowed", powers, err, len(sentinelProbes))
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: "sentinel-admin", DisableIdentity: true})
+	defer func() { _ = c.Close() }()
+	if err := c.Do(ctx, "sentinel", "remove", name).Err(); err != nil {
+		t.Fatalf("SENTINEL REMOVE with the administrative identity: %v", err)
+	}
+	if got, err := s.Master(name); err == nil {
+		t.Fatalf("the sentinel still gives %q after SENTINEL REMOVE", got)
+	}
+	t.Logf("sentinel, administrative identity: %d probes allowed (%s ...); SENTINEL REMOVE took the master away", len(powers), powers[0])
 }

@@ -35,7 +35,9 @@ const (
 	SecretPasswordKey = "password"
 	// SecretSentinelUsernameKey and SecretSentinelPasswordKey, optional,
 	// are the credentials of the sentinels themselves (sentinel mode), when
-	// they differ from the data nodes'.
+	// they differ from the data nodes': an identity that may only discover
+	// the master (redisadmin.SentinelDiscoveryACL), as every namespace
+	// gets it.
 	SecretSentinelUsernameKey = "sentinel-username"
 	SecretSentinelPasswordKey = "sentinel-password"
 	// SecretNamespaceUsernameKey and SecretNamespacePasswordKey hold the

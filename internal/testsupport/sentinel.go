@@ -27,6 +27,9 @@ type SentinelOptions struct {
 	// DownAfter is down-after-milliseconds (default Redis's 30s): how long
 	// the master may not answer before the sentinel fails it over.
 	DownAfter time.Duration
+	// Users are ACL rules of users, one "name rules..." each, written as
+	// user directives of sentinel.conf.
+	Users []string
 }
 
 // StartSentinel starts a sentinel on a free loopback port that monitors
@@ -71,6 +74,9 @@ func startSentinel(tb testing.TB, bin string, master *Redis, masterName string, 
 	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, logPath, masterName, master.Port)
 	if password != "" {
 		conf += "requirepass " + password + "\n"
+	}
+	for _, u := range o.Users {
+		conf += "user " + u + "\n"
 	}
 	if o.DownAfter > 0 {
 		conf += fmt.Sprintf("sentinel down-after-milliseconds %s %d\n", masterName, o.DownAfter.Milliseconds())
