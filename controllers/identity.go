@@ -105,6 +105,12 @@ type RedisIdentities struct {
 	open []string
 	// rlsWritten is the password last written into RLSSecret.
 	rlsWritten string
+	// legacy is, by namespace UID, the password of an earlier release a
+	// namespace held when this manager first set its user up
+	// (keepLegacyPassword).
+	legacy map[types.UID]legacyPassword
+	// legacyGrace is LegacyPasswordGrace, shorter in tests.
+	legacyGrace time.Duration
 }
 
 // DefaultIdentityInterval is RedisIdentities.Interval's default.
@@ -176,7 +182,13 @@ func (r *RateLimitPolicyReconciler) namespaceIdentity(ctx context.Context, ns st
 		}
 		return "", "", credentialsProblem(msg)
 	}
-	u, current, err := r.namespaceUser(install, ns, policies, time.Now())
+	uid, ok := r.optedIn(ctx, ns)
+	if !ok {
+		return "", "", credentialsProblem("the namespace is not labelled for injection, or is being deleted")
+	}
+	now := time.Now()
+	r.keepLegacyPassword(ctx, install, ns, uid, now)
+	u, current, err := r.namespaceUser(install, ns, uid, policies, now)
 	if err != nil {
 		return "", "", credentialsProblem(err.Error())
 	}
@@ -187,17 +199,81 @@ func (r *RateLimitPolicyReconciler) namespaceIdentity(ctx context.Context, ns st
 	return u.Name, current, nil
 }
 
-// namespaceUser is the user of namespace ns with the sidecar policies
-// policies, and its current password.
-func (r *RateLimitPolicyReconciler) namespaceUser(install []byte, ns string, policies []v1alpha1.RateLimitPolicy, now time.Time) (redisadmin.User, string, error) {
+// namespaceUser is the user of namespace ns (UID uid) with the sidecar
+// policies policies, and its current password. Its passwords are bound to
+// the UID: the holders of a deleted namespace's credentials hold nothing
+// for the next namespace of its name.
+func (r *RateLimitPolicyReconciler) namespaceUser(install []byte, ns string, uid types.UID, policies []v1alpha1.RateLimitPolicy, now time.Time) (redisadmin.User, string, error) {
 	ids := make([]string, 0, len(policies))
 	for i := range policies {
 		ids = append(ids, ns+"/"+policies[i].Name)
 	}
 	name := redisadmin.NamespaceUser(ns)
-	current, valid := redisadmin.Passwords(install, name, r.Identities.Rotation, now)
+	current, valid := redisadmin.Passwords(install, name, string(uid), r.Identities.Rotation, now)
+	valid = append(valid, r.Identities.legacyPasswords(uid, now)...)
 	u, err := redisadmin.NamespaceIdentity("", ns, ids, valid)
 	return u, current, err
+}
+
+// LegacyPasswordGrace is how long a namespace's password of an earlier
+// release (derived from its name alone) stays valid once the manager
+// replaces it: the kubelet updates the mounted Secrets within about a
+// minute, and the sidecars read them for every new connection.
+const LegacyPasswordGrace = 5 * time.Minute
+
+// keepLegacyPassword notes, the first time it sees it, that namespace ns
+// (UID uid) holds a password of an earlier release, which its sidecars
+// keep using until the kubelet brings them the new one: it stays valid for
+// LegacyPasswordGrace. Only a Secret the namespace holds counts, and the
+// note is by UID, so a namespace created again under the name gets none.
+func (r *RateLimitPolicyReconciler) keepLegacyPassword(ctx context.Context, install []byte, ns string, uid types.UID, now time.Time) {
+	var cur corev1.Secret
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &cur); err != nil {
+		return
+	}
+	held := string(cur.Data[redisconn.SecretNamespacePasswordKey])
+	if held == "" {
+		return
+	}
+	// An earlier release derived it from the name, with this rotation
+	// period or (its default) none.
+	_, legacy := redisadmin.Passwords(install, redisadmin.NamespaceUser(ns), "", r.Identities.Rotation, now)
+	_, unrotated := redisadmin.Passwords(install, redisadmin.NamespaceUser(ns), "", 0, now)
+	if !slices.Contains(legacy, held) && !slices.Contains(unrotated, held) {
+		return
+	}
+	ri := r.Identities
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	if _, seen := ri.legacy[uid]; seen {
+		return
+	}
+	if ri.legacy == nil {
+		ri.legacy = map[types.UID]legacyPassword{}
+	}
+	grace := ri.legacyGrace
+	if grace <= 0 {
+		grace = LegacyPasswordGrace
+	}
+	ri.legacy[uid] = legacyPassword{password: held, until: now.Add(grace)}
+}
+
+// legacyPassword is a namespace's password of an earlier release, valid
+// until.
+type legacyPassword struct {
+	password string
+	until    time.Time
+}
+
+// legacyPasswords is what keepLegacyPassword keeps valid for the namespace
+// of UID uid at now.
+func (ri *RedisIdentities) legacyPasswords(uid types.UID, now time.Time) []string {
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	if l, ok := ri.legacy[uid]; ok && now.Before(l.until) {
+		return []string{l.password}
+	}
+	return nil
 }
 
 // removeIdentity deletes namespace ns's user from every node, best effort:
@@ -262,29 +338,33 @@ func (r *RateLimitPolicyReconciler) desiredUsers(ctx context.Context) ([]redisad
 	now := time.Now()
 	var users []redisadmin.User
 	for ns, policies := range sidecar {
-		if ns == redisadmin.RLSScope || !r.optedIn(ctx, ns) {
+		uid, ok := r.optedIn(ctx, ns)
+		if ns == redisadmin.RLSScope || !ok {
 			continue
 		}
-		u, _, err := r.namespaceUser(install, ns, policies, now)
+		// The first pass after an upgrade may come before the namespace's
+		// reconcile: the earlier password must not go before the grace.
+		r.keepLegacyPassword(ctx, install, ns, uid, now)
+		u, _, err := r.namespaceUser(install, ns, uid, policies, now)
 		if err != nil {
 			return nil, err
 		}
 		users = append(users, u)
 	}
-	_, valid := redisadmin.Passwords(install, redisadmin.RLSUser, r.Identities.Rotation, now)
+	_, valid := redisadmin.Passwords(install, redisadmin.RLSUser, "", r.Identities.Rotation, now)
 	users = append(users, redisadmin.RLSIdentity("", rlsIDs, valid))
 	slices.SortFunc(users, func(a, b redisadmin.User) int { return strings.Compare(a.Name, b.Name) })
 	return users, nil
 }
 
 // optedIn reports whether namespace ns is labelled for injection, as the
-// cache has it (a namespace it does not know is not).
-func (r *RateLimitPolicyReconciler) optedIn(ctx context.Context, ns string) bool {
+// cache has it (a namespace it does not know is not), and its UID.
+func (r *RateLimitPolicyReconciler) optedIn(ctx context.Context, ns string) (types.UID, bool) {
 	var namespace corev1.Namespace
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); err != nil {
-		return false
+		return "", false
 	}
-	return inject.NamespaceOptedIn(namespace.Labels) && namespace.DeletionTimestamp.IsZero()
+	return namespace.UID, inject.NamespaceOptedIn(namespace.Labels) && namespace.DeletionTimestamp.IsZero()
 }
 
 // identityRunnable runs the periodic Sync on the leader.
@@ -368,7 +448,7 @@ func (r *RateLimitPolicyReconciler) writeRLSSecret(ctx context.Context) {
 	if err != nil || install == nil {
 		return
 	}
-	current, _ := redisadmin.Passwords(install, redisadmin.RLSUser, ri.Rotation, time.Now())
+	current, _ := redisadmin.Passwords(install, redisadmin.RLSUser, "", ri.Rotation, time.Now())
 	ri.mu.Lock()
 	done := ri.rlsWritten == current
 	ri.mu.Unlock()

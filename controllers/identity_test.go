@@ -48,7 +48,11 @@ func namespacePassword(t *testing.T, ns string) string {
 	if key == nil {
 		return "" // not made yet: the caller polls
 	}
-	p, _ := redisadmin.Passwords(key, redisadmin.NamespaceUser(ns), 0, time.Now())
+	var n corev1.Namespace
+	if err := k.Get(context.Background(), types.NamespacedName{Name: ns}, &n); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := redisadmin.Passwords(key, redisadmin.NamespaceUser(ns), string(n.UID), 0, time.Now())
 	return p
 }
 

@@ -56,6 +56,11 @@ type RedisConnection struct {
 	IdentityInterval, PasswordRotation time.Duration
 }
 
+// DefaultPasswordRotation is --redis-password-rotation's default: a
+// credential copied out of a namespace (or held by its former admin)
+// works for two periods at most.
+const DefaultPasswordRotation = 24 * time.Hour
+
 // BindFlags registers the --redis-* flags on fs. Call Complete after parsing.
 func (c *RedisConnection) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar((*string)(&c.Config.Mode), redisconn.FlagMode, string(redisconn.Standalone), "Redis topology: standalone, cluster or sentinel.")
@@ -80,7 +85,7 @@ func (c *RedisConnection) BindFlags(fs *flag.FlagSet) {
 			"with which the manager loads the Functions library and sets up the identities on every node; it never leaves the manager's namespace. Empty: no credentials.")
 	fs.DurationVar(&c.IdentityInterval, "redis-identity-interval", DefaultIdentityInterval,
 		"How often the manager brings every Redis node to the desired library and identities: a node that restarted without persistence or was replaced has them back within it.")
-	fs.DurationVar(&c.PasswordRotation, "redis-password-rotation", 0,
+	fs.DurationVar(&c.PasswordRotation, "redis-password-rotation", DefaultPasswordRotation,
 		"Rotate the identities' passwords this often (the previous one stays valid for one more period, while the kubelet updates the mounted Secrets); 0: never.")
 	fs.StringVar(&c.CredentialsSecret.Name, "redis-secret-name", "",
 		"Secret in the manager's namespace with the shared Redis identity (keys username and password: the identity of --redis-identity=shared, and of sidecars of earlier releases) and, with --redis-tls, "+

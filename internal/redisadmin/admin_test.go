@@ -30,32 +30,47 @@ func TestParseClusterNodes(t *testing.T) {
 	}
 }
 
-// TestPasswords: derived from the install key, per user and epoch; with
-// a rotation period the previous epoch's password stays valid beside the
-// current one, so a sidecar that has not seen the new one yet connects.
+// TestPasswords: derived from the install key, per user, binding and
+// epoch; with a rotation period the previous epoch's password stays valid
+// beside the current one, so a sidecar that has not seen the new one yet
+// connects.
 func TestPasswords(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
 	now := time.Unix(1_000_000, 0)
-	p, valid := Passwords(key, "slidegate-ns-shop", 0, now)
+	p, valid := Passwords(key, "slidegate-ns-shop", "uid-1", 0, now)
 	if len(valid) != 1 || valid[0] != p || len(p) < 40 {
 		t.Fatalf("without rotation: %q %q", p, valid)
 	}
-	if q, _ := Passwords(key, "slidegate-ns-shop", 0, now.Add(1000*time.Hour)); q != p {
-		t.Error("without rotation the password changed")
+	for _, tc := range []struct {
+		name          string
+		key           []byte
+		user, binding string
+		at            time.Time
+		wantSame      bool
+	}{
+		{"later, without rotation", key, "slidegate-ns-shop", "uid-1", now.Add(1000 * time.Hour), true},
+		{"another user", key, "slidegate-ns-other", "uid-1", now, false},
+		{"another install key", []byte("another install key, 32 bytes.."), "slidegate-ns-shop", "uid-1", now, false},
+		// A namespace deleted and created again under its name: its
+		// former holders' password is refused.
+		{"another incarnation", key, "slidegate-ns-shop", "uid-2", now, false},
+		{"no binding (before bindings)", key, "slidegate-ns-shop", "", now, false},
+	} {
+		if q, _ := Passwords(tc.key, tc.user, tc.binding, 0, tc.at); (q == p) != tc.wantSame {
+			t.Errorf("%s: same password %v, want %v", tc.name, q == p, tc.wantSame)
+		}
 	}
-	if q, _ := Passwords(key, "slidegate-ns-other", 0, now); q == p {
-		t.Error("two users have one password")
-	}
-	if q, _ := Passwords([]byte("another install key, 32 bytes.."), "slidegate-ns-shop", 0, now); q == p {
-		t.Error("two install keys give one password")
+	// The label keeps a binding from forging a v1 input ("user\x00epoch").
+	if q, _ := Passwords(key, "u", "", 0, now); q == password(key, "u", "0", 0) {
+		t.Error("a binding gives the v1 password")
 	}
 	const period = time.Hour
-	cur, valid := Passwords(key, "u", period, now)
+	cur, valid := Passwords(key, "u", "b", period, now)
 	next := NextRotation(period, now)
 	if !next.After(now) || next.Sub(now) > period {
 		t.Fatalf("next rotation %v after %v", next, now)
 	}
-	after, validAfter := Passwords(key, "u", period, next)
+	after, validAfter := Passwords(key, "u", "b", period, next)
 	if after == cur || len(validAfter) != 2 || validAfter[1] != cur || len(valid) != 2 {
 		t.Errorf("rotation: before %q %q, after %q %q", cur, valid, after, validAfter)
 	}

@@ -52,8 +52,14 @@ func prefixOr(p string) string {
 // Passwords derives the passwords of user from the install key (the
 // manager's one secret, clienthash's install key, under another label), so
 // that the manager keeps no state per identity and can set every user up
-// again at any time: HMAC-SHA256(install, label ‖ user ‖ epoch), 256 bits
-// in base64url.
+// again at any time: HMAC-SHA256(install, label ‖ user ‖ binding ‖ epoch),
+// 256 bits in base64url.
+//
+// binding ties the passwords to one incarnation of what the user stands
+// for: a namespace's UID, so that whoever held the passwords of a deleted
+// namespace holds nothing for the next namespace of the same name (its
+// user has the same name). Empty: the user's name alone (the rate limit
+// service's user, and namespaces' users before bindings: LegacyPasswords).
 //
 // With a rotation period, the epoch is the number of whole periods since
 // the Unix epoch at now: the current password is the epoch's, and the
@@ -61,14 +67,14 @@ func prefixOr(p string) string {
 // previous one (the kubelet updates a mounted Secret within a minute or
 // two) keeps connecting for a whole period after the change. Without a
 // period (0), there is one password, of epoch 0.
-func Passwords(install []byte, user string, period time.Duration, now time.Time) (current string, valid []string) {
+func Passwords(install []byte, user, binding string, period time.Duration, now time.Time) (current string, valid []string) {
 	if period <= 0 {
-		p := password(install, user, 0)
+		p := password(install, user, binding, 0)
 		return p, []string{p}
 	}
 	e := now.UnixNano() / int64(period)
-	current = password(install, user, e)
-	return current, []string{current, password(install, user, e-1)}
+	current = password(install, user, binding, e)
+	return current, []string{current, password(install, user, binding, e-1)}
 }
 
 // NextRotation is when the epoch of Passwords next changes (zero without
@@ -81,11 +87,20 @@ func NextRotation(period time.Duration, now time.Time) time.Time {
 	return time.Unix(0, (e+1)*int64(period))
 }
 
-func password(install []byte, user string, epoch int64) string {
+func password(install []byte, user, binding string, epoch int64) string {
 	m := hmac.New(sha256.New, install)
-	m.Write([]byte("slidegate redis password v1\x00"))
+	if binding == "" {
+		m.Write([]byte("slidegate redis password v1\x00"))
+	} else {
+		// Another label: no binding can give a v1 password.
+		m.Write([]byte("slidegate redis password v2\x00"))
+	}
 	m.Write([]byte(user))
 	m.Write([]byte{0})
+	if binding != "" {
+		m.Write([]byte(binding))
+		m.Write([]byte{0})
+	}
 	m.Write([]byte(strconv.FormatInt(epoch, 10)))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
