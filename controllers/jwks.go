@@ -101,10 +101,7 @@ func (r *RateLimitPolicyReconciler) newFetcher(mgr ctrl.Manager, events chan<- e
 		}
 		return out, nil
 	}
-	opts.InUse = func(url string) bool {
-		ns, err := namespaces(url)
-		return err != nil || len(ns) > 0
-	}
+	opts.NamedBy = namespaces
 	opts.Changed = func(ctx context.Context, url string) {
 		ns, _ := namespaces(url)
 		for _, n := range ns {
@@ -137,7 +134,7 @@ func (r *RateLimitPolicyReconciler) keySets(ctx context.Context, ns string, poli
 		var keys []byte
 		var why, note string
 		if j.JWKS.URL != "" {
-			keys, why, note = r.fetchedKeySet(j.JWKS.URL)
+			keys, why, note = r.fetchedKeySet(j.JWKS.URL, ns)
 		} else {
 			if !cmRead {
 				cmRead = true
@@ -198,22 +195,34 @@ func configMapKeySet(cm *corev1.ConfigMap, ns, key string) ([]byte, string) {
 	return keys, ""
 }
 
-// fetchedKeySet is the key set of url as last fetched, or why there is
-// none; note says that the last refresh failed while older keys render.
-func (r *RateLimitPolicyReconciler) fetchedKeySet(url string) (keys []byte, why, note string) {
+// fetchedKeySet is the key set of url, for a policy of namespace ns, as
+// last fetched, or why there is none; note says that the last refresh
+// failed while older keys render.
+func (r *RateLimitPolicyReconciler) fetchedKeySet(url, ns string) (keys []byte, why, note string) {
 	if r.fetcher == nil {
 		return nil, "this manager fetches no key set URLs (its controller was set up without the fetcher)", ""
 	}
-	res, done := r.fetcher.Get(url)
+	res, done := r.fetcher.Get(url, ns)
 	switch {
 	case !done:
 		return nil, fmt.Sprintf("fetching the key set from %s (first fetch under way)", url), ""
 	case res.Keys == nil:
-		return nil, fmt.Sprintf("fetching the key set from %s failed: %v", url, res.Err), ""
+		return nil, fmt.Sprintf("fetching the key set from %s failed: %s", url, fetchError(res)), ""
 	case res.Err != nil:
-		return res.Keys, "", fmt.Sprintf("; the keys are those last fetched from %s, whose refresh fails: %v", url, res.Err)
+		return res.Keys, "", fmt.Sprintf("; the keys are those last fetched from %s, whose refresh fails: %s", url, fetchError(res))
 	}
 	return res.Keys, "", ""
+}
+
+// fetchError is what a policy's status says of a failed fetch: not what an
+// internal host answered (a status code, a refused port, a certificate's
+// names), which would make the manager a tenant's probe of the cluster's
+// network; the manager's log has it.
+func fetchError(res jwksfetch.Result) string {
+	if res.Internal {
+		return "the host is internal, so why is in the manager's log only"
+	}
+	return res.Err.Error()
 }
 
 // keysProblem is the problem of a policy that verifies tokens without

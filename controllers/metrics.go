@@ -108,7 +108,7 @@ const (
 // not reset by a series that comes and goes.
 var notEnforcedReasons = map[string][]v1alpha1.ConditionReason{
 	targetSidecar: {v1alpha1.ReasonNotAccepted, v1alpha1.ReasonNoPodsSelected,
-		v1alpha1.ReasonPartiallyEnforced, v1alpha1.ReasonServiceBypassesSidecar},
+		v1alpha1.ReasonPartiallyEnforced, v1alpha1.ReasonServiceBypassesSidecar, v1alpha1.ReasonNetworkPolicyAdmitsApp},
 	targetRateLimitService: {v1alpha1.ReasonNotAccepted, v1alpha1.ReasonNoRateLimitService, v1alpha1.ReasonPartiallyEnforced},
 }
 

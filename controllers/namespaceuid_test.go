@@ -78,13 +78,13 @@ func TestNamespaceCreatedAgain(t *testing.T) {
 	}
 	eventually(t, "the content gone", func() error {
 		if err := k.Get(ctx, types.NamespacedName{Namespace: ns, Name: p.Name}, &v1alpha1.RateLimitPolicy{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the policy: %v", err)
+			return fmt.Errorf("the policy: %w", err)
 		}
 		if _, err := credentialsOf(ns); !apierrors.IsNotFound(err) {
 			var s corev1.Secret
 			s.Name, s.Namespace = v1alpha1.RedisCredentialsSecretName, ns
 			_ = k.Delete(ctx, &s)
-			return fmt.Errorf("the Secret: %v", err)
+			return fmt.Errorf("the Secret: %w", err)
 		}
 		return nil
 	})
@@ -97,7 +97,7 @@ func TestNamespaceCreatedAgain(t *testing.T) {
 	}
 	eventually(t, "the namespace gone", func() error {
 		if err := k.Get(ctx, types.NamespacedName{Name: ns}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("still there: %v", err)
+			return fmt.Errorf("still there: %w", err)
 		}
 		return nil
 	})

@@ -31,6 +31,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 )
@@ -118,5 +120,124 @@ func TestNetworkPolicyRendered(t *testing.T) {
 	})
 	if err := k.Get(ctx, client.ObjectKeyFromObject(theirs), &networkingv1.NetworkPolicy{}); err != nil {
 		t.Errorf("the namespace's own NetworkPolicy: %v", err)
+	}
+}
+
+// TestNetworkPolicyReopened: NetworkPolicies add up, so one of the
+// namespace's own that admits the app's port undoes the policy's, and a
+// client dialing a pod's address reaches the app around the sidecar
+// (issue 36, item 8). Before, Enforced stayed True; now it names the
+// NetworkPolicy, and clears once it goes. The paired cases keep Enforced
+// True: a deny-all, and one admitting port name http, which the sidecar
+// holds after injection.
+func TestNetworkPolicyReopened(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	p := newPolicy(ns, "p", func(s *v1alpha1.RateLimitPolicySpec) { s.NetworkPolicy = &v1alpha1.PodNetworkPolicy{} })
+	ingress := func(name string, ports ...networkingv1.NetworkPolicyPort) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: checkoutLabels()},
+				Ingress:     []networkingv1.NetworkPolicyIngressRule{{Ports: ports}},
+			},
+		}
+	}
+	denyAll := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-all", Namespace: ns},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	}
+	byName := ingress("by-name", networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromString("http"))})
+	create(t, p, newPod(ns, "pod", checkoutLabels(), true), denyAll, byName)
+	eventually(t, "enforced", podCounts(t, p, 1, 1, metav1.ConditionTrue, v1alpha1.ReasonEnforced))
+
+	open := ingress("allow-app", networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromInt32(8000)), EndPort: ptr.To[int32](8100)})
+	create(t, open)
+	eventually(t, "reopened", enforcedIs(t, p, metav1.ConditionFalse, v1alpha1.ReasonNetworkPolicyAdmitsApp,
+		"NetworkPolicy allow-app admits the app's port 8080"))
+
+	if err := k.Delete(ctx, open); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "enforced again", podCounts(t, p, 1, 1, metav1.ConditionTrue, v1alpha1.ReasonEnforced))
+}
+
+// TestAdmitsIngress: which NetworkPolicies let a client reach the app's
+// port 8080 of an injected pod (the sidecar holds port name http).
+func TestAdmitsIngress(t *testing.T) {
+	pod := newPod("ns", "pod", checkoutLabels(), true)
+	pod.Spec.Containers[0].Ports = append(pod.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "raw", ContainerPort: 8080})
+	port := func(p intstr.IntOrString) networkingv1.NetworkPolicyPort {
+		return networkingv1.NetworkPolicyPort{Port: &p}
+	}
+	udp := networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolUDP)}
+	rule := func(ports ...networkingv1.NetworkPolicyPort) []networkingv1.NetworkPolicyIngressRule {
+		return []networkingv1.NetworkPolicyIngressRule{{Ports: ports}}
+	}
+	ingress := []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+	egress := []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
+	for _, tc := range []struct {
+		name string
+		spec networkingv1.NetworkPolicySpec
+		want bool
+	}{
+		{"deny all", networkingv1.NetworkPolicySpec{PolicyTypes: ingress}, false},
+		{"all ports, every pod", networkingv1.NetworkPolicySpec{Ingress: rule()}, true},
+		{"all ports, another app", networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "other"}}, Ingress: rule()}, false},
+		{"egress only", networkingv1.NetworkPolicySpec{PolicyTypes: egress, Ingress: rule()}, false},
+		{"the app's port number", networkingv1.NetworkPolicySpec{Ingress: rule(port(intstr.FromInt32(8080)))}, true},
+		{"another port number", networkingv1.NetworkPolicySpec{Ingress: rule(port(intstr.FromInt32(9100)))}, false},
+		{"a range holding it", networkingv1.NetworkPolicySpec{Ingress: rule(networkingv1.NetworkPolicyPort{
+			Port: ptr.To(intstr.FromInt32(8000)), EndPort: ptr.To[int32](9000)})}, true},
+		{"a range below it", networkingv1.NetworkPolicySpec{Ingress: rule(networkingv1.NetworkPolicyPort{
+			Port: ptr.To(intstr.FromInt32(7000)), EndPort: ptr.To[int32](8079)})}, false},
+		{"port name http: the sidecar's", networkingv1.NetworkPolicySpec{Ingress: rule(port(intstr.FromString("http")))}, false},
+		{"another name of the app's port", networkingv1.NetworkPolicySpec{Ingress: rule(port(intstr.FromString("raw")))}, true},
+		{"every TCP port", networkingv1.NetworkPolicySpec{Ingress: rule(networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP)})}, true},
+		{"every UDP port", networkingv1.NetworkPolicySpec{Ingress: rule(udp)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "np"}, Spec: tc.spec}
+			if got := admitsIngress(np, pod, 8080); got != tc.want {
+				t.Errorf("admitsIngress = %t, want %t", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestUnreadableNamespaceNotOptedIn: a namespace the manager cannot read is
+// not taken as opted in (issue 36, item 8): before, any error reading it
+// left optedIn true, and the reconcile went on to hand the namespace
+// credentials. Now a namespace that is gone is not opted in, and an error
+// stops the reconcile, to be retried.
+func TestUnreadableNamespaceNotOptedIn(t *testing.T) {
+	enabled := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a",
+		Labels: map[string]string{v1alpha1.InjectionLabel: v1alpha1.InjectionEnabled}}}
+	forbidden := apierrors.NewForbidden(corev1.Resource("namespaces"), "team-a", errors.New("no"))
+	for _, tc := range []struct {
+		name, ns    string
+		getErr      error
+		wantOptedIn bool
+		wantErr     bool
+	}{
+		{"labelled", "team-a", nil, true, false},
+		{"gone", "team-b", nil, false, false},
+		{"unreadable", "team-a", forbidden, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(enabled).Build(), interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if _, ok := obj.(*corev1.Namespace); ok && tc.getErr != nil {
+						return tc.getErr
+					}
+					return c.Get(ctx, key, obj, opts...)
+				},
+			})
+			facts, err := (&RateLimitPolicyReconciler{Client: c}).namespaceFacts(context.Background(), tc.ns, nil)
+			if (err != nil) != tc.wantErr || facts.optedIn != tc.wantOptedIn {
+				t.Errorf("optedIn %t, error %v; want %t, an error: %t", facts.optedIn, err, tc.wantOptedIn, tc.wantErr)
+			}
+		})
 	}
 }

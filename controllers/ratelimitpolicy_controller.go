@@ -26,6 +26,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -301,8 +303,11 @@ type namespaceFacts struct {
 	// pods are trimmed to what the status reads (trimPod).
 	pods     []corev1.Pod
 	services []corev1.Service
-	// optedIn: the namespace is labelled for injection, for the Enforced
-	// message; unknown reads as opted in, the case that blames no label.
+	// networkPolicies are all of the namespace's, ours and others'.
+	networkPolicies []networkingv1.NetworkPolicy
+	// optedIn: the namespace is labelled for injection (credentials go
+	// only there) and not being deleted; a namespace the cache does not
+	// hold is not opted in.
 	optedIn bool
 	// terminating: the namespace is being deleted; no events then (the API
 	// server refuses new events there and client-go logs each refusal as an
@@ -323,17 +328,32 @@ type namespaceFacts struct {
 // namespaceFacts gathers the Services and the Namespace for the statuses,
 // beside the pods already known.
 func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, pods []corev1.Pod) (namespaceFacts, error) {
-	facts := namespaceFacts{pods: pods, optedIn: true}
+	facts := namespaceFacts{pods: pods}
 	var services corev1.ServiceList
 	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
 		return facts, fmt.Errorf("listing the services of namespace %s: %w", ns, err)
 	}
 	facts.services = services.Items
+	// A namespace that cannot be read is not taken as opted in: that
+	// would hand it credentials on a guess. Gone: not opted in; any other
+	// error: try again.
 	var namespace corev1.Namespace
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); err == nil {
+	switch err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); {
+	case apierrors.IsNotFound(err):
+		facts.terminating = true
+	case err != nil:
+		return facts, fmt.Errorf("reading namespace %s: %w", ns, err)
+	default:
 		facts.optedIn = inject.NamespaceOptedIn(namespace.Labels)
 		facts.terminating = namespace.DeletionTimestamp != nil
 	}
+	// Every NetworkPolicy of the namespace, not only ours: they add up, so
+	// any of them can admit the app's port again (reopeningPolicies).
+	var nps networkingv1.NetworkPolicyList
+	if err := r.Client.List(ctx, &nps, client.InNamespace(ns)); err != nil {
+		return facts, fmt.Errorf("listing the NetworkPolicies of namespace %s: %w", ns, err)
+	}
+	facts.networkPolicies = nps.Items
 	return facts, nil
 }
 
@@ -358,6 +378,7 @@ func policyStatuses(policies []v1alpha1.RateLimitPolicy, desired namespaceRender
 		}
 		in.matched, in.enforced = countPods(p, facts.pods, unprotected)
 		in.bypass = bypassingServices(p, facts.pods, facts.services)
+		in.reopened = reopeningPolicies(p, facts.pods, facts.networkPolicies)
 		if in.enforced < in.matched {
 			in.unprotected = unprotectedWhy(p, facts.pods, facts.optedIn)
 		}

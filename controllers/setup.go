@@ -102,9 +102,10 @@ func CacheOptions() cache.Options {
 			&corev1.ConfigMap{}: {Label: managed, Field: nameSelector(sidecarconfig.ConfigMapName)},
 			&corev1.Secret{}:    {Label: managed, Field: nameSelector(v1alpha1.RedisCredentialsSecretName)},
 			&corev1.Pod{}:       {Field: unfinishedPods, Transform: trimPod},
-			// Only ours: a namespace's own NetworkPolicies are none of our
-			// business.
-			&networkingv1.NetworkPolicy{}: {Label: labels.SelectorFromSet(childLabels(networkPolicyComponent))},
+			// All of them: another one that admits the app's port undoes
+			// ours (reopeningPolicies). Their annotations are not read
+			// (last-applied-configuration can be large).
+			&networkingv1.NetworkPolicy{}: {Transform: dropAnnotations},
 		},
 	}
 }
@@ -256,7 +257,9 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		// confirm.
 		Watches(&corev1.ConfigMap{}, byNamespace, builder.WithPredicates(predicate.NewPredicateFuncs(isOurConfigMap))).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToNamespaces)).
-		Watches(&networkingv1.NetworkPolicy{}, byNamespace).
+		// NetworkPolicies: ours, to repair; others, in namespaces with
+		// policies, since they can admit the app's port again.
+		Watches(&networkingv1.NetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(r.networkPolicyToNamespace)).
 		// Namespaces: the injection label decides who gets credentials.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			return []reconcile.Request{namespaceRequest(o.GetName())}
@@ -345,6 +348,26 @@ func (r *RateLimitPolicyReconciler) serviceToNamespace(ctx context.Context, o cl
 		return nil
 	}
 	return []reconcile.Request{namespaceRequest(o.GetNamespace())}
+}
+
+// networkPolicyToNamespace enqueues the namespace of one of our
+// NetworkPolicies, and of any other where the namespace has policies.
+func (r *RateLimitPolicyReconciler) networkPolicyToNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	if o.GetLabels()["app.kubernetes.io/component"] == networkPolicyComponent && o.GetLabels()[v1alpha1.ManagedByLabel] == v1alpha1.ManagedByValue {
+		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
+	}
+	return r.serviceToNamespace(ctx, o)
+}
+
+// dropAnnotations is the cache's transform for objects whose annotations
+// the controller never reads; it drops the managed fields too, as
+// DefaultTransform, which a transform of its own replaces, would.
+func dropAnnotations(obj any) (any, error) {
+	if o, ok := obj.(client.Object); ok {
+		o.SetAnnotations(nil)
+		o.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // podHandler enqueues a pod's namespace when a policy selects the pod (before

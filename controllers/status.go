@@ -139,6 +139,10 @@ type statusInput struct {
 	// bypass names the Services that reach the selected pods by a port
 	// number, around the sidecar; "": none.
 	bypass string
+	// reopened names the NetworkPolicies that admit the app's port of the
+	// selected pods although the policy asks for a NetworkPolicy
+	// (reopeningPolicies); "": none.
+	reopened string
 	// unprotected says why selected pods lack the sidecar (unprotectedWhy);
 	// "" while every selected pod has it.
 	unprotected string
@@ -280,12 +284,18 @@ func enforcementProblem(p *v1alpha1.RateLimitPolicy, in statusInput) *problem {
 		return &problem{v1alpha1.ReasonServiceBypassesSidecar,
 			fmt.Sprintf("all %d selected pods carry the sidecar, but %s: such traffic reaches the app unlimited; set targetPort to the port's name (%s)",
 				in.matched, in.bypass, targetPort(p))}
+	case in.enforced == in.matched && in.reopened != "":
+		return &problem{v1alpha1.ReasonNetworkPolicyAdmitsApp,
+			fmt.Sprintf("all %d selected pods carry the sidecar, but %s: NetworkPolicies add up, so a client dialing a pod's address reaches the app unlimited; take the port out of that policy or its podSelector",
+				in.matched, in.reopened)}
 	case in.enforced < in.matched:
 		// The pods come first: a Service's bypass is named after them.
 		msg := fmt.Sprintf("%d of %d selected pods carry the sidecar in front of port %q; %s",
 			in.enforced, in.matched, targetPort(p), in.unprotected)
-		if in.bypass != "" {
-			msg += "; and " + in.bypass
+		for _, around := range []string{in.bypass, in.reopened} {
+			if around != "" {
+				msg += "; and " + around
+			}
 		}
 		return &problem{v1alpha1.ReasonPartiallyEnforced, msg}
 	}

@@ -18,9 +18,16 @@ package controllers
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"flag"
 	"fmt"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -195,9 +202,11 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		// Short, so that the credentials test sees Stalled come and go.
 		CredentialsGrace: 2 * time.Second,
 		// The key set URLs of the tests are httptest TLS servers on
-		// loopback (one certificate for all), refreshed quickly.
+		// loopback (one certificate for all), refreshed quickly; those on
+		// 127.0.0.2 (internalIssuer) stand for internal hosts.
 		JWKSFetch: jwksfetch.Options{Refresh: 300 * time.Millisecond, Retry: 100 * time.Millisecond, Timeout: 5 * time.Second,
-			RootCAs: httptestRoots(), AllowAddr: func(a netip.Addr) bool { return a.IsLoopback() }},
+			RootCAs: httptestRoots(), AllowAddr: func(a netip.Addr) bool { return a.IsLoopback() },
+			Internal: func(a netip.Addr) bool { return a == internalIssuerAddr }},
 	}
 	if err := reconciler.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
@@ -233,7 +242,51 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 func httptestRoots() *x509.CertPool {
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	defer srv.Close()
-	return srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	pool := srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	pool.AddCert(internalIssuerCert.Leaf)
+	return pool
+}
+
+// internalIssuerAddr is where internalIssuer listens: an address the
+// suite's fetcher counts internal (jwksfetch.Options.Internal).
+var internalIssuerAddr = netip.MustParseAddr("127.0.0.2")
+
+// internalIssuerCert is a self-signed certificate for internalIssuerAddr
+// (httptest's covers 127.0.0.1 only), trusted by the suite's fetcher.
+var internalIssuerCert = func() tls.Certificate {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "internal issuer"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{internalIssuerAddr.AsSlice()}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		panic(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		panic(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}()
+
+// internalIssuer is an httptest TLS server on internalIssuerAddr.
+func internalIssuer(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	l, err := net.Listen("tcp", netip.AddrPortFrom(internalIssuerAddr, 0).String())
+	if err != nil {
+		t.Fatalf("listening on %s (Linux routes all of 127.0.0.0/8 to loopback): %v", internalIssuerAddr, err)
+	}
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second},
+		TLS: &tls.Config{Certificates: []tls.Certificate{internalIssuerCert}, MinVersion: tls.VersionTLS12}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // countingClient counts (and names) every write attempted through it.

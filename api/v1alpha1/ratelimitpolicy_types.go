@@ -273,8 +273,10 @@ type RequestMatch struct {
 	// ("//api", "/x/../api" and "/api/x/.." are under "/api/"); and that
 	// once more after removing segment parameters before decoding, as
 	// Servlet containers (Tomcat, Jetty, Spring) route ("/api;jsessionid=1/users"
-	// and "/.;/api/users" are "/api/users"). Letter case counts unless
-	// pathCase is Insensitive.
+	// and "/.;/api/users" are "/api/users"). Decoded once, as those servers
+	// do: "/%2561pi" is "/%61pi", not under "/api/", so an application that
+	// decodes a path twice routes requests the policy does not see. Letter
+	// case counts unless pathCase is Insensitive.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=32
@@ -509,8 +511,9 @@ type RateLimitPolicySpec struct {
 	// port is refused instead of passing around the sidecar. It needs a
 	// network plugin that enforces NetworkPolicy (docs/operations.md), and
 	// adds up with the namespace's other NetworkPolicies that select the
-	// same pods: one of them admitting the app's port opens it again. Only
-	// with targetSelector. Unset: no NetworkPolicy.
+	// same pods: one of them admitting the app's port opens it again, which
+	// the status reports (Enforced False, reason NetworkPolicyAdmitsApp).
+	// Only with targetSelector. Unset: no NetworkPolicy.
 	// +optional
 	NetworkPolicy *PodNetworkPolicy `json:"networkPolicy,omitempty"`
 
@@ -739,9 +742,12 @@ type JWKSSource struct {
 	// it (the sidecars make no network call) every few minutes (its
 	// --jwks-refresh-interval) and keeps the last good keys when a fetch
 	// fails; the policy's Ready condition says when it has none. The
-	// response is bounded (256 KiB, 32 usable keys), and addresses of the
-	// manager's own host (loopback, link-local, such as a cloud metadata
-	// service) are refused.
+	// response is bounded (256 KiB, 32 usable keys). Only public addresses
+	// are dialed (not loopback, link-local such as a cloud metadata
+	// service, or private ranges, where the cluster's own endpoints live)
+	// unless the manager's --jwks-allowed-cidrs allows a range; what a host
+	// there answers stays in the manager's log. A namespace's policies name
+	// at most --jwks-urls-per-namespace URLs (10 by default).
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && url(self).getHostname() != ''",message="url must be an https URL with a host, e.g. https://auth.example.com/.well-known/jwks.json"

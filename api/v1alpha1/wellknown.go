@@ -232,6 +232,12 @@ const (
 	// sidecar holds (the policy's targetPort, or another name of the app's
 	// port), so its traffic reaches the app unlimited (Enforced=False).
 	ReasonServiceBypassesSidecar ConditionReason = "ServiceBypassesSidecar"
+	// ReasonNetworkPolicyAdmitsApp: the policy asks for a NetworkPolicy,
+	// and a NetworkPolicy that selects protected pods (another one, or the
+	// policy's own through networkPolicy.ports) admits the app's port:
+	// NetworkPolicies add up, so a client that dials a pod's address
+	// reaches the app unlimited (Enforced=False).
+	ReasonNetworkPolicyAdmitsApp ConditionReason = "NetworkPolicyAdmitsApp"
 	// ReasonSidecarsOutdated (Ready and Enforced False): the policy uses a
 	// field that sidecars injected by an earlier slidegate cannot read, and
 	// such pods still run in the namespace; the policy is held back until

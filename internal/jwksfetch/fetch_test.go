@@ -3,6 +3,7 @@ package jwksfetch_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -96,7 +97,7 @@ func wait(t *testing.T, f *jwksfetch.Fetcher, url, what string, cond func(jwksfe
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		res, ok := f.Get(url)
+		res, ok := f.Get(url, "ns")
 		if ok && cond(res) {
 			return res
 		}
@@ -124,7 +125,7 @@ func TestFetchAndRefresh(t *testing.T) {
 	is := newIssuer(t, testsupport.JWKSet(k1))
 	f, changes := started(t, is, nil)
 	url := is.URL + "/.well-known/jwks.json"
-	if _, ok := f.Get(url); ok {
+	if _, ok := f.Get(url, "ns"); ok {
 		t.Fatal("a result before any fetch")
 	}
 	wait(t, f, url, "the first keys", func(r jwksfetch.Result) bool { return bytes.Equal(r.Keys, canonical(t, testsupport.JWKSet(k1))) })
@@ -177,7 +178,7 @@ func TestFailureKeepsLastGood(t *testing.T) {
 			is := newIssuer(t, good)
 			f, _ := started(t, is, func(o *jwksfetch.Options) { o.Timeout = 500 * time.Millisecond })
 			url := is.URL + "/keys"
-			f.Get(url)
+			f.Get(url, "ns")
 			wait(t, f, url, "the good keys", func(r jwksfetch.Result) bool { return r.Keys != nil && r.Err == nil })
 			is.serve(tt.status, tt.body, tt.delay)
 			// Every failure keeps the last good keys; the one this issuer's
@@ -216,7 +217,7 @@ func TestFirstFetchFails(t *testing.T) {
 		o.Retry, o.Refresh = 100*time.Millisecond, time.Hour
 	})
 	url := is.URL + "/missing"
-	f.Get(url)
+	f.Get(url, "ns")
 	res := wait(t, f, url, "the failure", func(r jwksfetch.Result) bool { return r.Err != nil })
 	if res.Keys != nil || !strings.Contains(res.Err.Error(), "HTTP status 404") {
 		t.Errorf("result %+v", res)
@@ -237,21 +238,24 @@ func TestRefusedAddresses(t *testing.T) {
 	is := newIssuer(t, testsupport.JWKSet(k1))
 	f, _ := started(t, is, func(o *jwksfetch.Options) { o.AllowAddr = nil })
 	for _, u := range []string{is.URL + "/keys", strings.Replace(is.URL, "127.0.0.1", "localhost", 1) + "/keys"} {
-		f.Get(u)
+		f.Get(u, "ns")
 		res := wait(t, f, u, "a refusal", func(r jwksfetch.Result) bool { return r.Err != nil })
-		if !strings.Contains(res.Err.Error(), "refused") || res.Keys != nil {
+		if !strings.Contains(res.Err.Error(), "does not fetch keys from") || strings.Contains(res.Err.Error(), "127.0.0.1") || res.Keys != nil {
 			t.Errorf("%s: %+v", u, res)
 		}
 	}
 	if is.requests.Load() != 0 {
 		t.Errorf("the loopback issuer was reached %d times", is.requests.Load())
 	}
-	for _, a := range []string{"127.0.0.1", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "::", "::ffff:127.0.0.1", "224.0.0.1"} {
+	// Issue 36: the cluster's own ranges (a Service, a pod, a node) were
+	// public before, so a tenant's policy made the manager probe them.
+	for _, a := range []string{"127.0.0.1", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "::", "::ffff:127.0.0.1", "224.0.0.1",
+		"10.96.0.10", "172.16.0.1", "192.168.1.1", "100.64.3.4", "fd00::1", "::ffff:10.0.0.1"} {
 		if jwksfetch.PublicAddr(netip.MustParseAddr(a)) {
 			t.Errorf("PublicAddr(%s) = true", a)
 		}
 	}
-	for _, a := range []string{"10.96.0.10", "192.168.1.1", "203.0.113.7", "2001:db8::1"} {
+	for _, a := range []string{"203.0.113.7", "2001:db8::1", "100.128.0.1", "172.32.0.1"} {
 		if !jwksfetch.PublicAddr(netip.MustParseAddr(a)) {
 			t.Errorf("PublicAddr(%s) = false", a)
 		}
@@ -262,12 +266,12 @@ func TestRefusedAddresses(t *testing.T) {
 	f2, _ := started(t, nil, func(o *jwksfetch.Options) {
 		o.RootCAs = redirect.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
 	})
-	f2.Get(redirect.URL)
+	f2.Get(redirect.URL, "ns")
 	res := wait(t, f2, redirect.URL, "a refused redirect", func(r jwksfetch.Result) bool { return r.Err != nil })
 	if !strings.Contains(res.Err.Error(), "only https is fetched") {
 		t.Errorf("redirect to http: %v", res.Err)
 	}
-	f2.Get("http://" + redirect.Listener.Addr().String() + "/keys")
+	f2.Get("http://"+redirect.Listener.Addr().String()+"/keys", "ns")
 	res = wait(t, f2, "http://"+redirect.Listener.Addr().String()+"/keys", "a refused http URL", func(r jwksfetch.Result) bool { return r.Err != nil })
 	if !strings.Contains(res.Err.Error(), "not an https URL") {
 		t.Errorf("http URL: %v", res.Err)
@@ -281,12 +285,17 @@ func TestForgetsUnusedURLs(t *testing.T) {
 	var inUse atomic.Bool
 	inUse.Store(true)
 	f, _ := started(t, is, func(o *jwksfetch.Options) {
-		o.InUse = func(string) bool { return inUse.Load() }
+		o.NamedBy = func(string) ([]string, error) {
+			if inUse.Load() {
+				return []string{"ns"}, nil
+			}
+			return nil, nil
+		}
 		o.MaxURLs = 2
 	})
-	f.Get(is.URL + "/a")
-	f.Get(is.URL + "/b")
-	if res, ok := f.Get(is.URL + "/c"); !ok || res.Err == nil || !strings.Contains(res.Err.Error(), "its limit") {
+	f.Get(is.URL+"/a", "ns")
+	f.Get(is.URL+"/b", "ns")
+	if res, ok := f.Get(is.URL+"/c", "ns"); !ok || res.Err == nil || !strings.Contains(res.Err.Error(), "its limit") {
 		t.Errorf("a third URL over MaxURLs 2: %+v, %v", res, ok)
 	}
 	wait(t, f, is.URL+"/a", "keys", func(r jwksfetch.Result) bool { return r.Keys != nil })
@@ -302,7 +311,92 @@ func TestForgetsUnusedURLs(t *testing.T) {
 			t.Fatal("unused URLs are still fetched")
 		}
 	}
-	if _, ok := f.Get(is.URL + "/c"); ok {
+	if _, ok := f.Get(is.URL+"/c", "ns"); ok {
 		t.Error("a new URL after the unused were forgotten: a result before any fetch")
+	}
+}
+
+// TestNamespaceShare: one namespace cannot take the table from the others
+// (issue 36). Before, the table was first come first served: namespace
+// "greedy" naming MaxURLs URLs left every other namespace an error. Now it
+// gets its share; another namespace still gets its URLs, a URL another
+// namespace already names is shared (and counts toward the share of each
+// that names it), and a URL is forgotten only once nobody names it.
+func TestNamespaceShare(t *testing.T) {
+	is := newIssuer(t, testsupport.JWKSet(testsupport.NewJWTKey("k1", jose.ES256)))
+	var mu sync.Mutex
+	named := map[string][]string{}
+	f, _ := started(t, is, func(o *jwksfetch.Options) {
+		o.MaxURLs = 8
+		o.MaxURLsPerNamespace = 3
+		o.NamedBy = func(u string) ([]string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return named[u], nil
+		}
+	})
+	name := func(ns, u string) (jwksfetch.Result, bool) {
+		mu.Lock()
+		named[u] = append(named[u], ns)
+		mu.Unlock()
+		return f.Get(u, ns)
+	}
+	refused := 0
+	for i := range 8 {
+		if res, ok := name("greedy", fmt.Sprintf("%s/greedy-%d", is.URL, i)); ok && res.Err != nil {
+			if !strings.Contains(res.Err.Error(), "the policies of namespace greedy already name 3 key set URLs, its share") {
+				t.Errorf("greedy's URL %d: %v", i, res.Err)
+			}
+			refused++
+		}
+	}
+	if refused != 5 {
+		t.Errorf("greedy was refused %d of 8 URLs, want 5 (a share of 3)", refused)
+	}
+	// Another namespace gets its own, and shares greedy's first.
+	for _, u := range []string{is.URL + "/other", is.URL + "/greedy-0"} {
+		if res, ok := name("other", u); ok && res.Err != nil && res.Keys == nil {
+			t.Errorf("namespace other, %s: %v", u, res.Err)
+		}
+	}
+	wait(t, f, is.URL+"/other", "other's keys", func(r jwksfetch.Result) bool { return r.Keys != nil })
+	// greedy stops naming its first URL: other still does, so it stays.
+	mu.Lock()
+	named[is.URL+"/greedy-0"] = []string{"other"}
+	mu.Unlock()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// greedy's share frees at the URL's next refresh.
+		if res, ok := f.Get(is.URL+"/greedy-9", "greedy"); !ok || res.Err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("greedy's share never freed after it stopped naming a URL")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if res, ok := f.Get(is.URL+"/greedy-0", "other"); !ok || res.Keys == nil {
+		t.Errorf("the URL other still names: %+v, %v", res, ok)
+	}
+}
+
+// TestInternalFlag: a fetch from an address an admin allowed that is not
+// public says so (Result.Internal), so that its errors stay out of a
+// tenant's status; a refused address is named in no error.
+func TestInternalFlag(t *testing.T) {
+	is := newIssuer(t, testsupport.JWKSet(testsupport.NewJWTKey("k1", jose.ES256)))
+	is.serve(http.StatusNotFound, nil, 0)
+	f, _ := started(t, is, func(o *jwksfetch.Options) {
+		o.AllowAddr = nil
+		o.AllowedPrefixes = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	})
+	res := wait(t, f, is.URL+"/keys", "a failure", func(r jwksfetch.Result) bool { return r.Err != nil })
+	if !res.Internal || !strings.Contains(res.Err.Error(), "404") {
+		t.Errorf("an allowed loopback issuer's 404: %+v (want Internal, and the detail kept for the log)", res)
+	}
+	// The paired case: the same issuer counted public.
+	g, _ := started(t, is, func(o *jwksfetch.Options) { o.Internal = func(netip.Addr) bool { return false } })
+	if res := wait(t, g, is.URL+"/keys", "a failure", func(r jwksfetch.Result) bool { return r.Err != nil }); res.Internal {
+		t.Errorf("a public issuer's failure marked internal: %+v", res)
 	}
 }

@@ -118,6 +118,11 @@ type options struct {
 	rlsService             string
 	// jwksRefresh is how often key set URLs are fetched again.
 	jwksRefresh time.Duration
+	// jwksAllowedCIDRs are the ranges besides public addresses that key
+	// set URLs may resolve to; jwksPerNamespace is each namespace's share
+	// of the URLs.
+	jwksAllowedCIDRs string
+	jwksPerNamespace int
 	// maxClientBytes bounds each policy's footprint per client in Redis.
 	maxClientBytes int64
 	// sidecarListenPort and sidecarAdminPort become webhook.Inject's
@@ -138,6 +143,9 @@ func (o *options) setup() (cli.Program, error) {
 	proxies, err := sidecarconfig.ParseTrustedProxies(strings.Split(o.trustedProxies, ","))
 	if err != nil {
 		return cli.Program{}, fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	if _, err := parseCIDRs(o.jwksAllowedCIDRs); err != nil {
+		return cli.Program{}, fmt.Errorf("--jwks-allowed-cidrs: %w", err)
 	}
 	namespace := managerNamespace()
 	if err := o.redis.Complete(namespace); err != nil {
@@ -212,7 +220,29 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.jwksRefresh, "jwks-refresh-interval", jwksfetch.DefaultRefresh,
 		"How often the manager fetches again the JSON Web Key Sets that policies name by URL (key.jwt.jwks.url); a failed fetch is retried sooner and keeps the last good keys. "+
 			"Issuers publish a new key ahead of signing with it: at least this plus the kubelet's ConfigMap sync ahead.")
+	fs.StringVar(&o.jwksAllowedCIDRs, "jwks-allowed-cidrs", "",
+		"Comma-separated address ranges, besides public addresses, that key set URLs may resolve to: an issuer inside the cluster (e.g. 10.96.0.0/12 for the Services). "+
+			"Loopback, link-local, private and shared ranges are refused otherwise, so that a tenant's policy cannot make the manager probe the cluster's network; "+
+			"fetch errors from these ranges go to the manager's log, not to the policy's status.")
+	fs.IntVar(&o.jwksPerNamespace, "jwks-urls-per-namespace", jwksfetch.DefaultMaxURLsPerNamespace,
+		"Most key set URLs the policies of one namespace may name (of the manager's 1000): one tenant cannot take the table from the others.")
 	o.zap.BindFlags(fs)
+}
+
+// parseCIDRs reads a comma-separated list of address ranges.
+func parseCIDRs(list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for f := range strings.SplitSeq(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // completeSidecarPorts checks --sidecar-listen-port and --sidecar-admin-port
@@ -273,6 +303,10 @@ func newManager(o options, namespace string) (ctrl.Manager, error) {
 // addControllers adds the RateLimitPolicy and the rate limit service
 // controllers to mgr.
 func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []netip.Prefix, namespace string) error {
+	allowed, err := parseCIDRs(o.jwksAllowedCIDRs) // checked by setup
+	if err != nil {
+		return fmt.Errorf("--jwks-allowed-cidrs: %w", err)
+	}
 	r := &controllers.RateLimitPolicyReconciler{
 		Client:           mgr.GetClient(),
 		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
@@ -283,7 +317,7 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []
 		// injector gives the sidecar.
 		SidecarListenPort: o.webhook.Inject.ListenPort,
 		SidecarAdminPort:  o.webhook.Inject.AdminPort,
-		JWKSFetch:         jwksfetch.Options{Refresh: o.jwksRefresh},
+		JWKSFetch:         jwksfetch.Options{Refresh: o.jwksRefresh, AllowedPrefixes: allowed, MaxURLsPerNamespace: o.jwksPerNamespace},
 		InstallSecret:     types.NamespacedName{Namespace: namespace, Name: clienthash.InstallSecretName},
 	}
 	identities, err := o.redis.Identities(namespace, types.NamespacedName{Namespace: namespace, Name: os.Getenv("POD_NAME")})

@@ -96,6 +96,9 @@ func TestMatchWaysAround(t *testing.T) {
 		{api, "GET", "/api%3Bx/users", nil, false},            // an encoded ';' is no parameter
 		{api, "GET", "/x;/../api/users", nil, true},
 		{api, "GET", "/admin;/api/users", nil, false},
+		// Issue 36: decoded once, as the servers above route; an app that
+		// decodes twice reads "/api/users" where the policy saw "/%61pi".
+		{api, "GET", "/%2561pi/users", nil, false},
 		// Issue 23: the opt-in case-insensitive prefix.
 		{apiFold, "GET", "/API/users", nil, true},
 		{apiFold, "GET", "/Api;v=1/users", nil, true},
