@@ -123,7 +123,8 @@ test-stress: test-deps ## Run the limiter, sidecar, RLS, e2e and node tests whil
 	@hack/packages.sh stress-ng
 	@stress-ng --cpu $$((4 * $$(nproc))) --timeout 1800s >/dev/null 2>&1 & pid=$$!; trap 'kill $$pid 2>/dev/null' EXIT; \
 		KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" CGO_ENABLED=1 go test -race -vet=off -count=1 ./internal/limiter ./internal/sidecar ./internal/rls ./test/e2e 2>&1 | hack/test-summary.sh && \
-		hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh
+		hack/previous-modules.sh
+	hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh
 
 .PHONY: test-exact-busy
 test-exact-busy: test-deps ## Exactness on a busy machine: 3 sidecars x 64 callers, 10 s, healthy redis-server, every core busy, 10 runs: SlidingLog 100/2 s; token costs 1000/1 s (request, response, paired with counting) and debt's exact reopening.

@@ -17,6 +17,9 @@ cd "$ROOT"
 VERSION=$(cat "$ROOT/VERSION" 2>/dev/null || echo devel)
 # shellcheck source=hack/goenv.sh
 . "$ROOT/hack/goenv.sh"
+# The upgrade test builds its previous release offline, inside the node:
+# its modules are fetched now, while the module proxy is reachable.
+"$ROOT/hack/previous-modules.sh"
 # The release image, as `make image` builds it (its own tarball and layout).
 # hack/node.sh imports every DIR/*.tar as a user imports an image
 # (ctr -n k8s.io images import), this one under make image's file name.
