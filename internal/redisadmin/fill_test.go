@@ -75,13 +75,8 @@ func TestTenantFillsRedis(t *testing.T) {
 			}
 			adminClient := client(t, cfg)
 			loadLibrary(t, adminClient)
-			as := func(u User, pw string) redis.UniversalClient {
-				c := cfg
-				c.Username, c.Password = u.Name, pw
-				return client(t, c)
-			}
-			rdbA := as(userA, "pw-a")
-			limB, err := limiter.New(as(userB, "pw-b"), limiter.Options{Functions: true, Timeout: 2 * time.Second, DenyCacheMax: -1})
+			rdbA := clientAs(t, cfg, userA, "pw-a")
+			limB, err := limiter.New(clientAs(t, cfg, userB, "pw-b"), limiter.Options{Functions: true, Timeout: 2 * time.Second, DenyCacheMax: -1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -84,12 +84,7 @@ func hostileTenant(t *testing.T, cfg redisconn.Config, shared bool) {
 	adminClient := client(t, cfg)
 	loadLibrary(t, adminClient)
 
-	as := func(u User, pw string) redis.UniversalClient {
-		c := cfg
-		c.Username, c.Password = u.Name, pw
-		return client(t, c)
-	}
-	rdbA, rdbB := as(userA, "pw-a"), as(userB, "pw-b")
+	rdbA, rdbB := clientAs(t, cfg, userA, "pw-a"), clientAs(t, cfg, userB, "pw-b")
 	limB, err := limiter.New(rdbB, limiter.Options{Functions: true, Timeout: 5 * time.Second, DenyCacheMax: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -282,6 +277,13 @@ func client(t *testing.T, cfg redisconn.Config) redis.UniversalClient {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// clientAs is a client of cfg's Redis that authenticates as u with pw.
+func clientAs(t *testing.T, cfg redisconn.Config, u User, pw string) redis.UniversalClient {
+	t.Helper()
+	cfg.Username, cfg.Password = u.Name, pw
+	return client(t, cfg)
 }
 
 // loadLibrary loads the slidegate library on every master of rdb.
