@@ -67,12 +67,21 @@ type User struct {
 	// Rules follow "on" and the passwords in ACL SETUSER
 	// (redisschema.FunctionACLRules).
 	Rules []string
+	// Off switches the user off: nobody can authenticate as it, and the
+	// connections authenticated as it are closed when it is set (a
+	// namespace over its memory budget, MemoryUsage). Its passwords and
+	// rules stay, so switching it on again needs nothing else.
+	Off bool
 }
 
 // setUser is the ACL SETUSER command that makes u exactly what it says:
 // reset first, so a rule or password removed from u goes too.
 func (u User) setUser() []any {
-	args := []any{"acl", "setuser", u.Name, "reset", "on"}
+	state := "on"
+	if u.Off {
+		state = "off"
+	}
+	args := []any{"acl", "setuser", u.Name, "reset", state}
 	for _, p := range u.Passwords {
 		sum := sha256.Sum256([]byte(p))
 		args = append(args, "#"+hex.EncodeToString(sum[:]))
@@ -315,6 +324,14 @@ func (a *Admin) setUsers(ctx context.Context, n *node, users []User) error {
 		}
 		if err := n.client.Do(ctx, u.setUser()...).Err(); err != nil {
 			return fmt.Errorf("ACL SETUSER %s: %w", u.Name, err)
+		}
+		if u.Off {
+			// A user switched off keeps the connections authenticated as
+			// it (pooled by its sidecars): close them. Until this succeeds
+			// the node is not marked done, so the next pass tries again.
+			if err := n.client.Do(ctx, "client", "kill", "user", u.Name).Err(); err != nil {
+				return fmt.Errorf("CLIENT KILL USER %s: %w", u.Name, err)
+			}
 		}
 		n.users[u.Name] = d
 	}

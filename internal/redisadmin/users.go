@@ -109,12 +109,16 @@ func password(install []byte, user, binding string, epoch int64) string {
 // identity, for `ACL SETUSER <name> on >password <rules...>` in every
 // node's configuration: what Sync and Apply send (ACL SETUSER, DELUSER and
 // USERS; FUNCTION LOAD and LIST; INFO for a node's role and run_id; CLUSTER
-// NODES to find a Cluster's nodes) and what go-redis sends on connect. It
-// holds no key: it only sets up the identities that do. ACL SETUSER is
-// all-powerful all the same (it may give any user any right), which is why
-// this identity never leaves the manager's namespace.
+// NODES to find a Cluster's nodes), what MemoryUsage sends (SCAN, MEMORY
+// USAGE: reading slidegate's keys, %R~, never writing them) and closing a
+// user's connections when it is switched off (CLIENT KILL), and what
+// go-redis sends on connect. It writes no key: it only sets up the
+// identities that do. ACL SETUSER is all-powerful all the same (it may
+// give any user any right), which is why this identity never leaves the
+// manager's namespace.
 func AdminACLRules() []string {
-	return []string{"resetkeys", "resetchannels", "-@all",
+	return []string{"resetkeys", "%R~" + redisschema.KeysPattern(""), "resetchannels", "-@all",
 		"+acl|setuser", "+acl|deluser", "+acl|users", "+function|load", "+function|list",
-		"+info", "+ping", "+hello", "+auth", "+client|setname", "+cluster|nodes"}
+		"+info", "+ping", "+hello", "+auth", "+client|setname", "+cluster|nodes",
+		"+scan", "+memory|usage", "+client|kill"}
 }

@@ -92,6 +92,16 @@ func KeyPatterns(prefix, scope string, ruleIDs []string, presence string) []stri
 	return append(out, slices.Compact(hashedIDs)...)
 }
 
+// KeysPattern is the glob of every key under prefix (DefaultPrefix if
+// empty): every key slidegate writes, for SCAN's MATCH and an ACL key
+// pattern.
+func KeysPattern(prefix string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return globEscape(escapePrefix(prefix)) + "*"
+}
+
 // globEscape escapes the characters ACL key patterns (Redis glob) give a
 // meaning: a namespace or prefix is matched as it is.
 func globEscape(s string) string {
