@@ -44,10 +44,52 @@ func TestHostileTenant(t *testing.T) {
 	})
 }
 
-// attack is one command of A's.
+// attack is one command of A's, against one boundary.
 type attack struct {
-	name string
-	args []any
+	boundary string
+	name     string
+	args     []any
+}
+
+// boundaryOf is the boundary a command of A's (not on a key) tries.
+func boundaryOf(command string) string {
+	switch command {
+	case "script", "function", "evalsha", "eval_ro", "eval":
+		return "code of its own"
+	case "acl", "client", "monitor":
+		return "identities and connections"
+	case "blpop", "brpop", "bzpopmin", "xread":
+		return "blocking the server"
+	case "subscribe", "publish":
+		return "Pub/Sub"
+	}
+	return "the server (keyspace, configuration, persistence)"
+}
+
+// boundaryCounts logs, per boundary, how many of A's attempts were made
+// and how many Redis refused.
+func boundaryCounts(t *testing.T, attacks []attack, refused map[int]bool) {
+	t.Helper()
+	type count struct{ tried, refused int }
+	counts := map[string]*count{}
+	var order []string
+	for i, a := range attacks {
+		c := counts[a.boundary]
+		if c == nil {
+			c = &count{}
+			counts[a.boundary] = c
+			order = append(order, a.boundary)
+		}
+		c.tried++
+		if refused[i] {
+			c.refused++
+		}
+	}
+	var b strings.Builder
+	for _, name := range order {
+		fmt.Fprintf(&b, "\n  %-52s %3d attempts, %3d refused", name, counts[name].tried, counts[name].refused)
+	}
+	t.Logf("A's attempts per boundary:%s", b.String())
 }
 
 func hostileTenant(t *testing.T, cfg redisconn.Config, shared bool) {
@@ -129,8 +171,13 @@ func hostileTenant(t *testing.T, cfg redisconn.Config, shared bool) {
 
 	// A's attempts.
 	var attacks []attack
-	cmd := func(args ...any) { attacks = append(attacks, attack{fmt.Sprint(args...), args}) }
+	boundary := ""
+	cmd := func(args ...any) { attacks = append(attacks, attack{boundary, fmt.Sprint(args...), args}) }
 	for _, k := range []string{victimKey, counterKey, longKey, presence, rlsKey, "slidegate:peers:rls"} {
+		boundary = "another namespace's keys"
+		if k == rlsKey || k == "slidegate:peers:rls" {
+			boundary = "the rate limit service's keys"
+		}
 		cmd("zremrangebyscore", k, "-inf", "+inf")
 		cmd("zadd", k, 0, "forged")
 		cmd("zrange", k, 0, -1)
@@ -163,17 +210,21 @@ func hostileTenant(t *testing.T, cfg redisconn.Config, shared bool) {
 		{"shutdown", "nosave"}, {"replicaof", "127.0.0.1", 1}, {"save"}, {"bgsave"}, {"bgrewriteaof"},
 		{"object", "encoding", victimKey}, {"sort", "slidegate:{" + nsA + "/x}"},
 	} {
+		boundary = boundaryOf(a[0].(string))
 		cmd(a...)
 	}
 	// Last: a script that never ends, which blocks the server for everyone
 	// (lua-time-limit only makes it answer BUSY).
+	boundary = boundaryOf("eval")
 	cmd("eval", "while true do end", 0)
 	succeeded := 0
-	for _, a := range attacks {
+	refusedAt := map[int]bool{}
+	for i, a := range attacks {
 		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err := rdbA.Do(actx, a.args...).Err()
 		cancel()
 		refused := err != nil && strings.Contains(err.Error(), "NOPERM")
+		refusedAt[i] = refused
 		switch {
 		case shared && !refused:
 			succeeded++
@@ -181,6 +232,7 @@ func hostileTenant(t *testing.T, cfg redisconn.Config, shared bool) {
 			t.Errorf("A's %s: %v, want NOPERM", a.name, err)
 		}
 	}
+	boundaryCounts(t, attacks, refusedAt)
 	// No code of A's runs: the server answers at once.
 	blocked := false
 	start := time.Now()
