@@ -158,9 +158,10 @@ func (r *RateLimitPolicyReconciler) credentialsFor(ctx context.Context, ns strin
 	}
 	if r.administered() {
 		user, password, p := r.namespaceIdentity(ctx, ns, policies)
-		if p == nil {
+		if user != "" {
 			data[redisconn.SecretNamespaceUsernameKey], data[redisconn.SecretNamespacePasswordKey] = []byte(user), []byte(password)
-		} else if r.mode() == IdentityNamespace && prob == nil {
+		}
+		if p != nil && r.mode() == IdentityNamespace && prob == nil {
 			// New sidecars authenticate as the namespace: without it they
 			// cannot. (In the shared mode it is only being prepared.)
 			prob = p

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/klog/v2"
@@ -98,6 +97,13 @@ type RedisIdentities struct {
 	// before it is handed to the namespaces; nil: not sentinel mode, and
 	// the namespaces get none.
 	Sentinel *redisadmin.SentinelCheck
+	// MemoryBudget is the most memory, in bytes, that one namespace's keys
+	// may hold in Redis before its user is switched off (memory.go); 0:
+	// not measured.
+	MemoryBudget int64
+	// MemoryInterval is how often the namespaces' memory is measured
+	// (default DefaultMemoryCheckInterval).
+	MemoryInterval time.Duration
 
 	// mu guards the state of the periodic Sync, read by the reconciles.
 	mu sync.Mutex
@@ -111,6 +117,9 @@ type RedisIdentities struct {
 	legacy map[types.UID]legacyPassword
 	// legacyGrace is LegacyPasswordGrace, shorter in tests.
 	legacyGrace time.Duration
+	// over is, by namespace, what the keys of each namespace over its
+	// memory budget held at the last check: their users are switched off.
+	over map[string]int64
 }
 
 // DefaultIdentityInterval is RedisIdentities.Interval's default.
@@ -169,7 +178,8 @@ func (ri *RedisIdentities) setMode(m IdentityMode) {
 
 // namespaceIdentity sets up namespace ns's user on every node, for its
 // sidecar policies, and returns its name and current password; or the
-// problem that keeps the namespace from having one. None of them stops the
+// problem that keeps the namespace from having one (or, over its memory
+// budget, from using the one it has: then with its name and password). None of them stops the
 // reconcile: the configuration is applied all the same (sidecars that
 // already hold credentials keep deciding), and the problem is retried with
 // the credentials grace.
@@ -196,6 +206,11 @@ func (r *RateLimitPolicyReconciler) namespaceIdentity(ctx context.Context, ns st
 		// Redis says why (down, NOPERM for the administrative identity...).
 		return "", "", credentialsProblem(fmt.Sprintf("the namespace's Redis user %s could not be set up: %v", u.Name, err))
 	}
+	if u.Off {
+		// The credentials stay in the namespace, for when it is switched on.
+		bytes, _ := r.Identities.overBudget(ns)
+		return u.Name, current, r.Identities.budgetProblem(ns, bytes)
+	}
 	return u.Name, current, nil
 }
 
@@ -212,6 +227,7 @@ func (r *RateLimitPolicyReconciler) namespaceUser(install []byte, ns string, uid
 	current, valid := redisadmin.Passwords(install, name, string(uid), r.Identities.Rotation, now)
 	valid = append(valid, r.Identities.legacyPasswords(uid, now)...)
 	u, err := redisadmin.NamespaceIdentity("", ns, ids, valid)
+	_, u.Off = r.Identities.overBudget(ns)
 	return u, current, err
 }
 
@@ -376,6 +392,9 @@ func (identityRunnable) NeedLeaderElection() bool { return true }
 // Start runs until the manager stops.
 func (i identityRunnable) Start(ctx context.Context) error {
 	r := i.r
+	if r.Identities.MemoryBudget > 0 {
+		go r.runMemoryChecks(ctx)
+	}
 	r.Identities.Admin.Run(ctx, r.Identities.interval(), r.desiredUsers, func(st redisadmin.Status, err error) {
 		r.reportSync(ctx, st, err)
 	})
@@ -417,24 +436,15 @@ func (r *RateLimitPolicyReconciler) reportSync(ctx context.Context, st redisadmi
 // reportOpen says, on a change, which nodes accept commands without AUTH.
 func (r *RateLimitPolicyReconciler) reportOpen(ctx context.Context, open []string) {
 	log := logf.FromContext(ctx).WithName("redis-identities")
-	pod := r.Identities.Pod
-	var regarding *corev1.Pod
-	if pod.Name != "" {
-		regarding = &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
-	}
 	if len(open) == 0 {
 		log.Info("every Redis node requires AUTH")
-		if regarding != nil && r.Recorder != nil {
-			r.Recorder.Eventf(regarding, nil, corev1.EventTypeNormal, "RedisAuthenticated", "CheckRedis", "every Redis node requires AUTH")
-		}
+		r.eventOnManager(corev1.EventTypeNormal, "RedisAuthenticated", "CheckRedis", "every Redis node requires AUTH")
 		return
 	}
 	msg := fmt.Sprintf("Redis nodes %s accept commands without AUTH: any pod that reaches them can read, reset and fill every namespace's limits and block the server, whatever identities slidegate hands out; "+
 		"require AUTH (disable the default user or set requirepass) and admit only slidegate's pods with a NetworkPolicy (docs/operations.md, SlidegateRedisOpen)", strings.Join(open, ", "))
 	log.Error(nil, msg)
-	if regarding != nil && r.Recorder != nil {
-		r.Recorder.Eventf(regarding, nil, corev1.EventTypeWarning, "RedisUnauthenticated", "CheckRedis", msg)
-	}
+	r.eventOnManager(corev1.EventTypeWarning, "RedisUnauthenticated", "CheckRedis", msg)
 }
 
 // writeRLSSecret writes the rate limit service's credentials into its

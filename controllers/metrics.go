@@ -76,6 +76,23 @@ var (
 		Help: "1 for the Redis identity mode new sidecars get (--redis-identity): namespace, or shared, which isolates nothing inside Redis.",
 	}, []string{"mode"})
 
+	namespaceMemoryGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "slidegate_redis_namespace_memory_bytes",
+		Help: "Memory the keys of a namespace's Redis user hold, summed over the masters, at the manager's last check (with --redis-namespace-memory-budget).",
+	}, []string{"namespace"})
+	overBudgetGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "slidegate_redis_namespace_over_memory_budget",
+		Help: "1 for a namespace whose Redis user is switched off because its keys held more than --redis-namespace-memory-budget (its sidecars follow their fail mode); absent otherwise.",
+	}, []string{"namespace"})
+	memoryBudgetExceededCounter = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "slidegate_redis_memory_budget_exceeded_total",
+		Help: "Times a namespace's Redis user was switched off for its memory.",
+	})
+	memoryCheckErrorsCounter = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "slidegate_redis_memory_check_errors_total",
+		Help: "Checks of the namespaces' Redis memory that failed in part or whole (see the manager's log).",
+	})
+
 	writesCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "slidegate_controller_writes_total",
 		Help: "API writes by the RateLimitPolicy controller, by resource and operation; flat when nothing changes.",
@@ -85,6 +102,7 @@ var (
 func init() {
 	ctrlmetrics.Registry.MustRegister(policiesGauge, rejectedPoliciesGauge, unprotectedPodsGauge, notEnforcedGauge, writesCounter,
 		unclaimedDomainPoliciesGauge, unauthenticatedGauge, libraryLoadsCounter, identitySyncCounter, identitySyncErrorsCounter, identityModeGauge,
+		namespaceMemoryGauge, overBudgetGauge, memoryBudgetExceededCounter, memoryCheckErrorsCounter,
 		buildinfo.Collector("manager"))
 }
 

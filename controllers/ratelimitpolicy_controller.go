@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
@@ -98,6 +99,10 @@ type RateLimitPolicyReconciler struct {
 	// SetupWithManager.
 	jwksReader client.Reader
 	fetcher    *jwksfetch.Fetcher
+	// wake reconciles a namespace (a generic event naming it): the
+	// fetcher's key set changes, the memory checks' switches. Set up by
+	// SetupWithManager.
+	wake chan<- event.TypedGenericEvent[client.Object]
 	// uncached reads the API server (the install Secret), set up by
 	// SetupWithManager.
 	uncached client.Reader

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -54,6 +55,11 @@ type RedisConnection struct {
 	// desired state; PasswordRotation the rotation period of the
 	// identities' passwords (0: never).
 	IdentityInterval, PasswordRotation time.Duration
+	// MemoryBudget is the most memory one namespace's keys may hold in
+	// Redis before its user is switched off (memory.go); 0: not measured.
+	MemoryBudget resource.Quantity
+	// MemoryCheckInterval is how often the namespaces' memory is measured.
+	MemoryCheckInterval time.Duration
 }
 
 // DefaultPasswordRotation is --redis-password-rotation's default: a
@@ -87,6 +93,17 @@ func (c *RedisConnection) BindFlags(fs *flag.FlagSet) {
 		"How often the manager brings every Redis node to the desired library and identities: a node that restarted without persistence or was replaced has them back within it.")
 	fs.DurationVar(&c.PasswordRotation, "redis-password-rotation", DefaultPasswordRotation,
 		"Rotate the identities' passwords this often (the previous one stays valid for one more period, while the kubelet updates the mounted Secrets); 0: never.")
+	fs.Func("redis-namespace-memory-budget", "The most memory one namespace's keys may hold in Redis, summed over the masters (a quantity: 256Mi, 1Gi); "+
+		"past it the manager switches the namespace's Redis user off (its sidecars follow their fail mode) until they hold 90% of it. Needs the administrative identity; 0: not measured (the default).", func(v string) error {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return err
+		}
+		c.MemoryBudget = q
+		return nil
+	})
+	fs.DurationVar(&c.MemoryCheckInterval, "redis-memory-check-interval", DefaultMemoryCheckInterval,
+		"With --redis-namespace-memory-budget: how often the manager measures the namespaces' keys (SCAN and MEMORY USAGE of every slidegate key, on every master).")
 	fs.StringVar(&c.CredentialsSecret.Name, "redis-secret-name", "",
 		"Secret in the manager's namespace with the shared Redis identity (keys username and password: the identity of --redis-identity=shared, and of sidecars of earlier releases) and, with --redis-tls, "+
 			"ca.crt and a client certificate tls.crt/tls.key; mirrored into every namespace labelled for injection that has sidecar policies as "+
@@ -111,6 +128,15 @@ func (c *RedisConnection) Validate() error {
 	errs := []error{c.Config.Validate()}
 	if c.IdentityInterval < 0 || c.PasswordRotation < 0 {
 		errs = append(errs, errors.New("--redis-identity-interval and --redis-password-rotation must not be negative"))
+	}
+	if c.MemoryBudget.Sign() < 0 || c.MemoryCheckInterval < 0 {
+		errs = append(errs, errors.New("--redis-namespace-memory-budget and --redis-memory-check-interval must not be negative"))
+	}
+	if c.MemoryBudget.Sign() > 0 && c.MemoryCheckInterval > 0 && c.MemoryCheckInterval < 10*time.Second {
+		errs = append(errs, fmt.Errorf("--redis-memory-check-interval=%v: at least 10s (each check reads every slidegate key)", c.MemoryCheckInterval))
+	}
+	if c.MemoryBudget.Sign() > 0 && c.Identity == IdentityShared {
+		errs = append(errs, errors.New("--redis-namespace-memory-budget needs --redis-identity=namespace: with the shared identity no namespace has a user of its own to switch off"))
 	}
 	if c.PasswordRotation > 0 && c.PasswordRotation < 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--redis-password-rotation=%v: at least 10m, so that the kubelet updates every mounted Secret within a period", c.PasswordRotation))
@@ -156,6 +182,9 @@ func (c *RedisConnection) Identities(managerNamespace string, pod types.Namespac
 		RLSSecret: types.NamespacedName{Namespace: managerNamespace, Name: RLSCredentialsSecretName},
 		Pod:       pod,
 		Sentinel:  sentinel,
+
+		MemoryBudget:   c.MemoryBudget.Value(),
+		MemoryInterval: c.MemoryCheckInterval,
 	}, nil
 }
 

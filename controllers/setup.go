@@ -218,6 +218,8 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 	r.uncached = mgr.GetAPIReader()
 	identityModeGauge.Reset()
 	identityModeGauge.WithLabelValues(string(r.mode())).Set(1)
+	wake := make(chan event.TypedGenericEvent[client.Object], 1024)
+	r.wake = wake
 	if r.administered() {
 		if err := mgr.Add(identityRunnable{r}); err != nil {
 			return err
@@ -240,13 +242,12 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		return fmt.Errorf("creating the cache of the %s ConfigMaps: %w", v1alpha1.JWKSConfigMapName, err)
 	}
 	r.jwksReader = jwks
-	fetched := make(chan event.TypedGenericEvent[client.Object], 1024)
-	r.fetcher = r.newFetcher(mgr, fetched)
+	r.fetcher = r.newFetcher(mgr, wake)
 	if err := mgr.Add(r.fetcher); err != nil {
 		return err
 	}
 	b = b.WatchesRawSource(source.Kind[client.Object](jwks, &corev1.ConfigMap{}, byNamespace)).
-		WatchesRawSource(source.Channel(fetched, byNamespace))
+		WatchesRawSource(source.Channel(wake, byNamespace))
 	return b.
 		Named(ControllerName).
 		// Policies: spec changes (generation) and deletion; not our own

@@ -212,6 +212,13 @@ const (
 	// be set up (Redis refused, or the namespace's name is reserved), so
 	// sidecars could not connect (Ready=False).
 	ReasonRedisCredentialsUnavailable ConditionReason = "RedisCredentialsUnavailable"
+	// ReasonRedisMemoryBudgetExceeded: the namespace's keys hold more
+	// memory in the shared Redis than the manager's
+	// --redis-namespace-memory-budget allows, so the manager switched the
+	// namespace's Redis user off and its sidecars follow their fail mode
+	// (Ready=False); the message says how much and when it is switched on
+	// again.
+	ReasonRedisMemoryBudgetExceeded ConditionReason = "RedisMemoryBudgetExceeded"
 	// ReasonEnforced: every selected pod carries the sidecar (Enforced=True).
 	ReasonEnforced ConditionReason = "Enforced"
 	// ReasonNoPodsSelected: targetSelector selects no pod (Enforced=False).

@@ -376,11 +376,7 @@ redis: {mode: sentinel, addrs: "s-0.redis:26379,s-1.redis:26379", masterName: my
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs, _, _ := unstructured.NestedSlice(objectOf(t, docs, "Deployment", "slidegate-controller-manager").Object, "spec", "template", "spec", "containers")
-		var args []string
-		for _, a := range cs[0].(map[string]any)["args"].([]any) {
-			args = append(args, a.(string))
-		}
+		args := managerArgs(t, docs)
 		for _, want := range []string{"--redis-identity=shared", "--redis-secret-name=slidegate-redis", "--trusted-proxies=10.0.0.0/8,192.168.0.0/16"} {
 			if !slices.Contains(args, want) {
 				t.Errorf("manager args %q: no %s", args, want)
@@ -391,7 +387,19 @@ redis: {mode: sentinel, addrs: "s-0.redis:26379,s-1.redis:26379", masterName: my
 		}
 	})
 
+	t.Run("memory budget", func(t *testing.T) {
+		docs, err := renderChart(ch, "manager: {redisMemoryBudget: 256Mi}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := managerArgs(t, docs)
+		if !slices.Contains(args, "--redis-namespace-memory-budget=256Mi") {
+			t.Errorf("manager args %q: no --redis-namespace-memory-budget=256Mi", args)
+		}
+	})
+
 	for _, tc := range []struct{ values, says string }{
+		{"manager: {redisMemoryBudget: lots}", "redisMemoryBudget"},
 		{"rls: {enable: true}", "enable"},
 		{"redis: {mode: standlone}", "mode"},
 		{"webhook: {certificates: selfsigned}", "certificates"},
@@ -413,6 +421,17 @@ redis: {mode: sentinel, addrs: "s-0.redis:26379,s-1.redis:26379", masterName: my
 			}
 		})
 	}
+}
+
+// managerArgs are the manager container's arguments in rendered docs.
+func managerArgs(t *testing.T, docs [][]byte) []string {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(objectOf(t, docs, "Deployment", "slidegate-controller-manager").Object, "spec", "template", "spec", "containers")
+	var args []string
+	for _, a := range cs[0].(map[string]any)["args"].([]any) {
+		args = append(args, a.(string))
+	}
+	return args
 }
 
 // TestChartAccepted: the API server accepts what the chart renders, with
