@@ -150,7 +150,7 @@ func (r *RateLimitPolicyReconciler) applyNetworkPolicy(ctx context.Context, np *
 // add up, so any one of them admitting that port lets a client that dials
 // the pod's address reach the app around the sidecar. "": none. A policy
 // without spec.networkPolicy claims nothing about the pod's other ports.
-func reopeningPolicies(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, nps []networkingv1.NetworkPolicy) string {
+func (gs guards) reopeningPolicies(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, nps []networkingv1.NetworkPolicy) string {
 	if p.Spec.NetworkPolicy == nil || p.Spec.TargetSelector == nil || len(nps) == 0 {
 		return ""
 	}
@@ -161,7 +161,7 @@ func reopeningPolicies(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, nps []net
 		if !sel.Matches(labels.Set(pod.Labels)) {
 			continue
 		}
-		g, err := inject.ReadGuard(&pod.Spec)
+		g, err := gs.read(&pod.Spec)
 		if err != nil {
 			continue // no working sidecar: reported as unprotected
 		}

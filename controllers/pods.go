@@ -109,14 +109,14 @@ func skippingSidecars(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, minor int)
 // countPods counts the pods the policy selects and those of them whose
 // sidecar protects the policy's targetPort (protects); selected pods without
 // it are added to unprotected.
-func countPods(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, unprotected map[types.UID]bool) (matched, enforced int32) {
+func (gs guards) countPods(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, unprotected map[types.UID]bool) (matched, enforced int32) {
 	sel := selection.Selector(p)
 	for i := range pods {
 		if !sel.Matches(labels.Set(pods[i].Labels)) {
 			continue
 		}
 		matched++
-		if protects(p, &pods[i]) {
+		if gs.protects(p, &pods[i]) {
 			enforced++
 		} else {
 			unprotected[pods[i].UID] = true
@@ -133,6 +133,24 @@ func targetPort(p *v1alpha1.RateLimitPolicy) string {
 	return p.Spec.TargetPort
 }
 
+// guards reads pods' sidecars as the status judges them: inject.ReadGuard,
+// and an image from the repository of the manager's --sidecar-image
+// (repo; "": any). A pod whose sidecar image was changed after admission
+// (before the install's admission policy slidegate-sidecar-image, or while
+// its namespace was not opted in) runs something else in the sidecar's
+// place: not a sidecar that enforces anything. Any tag of the repository
+// counts: sidecars of earlier releases enforce until they are restarted.
+type guards struct{ repo string }
+
+// read is inject.ReadGuard with the image check.
+func (gs guards) read(spec *corev1.PodSpec) (inject.Guard, error) {
+	g, err := inject.ReadGuard(spec)
+	if err == nil && gs.repo != "" && inject.ImageRepositoryOf(g.Image) != gs.repo {
+		return g, fmt.Errorf("%w: it runs image %q, not one of slidegate's sidecar (%s)", inject.ErrNotSidecar, g.Image, gs.repo)
+	}
+	return g, err
+}
+
 // protects reports whether the pod's spec shows a working sidecar with no
 // way around it (inject.ReadGuard) that covers the policy's targetPort: it
 // holds that port name, or no other container does. The injection status
@@ -141,8 +159,8 @@ func targetPort(p *v1alpha1.RateLimitPolicy) string {
 // inject.TargetPortAnnotation) enforces this policy too, on the traffic it
 // sees, unless a container keeps this policy's port, whose traffic a
 // Service then sends around it.
-func protects(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod) bool {
-	g, err := inject.ReadGuard(&pod.Spec)
+func (gs guards) protects(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod) bool {
+	g, err := gs.read(&pod.Spec)
 	return err == nil && g.Covers(&pod.Spec, targetPort(p))
 }
 
@@ -154,7 +172,7 @@ func protects(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod) bool {
 // policy's targetPort or that container port is the app's (a pod whose
 // target-port annotation left the app holding the policy's port). Other
 // ports (metrics, a side port) are none of our business.
-func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, services []corev1.Service) string {
+func (gs guards) bypassingServices(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, services []corev1.Service) string {
 	sel := selection.Selector(p)
 	found := map[string]bool{}
 	for i := range services {
@@ -169,7 +187,7 @@ func bypassingServices(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, services 
 			if !svcSel.Matches(set) || !sel.Matches(set) {
 				continue
 			}
-			g, err := inject.ReadGuard(&pod.Spec)
+			g, err := gs.read(&pod.Spec)
 			if err != nil {
 				continue // no working sidecar: reported as unprotected
 			}

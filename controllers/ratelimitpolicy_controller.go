@@ -76,6 +76,10 @@ type RateLimitPolicyReconciler struct {
 	// ports (--sidecar-listen-port, --sidecar-admin-port; 0: the
 	// defaults), which the NetworkPolicies of spec.networkPolicy admit.
 	SidecarListenPort, SidecarAdminPort int32
+	// SidecarImage is the image the webhook injects (--sidecar-image): a
+	// selected pod whose sidecar runs an image of another repository is
+	// not enforced (guards). Empty: any image.
+	SidecarImage string
 
 	// JWKSFetch configures the fetcher of the key sets policies name by
 	// URL (key.jwt.jwks.url); its zero value takes jwksfetch's defaults.
@@ -308,6 +312,8 @@ type namespaceFacts struct {
 	// pods are trimmed to what the status reads (trimPod).
 	pods     []corev1.Pod
 	services []corev1.Service
+	// guards reads the pods' sidecars.
+	guards guards
 	// networkPolicies are all of the namespace's, ours and others'.
 	networkPolicies []networkingv1.NetworkPolicy
 	// optedIn: the namespace is labelled for injection (credentials go
@@ -333,7 +339,7 @@ type namespaceFacts struct {
 // namespaceFacts gathers the Services and the Namespace for the statuses,
 // beside the pods already known.
 func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, pods []corev1.Pod) (namespaceFacts, error) {
-	facts := namespaceFacts{pods: pods}
+	facts := namespaceFacts{pods: pods, guards: guards{repo: inject.ImageRepositoryOf(r.SidecarImage)}}
 	var services corev1.ServiceList
 	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
 		return facts, fmt.Errorf("listing the services of namespace %s: %w", ns, err)
@@ -381,11 +387,12 @@ func policyStatuses(policies []v1alpha1.RateLimitPolicy, desired namespaceRender
 			now:         now,
 			grace:       grace,
 		}
-		in.matched, in.enforced = countPods(p, facts.pods, unprotected)
-		in.bypass = bypassingServices(p, facts.pods, facts.services)
-		in.reopened = reopeningPolicies(p, facts.pods, facts.networkPolicies)
+		gs := facts.guards
+		in.matched, in.enforced = gs.countPods(p, facts.pods, unprotected)
+		in.bypass = gs.bypassingServices(p, facts.pods, facts.services)
+		in.reopened = gs.reopeningPolicies(p, facts.pods, facts.networkPolicies)
 		if in.enforced < in.matched {
-			in.unprotected = unprotectedWhy(p, facts.pods, facts.optedIn)
+			in.unprotected = gs.unprotectedWhy(p, facts.pods, facts.optedIn)
 		}
 		want[i] = desiredStatus(p, in)
 	}

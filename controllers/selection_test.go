@@ -77,7 +77,7 @@ func TestWebhookAndStatusAgree(t *testing.T) {
 						Name: ns, Labels: map[string]string{v1alpha1.InjectionLabel: v1alpha1.InjectionEnabled},
 					}}).Build()
 
-				matched, _ := countPods(&p, []corev1.Pod{*pod}, map[types.UID]bool{})
+				matched, _ := guards{}.countPods(&p, []corev1.Pod{*pod}, map[types.UID]bool{})
 				counted := matched == 1
 				watched := (&podHandler{c: c}).selected(context.Background(), pod)
 				injected := webhookInjects(t, c, pod)

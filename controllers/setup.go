@@ -143,7 +143,7 @@ func trimPod(obj any) (any, error) {
 }
 
 // trimContainers keeps each container's name, ports and restart policy,
-// and the sidecar's arguments (where it forwards).
+// and the sidecar's arguments (where it forwards) and image (guards).
 func trimContainers(cs []corev1.Container) []corev1.Container {
 	if cs == nil {
 		return nil
@@ -152,7 +152,7 @@ func trimContainers(cs []corev1.Container) []corev1.Container {
 	for i, c := range cs {
 		out[i] = corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
 		if c.Name == inject.ContainerName {
-			out[i].Args = c.Args
+			out[i].Args, out[i].Image = c.Args, c.Image
 		}
 	}
 	return out

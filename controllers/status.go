@@ -313,7 +313,7 @@ const defaultCredentialsGrace = time.Minute
 // created after the policy in an opted-in namespace without any sidecar was
 // admitted so by the webhook itself; only the warning at its creation holds
 // the reason.
-func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, nsOptedIn bool) string {
+func (gs guards) unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, nsOptedIn bool) string {
 	sel := selection.Selector(p)
 	var names [numCauses][]string
 	details := [numCauses]map[string]bool{}
@@ -322,7 +322,7 @@ func unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, nsOptedIn bo
 		if !sel.Matches(labels.Set(pod.Labels)) {
 			continue
 		}
-		g, err := inject.ReadGuard(&pod.Spec)
+		g, err := gs.read(&pod.Spec)
 		var c unprotectedCause
 		var detail string
 		switch {

@@ -422,7 +422,7 @@ func TestCountPods(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			unprotected := map[types.UID]bool{}
-			matched, enforced := countPods(tc.policy, tc.pods, unprotected)
+			matched, enforced := guards{}.countPods(tc.policy, tc.pods, unprotected)
 			if matched != tc.matched || enforced != tc.enforced {
 				t.Errorf("matched %d, enforced %d; want %d, %d", matched, enforced, tc.matched, tc.enforced)
 			}
@@ -487,7 +487,7 @@ func TestBypassingServices(t *testing.T) {
 			"Service web-a port 81 targets the app's port number 8080; Service web-b port 80 targets the app's port number 8080"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := bypassingServices(webPolicy("http"), tc.pods, tc.services); got != tc.want {
+			if got := (guards{}).bypassingServices(webPolicy("http"), tc.pods, tc.services); got != tc.want {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 		})
@@ -548,7 +548,7 @@ func TestUnprotectedWhy(t *testing.T) {
 				`the webhook admitted pods w without the sidecar (the warning at their creation says why, e.g. no container port named "http")`}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := unprotectedWhy(p, tc.pods, tc.optedIn)
+			got := guards{}.unprotectedWhy(p, tc.pods, tc.optedIn)
 			for _, w := range tc.want {
 				if !strings.Contains(got, w) {
 					t.Errorf("%q\nlacks %q", got, w)
@@ -654,5 +654,50 @@ func TestRLSDesiredStatus(t *testing.T) {
 				t.Errorf("revision %q", st.Revision)
 			}
 		})
+	}
+}
+
+// TestSidecarImageChecked: a pod whose sidecar runs an image of another
+// repository than the manager's --sidecar-image (changed after admission:
+// before the admission policy slidegate-sidecar-image, or while its
+// namespace was not opted in) is not enforced, and the message says which
+// image; any tag of slidegate's repository is (sidecars of earlier
+// releases). Its pair: read without the image (the status before), the
+// swapped pod counts as enforced.
+func TestSidecarImageChecked(t *testing.T) {
+	swap := func(image string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			for i := range p.Spec.InitContainers {
+				if p.Spec.InitContainers[i].Name == inject.ContainerName {
+					p.Spec.InitContainers[i].Image = image
+				}
+			}
+		}
+	}
+	gs := guards{repo: inject.ImageRepository}
+	for _, tc := range []struct {
+		name     string
+		pod      corev1.Pod
+		enforced int32
+	}{
+		{"as injected", specPod(t, "a", webLabels, "http"), 1},
+		{"an earlier release's tag", with(specPod(t, "a", webLabels, "http"), swap(inject.ImageRepository+":v0.1.0")), 1},
+		{"pinned by digest", with(specPod(t, "a", webLabels, "http"), swap(inject.ImageRepository+":v0.2.0@sha256:"+strings.Repeat("ab", 32))), 1},
+		{"another repository", with(specPod(t, "a", webLabels, "http"), swap("evil.example/proxy:1")), 0},
+		{"a registry with a port, same path", with(specPod(t, "a", webLabels, "http"), swap("localhost:5000/slidegate/slidegate:v0.2.0")), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, enforced := gs.countPods(webPolicy("http"), []corev1.Pod{tc.pod}, map[types.UID]bool{})
+			if enforced != tc.enforced {
+				t.Errorf("enforced %d, want %d", enforced, tc.enforced)
+			}
+		})
+	}
+	swapped := []corev1.Pod{with(specPod(t, "a", webLabels, "http"), swap("evil.example/proxy:1"))}
+	if got := gs.unprotectedWhy(webPolicy("http"), swapped, true); !strings.Contains(got, `pods a carry a container named slidegate-sidecar that is not a working sidecar (it runs image "evil.example/proxy:1", not one of slidegate's sidecar (ghcr.io/slidegate/slidegate))`) {
+		t.Errorf("why: %q", got)
+	}
+	if _, enforced := (guards{}).countPods(webPolicy("http"), swapped, map[types.UID]bool{}); enforced != 1 {
+		t.Errorf("read without the image, the swapped pod counts %d enforced: the pair no longer shows the naive status", enforced)
 	}
 }

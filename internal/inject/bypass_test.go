@@ -325,7 +325,7 @@ func TestReadGuard(t *testing.T) {
 		want    Guard
 		wantErr error
 	}{
-		{"injected", injected(), Guard{Port: "http", AppPort: 8080}, nil},
+		{"injected", injected(), Guard{Port: "http", AppPort: 8080, Image: testOptions.Image}, nil},
 		{"no sidecar", plain(), Guard{}, ErrNoSidecar},
 		{"the issue's forged pod: status and a dummy init container", plain(func(p *corev1.Pod) {
 			withForgedStatus(p, forgedStatus)
@@ -342,19 +342,19 @@ func TestReadGuard(t *testing.T) {
 		}), Guard{}, ErrNotSidecar},
 		{"a container still holds the port name", injected(func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "admin", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8081}}})
-		}), Guard{Port: "http", AppPort: 8080}, ErrAround},
+		}), Guard{Port: "http", AppPort: 8080, Image: testOptions.Image}, ErrAround},
 		{"a UDP port of the name is not resolved for TCP", injected(func(p *corev1.Pod) {
 			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "http", ContainerPort: 8081, Protocol: corev1.ProtocolUDP})
-		}), Guard{Port: "http", AppPort: 8080}, nil},
+		}), Guard{Port: "http", AppPort: 8080, Image: testOptions.Image}, nil},
 		{"the app's port on the node", injected(func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].HostPort = 30080 }),
-			Guard{Port: "http", AppPort: 8080}, ErrAround},
+			Guard{Port: "http", AppPort: 8080, Image: testOptions.Image}, ErrAround},
 		{"another port on the node is none of ours", injected(func(p *corev1.Pod) { p.Spec.Containers[0].Ports[1].HostPort = 30090 }),
-			Guard{Port: "http", AppPort: 8080}, nil},
+			Guard{Port: "http", AppPort: 8080, Image: testOptions.Image}, nil},
 		{"the sidecar's own port on the node is limited", injected(func(p *corev1.Pod) { p.Spec.InitContainers[0].Ports[0].HostPort = 30080 }),
-			Guard{Port: "http", AppPort: 8080}, nil},
-		{"host network", injected(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), Guard{Port: "http", AppPort: 8080}, ErrAround},
+			Guard{Port: "http", AppPort: 8080, Image: testOptions.Image}, nil},
+		{"host network", injected(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), Guard{Port: "http", AppPort: 8080, Image: testOptions.Image}, ErrAround},
 		{"the annotation is not read", injected(func(p *corev1.Pod) { delete(p.Annotations, v1alpha1.InjectedAnnotation) }),
-			Guard{Port: "http", AppPort: 8080}, nil},
+			Guard{Port: "http", AppPort: 8080, Image: testOptions.Image}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := tc.pod(t)
@@ -380,7 +380,7 @@ func TestGuardCovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, err := ReadGuard(&pod.Spec)
-	if err != nil || g != (Guard{Port: "grpc", AppPort: 9090}) {
+	if err != nil || g != (Guard{Port: "grpc", AppPort: 9090, Image: testOptions.Image}) {
 		t.Fatalf("ReadGuard: %+v, %v", g, err)
 	}
 	for name, want := range map[string]bool{"grpc": true, "http": false, "api": true} {

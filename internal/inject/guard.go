@@ -20,6 +20,8 @@ import (
 type Guard struct {
 	Port    string
 	AppPort int32
+	// Image is the sidecar container's image.
+	Image string
 }
 
 // Why a pod's spec shows no working sidecar.
@@ -59,7 +61,7 @@ func ReadGuard(spec *corev1.PodSpec) (Guard, error) {
 	if !isNative(sc) {
 		return Guard{}, fmt.Errorf("%w: it is not a native sidecar (restartPolicy Always)", ErrNotSidecar)
 	}
-	var g Guard
+	g := Guard{Image: sc.Image}
 	for _, p := range sc.Ports {
 		if p.Name != "" && p.Name != AdminPortName && isTCP(p.Protocol) {
 			g.Port = p.Name

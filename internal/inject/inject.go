@@ -755,6 +755,19 @@ func ReleaseImage(v string) string {
 	return ImageRepository + ":" + v
 }
 
+// ImageRepositoryOf is the repository of image reference ref: without its
+// digest and tag ("ghcr.io/slidegate/slidegate" of
+// "ghcr.io/slidegate/slidegate:v0.2.0@sha256:..."). A ':' before the last
+// '/' is a registry's port, not a tag.
+func ImageRepositoryOf(ref string) string {
+	ref, _, _ = strings.Cut(ref, "@")
+	slash := strings.LastIndex(ref, "/")
+	if i := strings.LastIndex(ref, ":"); i > slash {
+		ref = ref[:i]
+	}
+	return ref
+}
+
 // CheckImage refuses a sidecar image that may change under its name: one
 // without a tag or digest, or tagged latest. With IfNotPresent, a moving
 // tag lets each node run whichever sidecar it pulled first, so one

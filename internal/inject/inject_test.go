@@ -463,3 +463,19 @@ func TestCheckImage(t *testing.T) {
 		})
 	}
 }
+
+func TestImageRepositoryOf(t *testing.T) {
+	for ref, want := range map[string]string{
+		"ghcr.io/slidegate/slidegate:v0.2.0":                                   "ghcr.io/slidegate/slidegate",
+		"ghcr.io/slidegate/slidegate:v0.2.0@sha256:" + strings.Repeat("a", 64): "ghcr.io/slidegate/slidegate",
+		"ghcr.io/slidegate/slidegate@sha256:" + strings.Repeat("a", 64):        "ghcr.io/slidegate/slidegate",
+		"localhost:5000/slidegate:v1":                                          "localhost:5000/slidegate",
+		"localhost:5000/slidegate":                                             "localhost:5000/slidegate",
+		"slidegate":                                                            "slidegate",
+		"":                                                                     "",
+	} {
+		if got := ImageRepositoryOf(ref); got != want {
+			t.Errorf("ImageRepositoryOf(%q) = %q, want %q", ref, got, want)
+		}
+	}
+}

@@ -317,6 +317,7 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []
 		// injector gives the sidecar.
 		SidecarListenPort: o.webhook.Inject.ListenPort,
 		SidecarAdminPort:  o.webhook.Inject.AdminPort,
+		SidecarImage:      o.webhook.Inject.Image,
 		JWKSFetch:         jwksfetch.Options{Refresh: o.jwksRefresh, AllowedPrefixes: allowed, MaxURLsPerNamespace: o.jwksPerNamespace},
 		InstallSecret:     types.NamespacedName{Namespace: namespace, Name: clienthash.InstallSecretName},
 	}

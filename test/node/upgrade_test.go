@@ -43,7 +43,10 @@ import (
 const (
 	previousRelease = "v0.1.0"
 	previousCommit  = "91309a3233908aa8f191cef5ba76945a03a347a8"
-	previousImage   = "slidegate.test/slidegate:" + previousRelease
+	// previousImage is in the release repository, as a user's upgrade
+	// keeps it: the status counts a sidecar of another repository as not
+	// enforced (controllers' guards).
+	previousImage = inject.ImageRepository + ":" + previousRelease
 )
 
 // The sample per-user policy (config/samples, unchanged since the previous
@@ -200,7 +203,6 @@ func prevInstall() string {
   - ../default
 images:
   - name: ghcr.io/slidegate/slidegate
-    newName: slidegate.test/slidegate
     newTag: ` + previousRelease + `
 replacements:
   - source:
@@ -286,7 +288,9 @@ func (u *upgrade) previousImageTarball(ctx context.Context, t *testing.T) string
 		dir = filepath.Join(cache, "slidegate")
 	}
 	dir = filepath.Join(dir, "node", "previous")
-	tarball := filepath.Join(dir, fmt.Sprintf("slidegate-%s-%s-%s.tar", previousRelease, previousCommit[:12], goruntime.Version()))
+	// The image's name is in the file's: a tarball holds one name.
+	name := strings.NewReplacer("/", "_", ":", "_").Replace(previousImage)
+	tarball := filepath.Join(dir, fmt.Sprintf("%s-%s-%s.tar", name, previousCommit[:12], goruntime.Version()))
 	if _, err := os.Stat(tarball); err == nil {
 		t.Logf("%s from the cache: %s", previousImage, tarball)
 		return tarball
