@@ -124,6 +124,7 @@ test-stress: test-deps ## Run the limiter, sidecar, RLS, e2e and node tests whil
 	@stress-ng --cpu $$((4 * $$(nproc))) --timeout 1800s >/dev/null 2>&1 & pid=$$!; trap 'kill $$pid 2>/dev/null' EXIT; \
 		KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" CGO_ENABLED=1 go test -race -vet=off -count=1 ./internal/limiter ./internal/sidecar ./internal/rls ./test/e2e 2>&1 | hack/test-summary.sh && \
 		hack/previous-modules.sh
+	hack/tools.sh helm >/dev/null
 	hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh
 
 .PHONY: test-exact-busy
@@ -135,6 +136,7 @@ test-exact-busy: test-deps ## Exactness on a busy machine: 3 sidecars x 64 calle
 
 .PHONY: test-node
 test-node: ## Run test/node on a real single node (kubelet, containerd, kube-proxy) brought up and torn down by hack/node.sh.
+	hack/tools.sh helm >/dev/null
 	hack/node.sh run -- go test -count=1 -v -timeout 25m ./test/node 2>&1 | hack/test-summary.sh
 
 ##@ Build

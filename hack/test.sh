@@ -4,8 +4,10 @@
 # time of `make test` shows on every run.
 #
 # Foreground phases run one after another and stop at the first failure.
-# Two run in the background, beside them ("beside" in the table):
+# Three run in the background, beside them ("beside" in the table):
 #   - golangci-lint's build, at a lower priority, from the start until lint;
+#   - helm's build (the node test installs the chart), beside the node's
+#     binaries and images;
 #   - the real node's test, which waits most of its time (rollouts, windows,
 #     the kubelet; measured: 30% of 2 cores when alone): the checks and the
 #     race build run beside it at a lower priority than it (nice), so it
@@ -134,9 +136,13 @@ phase "Debian packages" hack/packages.sh ${TEST_PACKAGES:-redis-server redis-too
 phase "k8s: control plane, node" hack/k8s.sh kube-apiserver etcd kubelet kube-proxy kube-scheduler kube-controller-manager
 ASSETS=$(hack/envtest.sh)
 beside "golangci-lint build" hack/tools.sh golangci-lint
+# helm, for the node test's chart install: beside the node's binaries and
+# images, which spend much of their time packing files.
+beside "helm build" hack/tools.sh helm
 phase "node binaries" hack/node-bins.sh
 IMAGES=$LOGS/node-images
 phase "node images" hack/node-images.sh "$IMAGES"
+await "helm build"
 
 # --- the real node, beside the checks ------------------------------------------
 # The node test waits much of its time (rollouts, windows, the kubelet), so

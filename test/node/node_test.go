@@ -104,6 +104,7 @@ func TestNode(t *testing.T) {
 		{"RateLimitServiceClientCertificates", testRateLimitServiceMTLS},
 		{"LastPolicyDeletedMeansNoLimit", testLastPolicyDeleted},
 		{"Uninstall", testUninstall},
+		{"HelmChart", testHelmChart},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.run(ctx, t, n) }) {
@@ -259,6 +260,11 @@ images:
 // EndpointSlice to the redis-server at ip: what a user does for a Redis
 // outside the cluster.
 func redisService(ip string, names ...string) string {
+	return redisServiceIn(system, ip, names...)
+}
+
+// redisServiceIn is redisService in namespace ns.
+func redisServiceIn(ns, ip string, names ...string) string {
 	var b strings.Builder
 	for _, name := range names {
 		fmt.Fprintf(&b, `---
@@ -277,7 +283,7 @@ metadata:
 addressType: IPv4
 ports: [{name: redis, port: 6379, protocol: TCP}]
 endpoints: [{addresses: [%[2]q]}]
-`, system, ip, name)
+`, ns, ip, name)
 	}
 	return b.String()
 }
@@ -873,6 +879,14 @@ func testLastPolicyDeleted(ctx context.Context, t *testing.T, n *node) {
 func testUninstall(ctx context.Context, t *testing.T, n *node) {
 	mustKubectl(ctx, t, "delete", "--ignore-not-found", "--wait=true", "--timeout=3m", "-k", n.overlay(t, demoKustomization))
 	mustKubectl(ctx, t, "delete", "--wait=true", "--timeout=3m", "-k", n.overlay(t, installKustomization()))
+	nothingLeft(ctx, t, n)
+}
+
+// nothingLeft checks that an uninstall left nothing behind: no CRD,
+// namespace, webhook, role or object of slidegate's, and in Redis only the
+// users and the library docs/install.md says stay.
+func nothingLeft(ctx context.Context, t *testing.T, n *node) {
+	t.Helper()
 	for _, q := range [][]string{
 		{"get", "crd", "ratelimitpolicies.ratelimit.slidegate.dev", "--ignore-not-found", "-o", "name"},
 		{"get", "namespace", system, demo, "--ignore-not-found", "-o", "name"},
