@@ -5,9 +5,8 @@
 #
 # Foreground phases run one after another and stop at the first failure.
 # Three run in the background, beside them ("beside" in the table):
-#   - golangci-lint's build, at a lower priority, from the start until lint;
-#   - helm's build (the node test installs the chart), beside the node's
-#     binaries and images;
+#   - golangci-lint's build and helm's (the node test installs the chart),
+#     at a lower priority, from the start;
 #   - the real node's test, which waits most of its time (rollouts, windows,
 #     the kubelet; measured: 30% of 2 cores when alone): the checks and the
 #     race build run beside it at a lower priority than it (nice), so it
@@ -35,11 +34,23 @@ NODE_LOG=$LOGS/node.out
 
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", a - b }'; }
 
-# record NAME START RC KIND [SECONDS]: one row of the table.
+# cpu_seconds FILE: writes to FILE the CPU time (user + system) of this shell
+# and of every process it waited for, from `times` ("0m1.5s 0m0.2s" twice).
+# Called last in a phase's subshell, it is the phase's CPU: what a 2-core
+# machine spends, where wall time only shows what it waited for. `times`
+# runs in this shell, never in a pipe or $(...): a forked shell starts at 0.
+cpu_seconds() {
+	times >"$1.t"
+	awk '{ for (i = 1; i <= NF; i++) { split($i, t, "m"); sub("s", "", t[2]); s += t[1] * 60 + t[2] } }
+		END { printf "%.0f", s }' "$1.t" >"$1"
+	rm -f "$1.t"
+}
+
+# record NAME START RC KIND [SECONDS] [CPU]: one row of the table.
 record() {
 	local secs=${5:-}
 	[ -n "$secs" ] || secs=$(sub "$EPOCHREALTIME" "$2")
-	printf '%s|%s|%s|%s|%s\n' "$1" "$(sub "$2" "$T0")" "$secs" "$3" "$4" >>"$TIMES"
+	printf '%s|%s|%s|%s|%s|%s\n' "$1" "$(sub "$2" "$T0")" "$secs" "$3" "$4" "${6:--}" >>"$TIMES"
 }
 
 # kill_tree PID: a background phase and everything it started.
@@ -52,17 +63,19 @@ kill_tree() {
 table() {
 	local total
 	total=$(sub "$EPOCHREALTIME" "$T0")
+	cpu_seconds "$LOGS/cpu.total"
 	{
 		echo
-		echo "make test: phases (seconds of wall time; 'beside' ran in the background beside the phases after it started)"
-		printf '  %-28s %8s %8s  %s\n' PHASE STARTED SECONDS RESULT
-		sort -t'|' -k2,2n "$TIMES" | while IFS='|' read -r name start secs rc kind; do
+		echo "make test: phases (SECONDS of wall time; CPU: seconds of CPU, user and system, of the processes the phase ran;"
+		echo "'beside' ran in the background beside the phases after it started; the node's CPU includes the upgrade test's)"
+		printf '  %-28s %8s %8s %8s  %s\n' PHASE STARTED SECONDS CPU RESULT
+		sort -t'|' -k2,2n "$TIMES" | while IFS='|' read -r name start secs rc kind cpu; do
 			local result=ok
 			[ "$rc" = 0 ] || result="FAILED ($rc)"
 			[ "$kind" = fg ] || result="$result, beside"
-			printf '  %-28s %8.0f %8.0f  %s\n' "$name" "$start" "$secs" "$result"
+			printf '  %-28s %8.0f %8.0f %8s  %s\n' "$name" "$start" "$secs" "$cpu" "$result"
 		done
-		printf '  %-28s %8s %8.0f  %s\n' total "" "$total" "${FAILED:+FAILED in $FAILED}"
+		printf '  %-28s %8s %8.0f %8s  %s\n' total "" "$total" "$(cat "$LOGS/cpu.total")" "${FAILED:+FAILED in $FAILED}"
 	} | tee -a "${SLIDEGATE_TEST_TIMES:-/dev/null}"
 }
 
@@ -79,14 +92,22 @@ finish() {
 trap finish EXIT
 trap 'FAILED=${FAILED:-interrupted}; exit 130' INT TERM
 
-# phase NAME CMD...: a foreground phase; the first failure ends the run.
+# phase NAME CMD...: a foreground phase; the first failure ends the run. It
+# runs in a subshell, whose `times` is then the phase's CPU alone.
 phase() {
-	local name=$1 start=$EPOCHREALTIME rc
+	local name=$1 start=$EPOCHREALTIME rc cpu
 	shift
 	echo "==> $name" >&2
-	"$@"
+	cpu=$(mktemp)
+	(
+		"$@"
+		rc=$?
+		cpu_seconds "$cpu"
+		exit "$rc"
+	)
 	rc=$?
-	record "$name" "$start" "$rc" fg
+	record "$name" "$start" "$rc" fg "" "$(cat "$cpu")"
+	rm -f "$cpu"
 	if [ "$rc" -ne 0 ]; then
 		FAILED=$name
 		exit "$rc"
@@ -108,7 +129,8 @@ beside() {
 			nice -n "${BESIDE_NICE:-10}" "$@"
 		fi >"$LOGS/$name.log" 2>&1
 		rc=$?
-		record "$name" "$start" "$rc" bg
+		cpu_seconds "$LOGS/$name.cpu"
+		record "$name" "$start" "$rc" bg "" "$(cat "$LOGS/$name.cpu")"
 		exit "$rc"
 	) &
 	BG_PID[$name]=$!
@@ -129,16 +151,18 @@ await() {
 }
 
 # --- what the tests need ------------------------------------------------------
+# Two tools build beside everything from the start, at a lower priority: they
+# take the CPU the phases leave (apt's downloads, the module downloads, the
+# links, which use one core).
+beside "golangci-lint build" hack/tools.sh golangci-lint
+# helm, for the node test's chart install.
+beside "helm build" hack/tools.sh helm
 # shellcheck disable=SC2086 # a list of package names
 phase "Debian packages" hack/packages.sh ${TEST_PACKAGES:-redis-server redis-tools}
 # The control plane and the node's four in one go build: the packages they
 # share compile once (after `make demo`, only the node's four are missing).
 phase "k8s: control plane, node" hack/k8s.sh kube-apiserver etcd kubelet kube-proxy kube-scheduler kube-controller-manager
 ASSETS=$(hack/envtest.sh)
-beside "golangci-lint build" hack/tools.sh golangci-lint
-# helm, for the node test's chart install: beside the node's binaries and
-# images, which spend much of their time packing files.
-beside "helm build" hack/tools.sh helm
 phase "node binaries" hack/node-bins.sh
 IMAGES=$LOGS/node-images
 phase "node images" hack/node-images.sh "$IMAGES"
@@ -186,13 +210,14 @@ phase "packages (race, envtest)" run_packages
 # The node test's log names the upgrade test's time: that row is taken out
 # of the node's.
 await_node() {
-	local rc start secs upgrade up_rc rest
+	local rc start secs cpu upgrade up_rc rest
 	wait "${BG_PID[node]}"
 	rc=$?
 	unset "BG_PID[node]"
 	cat "$LOGS/node.log" >&2
 	start=$(sed -n 's/^node|\([0-9.]*\)|.*/\1/p' "$TIMES")
 	secs=$(sed -n 's/^node|[0-9.]*|\([0-9.]*\)|.*/\1/p' "$TIMES")
+	cpu=$(sed -n 's/^node|.*|\([0-9-]*\)$/\1/p' "$TIMES")
 	upgrade=$(sed -n 's/^--- \(PASS\|FAIL\): TestUpgrade (\([0-9.]*\)s)$/\1 \2/p' "$NODE_LOG" | tail -1)
 	if [ -n "$upgrade" ] && [ -n "$secs" ]; then
 		up_rc=0
@@ -200,7 +225,7 @@ await_node() {
 		rest=$(sub "$secs" "${upgrade#* }")
 		sed -i '/^node|/d' "$TIMES"
 		# The rows hold offsets from T0: record takes absolute starts.
-		record "node (up, tests, down)" "$(awk -v a="$T0" -v b="$start" 'BEGIN { printf "%.6f", a + b }')" "$rc" bg "$rest"
+		record "node (up, tests, down)" "$(awk -v a="$T0" -v b="$start" 'BEGIN { printf "%.6f", a + b }')" "$rc" bg "$rest" "$cpu"
 		# It runs last on the node (before the teardown): its start is about then.
 		record "upgrade test (on the node)" "$(awk -v a="$T0" -v b="$start" -v c="$rest" 'BEGIN { printf "%.6f", a + b + c }')" "$up_rc" bg "${upgrade#* }"
 	fi
