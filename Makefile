@@ -187,13 +187,15 @@ undeploy: ## Remove the operator from the cluster.
 ##@ Main job and reports
 
 # demo builds with go install into bin/, not go build -o: it links only the
-# binaries whose packages changed, so a warm demo links nothing.
+# binaries whose packages changed, so a warm demo links nothing. No DWARF or
+# symbol table (-s -w; panics still print their stacks): the three links of a
+# fresh clone took 8.0 s with them and 5.8 s without (warm build cache).
 .PHONY: demo
 demo: ## Run the whole flow on this machine: control plane, Redis, manager, sidecar, traffic.
 	@hack/redis.sh
 	@echo "==> building slidegate's manager, sidecar and the demo (the first time: downloading modules, then about 2 min, with progress)"
 	@GOBIN="$(LOCALBIN)" hack/progress.sh "demo: building slidegate" "@go list -deps ./cmd/manager ./cmd/sidecar ./hack/demo | wc -l" \
-		go install -v -ldflags "$(LDFLAGS)" ./cmd/manager ./cmd/sidecar ./hack/demo
+		go install -v -ldflags "$(LDFLAGS) -s -w" ./cmd/manager ./cmd/sidecar ./hack/demo
 	@echo "==> the envtest control plane (kube-apiserver, etcd): hack/envtest.sh"
 	@assets=$$(hack/envtest.sh) && KUBEBUILDER_ASSETS="$$assets" bin/demo -manager bin/manager -sidecar bin/sidecar
 
