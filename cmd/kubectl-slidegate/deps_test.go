@@ -16,7 +16,8 @@ import (
 // administers the shared Redis (internal/redisadmin) from what slidegate
 // keeps there (internal/redisschema: the keys, the Functions library, the
 // ACL rules); linking the limiter for that pulled in its request path. The
-// sidecar, in every protected pod, links no Kubernetes API types.
+// sidecar, in every protected pod, and the rate limit service link no
+// Kubernetes API types.
 func TestLinksOnlyWhatItNeeds(t *testing.T) {
 	const mod = "github.com/slidegate/slidegate/"
 	for _, tt := range []struct {
@@ -32,6 +33,9 @@ func TestLinksOnlyWhatItNeeds(t *testing.T) {
 		// the API: the API types linked 75 packages more for one name in
 		// a log line.
 		{"../sidecar", []string{mod + "api/v1alpha1", "k8s.io/api/core/v1", "k8s.io/apimachinery/pkg/runtime"}},
+		// The rate limit service reads its config file, as the sidecar
+		// does, and decides through the same limiter.
+		{"../rls", []string{mod + "api/v1alpha1", "k8s.io/api/core/v1", "k8s.io/apimachinery/pkg/runtime", mod + "internal/sidecar"}},
 	} {
 		out, err := exec.Command("go", "list", "-deps", tt.pkg).CombinedOutput()
 		if err != nil {

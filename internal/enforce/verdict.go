@@ -1,6 +1,7 @@
 // Package enforce is where the limiter's decisions for one request become
 // what the front ends do with them, shared by the sidecar (HTTP) and the
-// rate limit service (Envoy's gRPC): the verdict (which policy answers for
+// rate limit service (Envoy's gRPC): the Decider both decide through (the
+// one seam between a front end and the limiter), the verdict (which policy answers for
 // a refused request), the outcome of each policy (the decision label of
 // slidegate_{sidecar,rls}_requests_total) and the metrics both count them
 // in. It is written over the limiter's types only, index for index with

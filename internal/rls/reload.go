@@ -98,8 +98,13 @@ const peerKey = "rls"
 // settles, see limiter.AnnounceLoop) that this replica serves, and learns
 // how many do: each fail-open policy's local share while Redis is away is
 // ceil(limit/count). While Redis cannot answer, the last count stays.
+// A Decider that cannot count (a test's) leaves the count unknown.
 func (s *Server) AnnounceLoop(ctx context.Context) {
-	limiter.AnnounceLoop(ctx, s.lim, s.opts.PeerInterval, func() []string { return []string{peerKey} },
+	a, ok := s.lim.(limiter.Announcer)
+	if !ok {
+		return
+	}
+	limiter.AnnounceLoop(ctx, a, s.opts.PeerInterval, func() []string { return []string{peerKey} },
 		func(counts map[string]int, err error) {
 			if n, ok := counts[peerKey]; ok {
 				s.peers.Store(int64(n))

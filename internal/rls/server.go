@@ -58,7 +58,7 @@ const (
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	lim     *limiter.Limiter
+	lim     enforce.Decider
 	state   atomic.Pointer[index]
 	peers   atomic.Int64 // RLS replicas counted through Redis; 0: unknown
 	metrics *metrics
@@ -69,7 +69,7 @@ type Server struct {
 
 // New returns a server deciding with lim. It serves nothing until the
 // first Reload succeeds (see Ready).
-func New(lim *limiter.Limiter, opts Options) *Server {
+func New(lim enforce.Decider, opts Options) *Server {
 	opts = opts.withDefaults()
 	s := &Server{lim: lim, opts: opts, log: opts.Logger}
 	s.metrics = newMetrics(func() float64 {

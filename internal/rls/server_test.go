@@ -150,9 +150,9 @@ func TestDenyCacheStatuses(t *testing.T) {
 	if got := view(ask(t, rep.client, req)); got[1].Code != over {
 		t.Fatalf("second request (Redis denies): %v", got)
 	}
-	before := rep.srv.lim.Stats().DenyCache
+	before := rep.lim.Stats().DenyCache
 	got := view(ask(t, rep.client, req))
-	if rep.srv.lim.Stats().DenyCache == before {
+	if rep.lim.Stats().DenyCache == before {
 		t.Fatal("the third request was not answered by the deny cache; this test needs it")
 	}
 	if d := cmp.Diff([]statusView{{Code: ok}, user}, got); d != "" {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/respcost"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -86,7 +87,7 @@ type chargesKey struct{}
 // charges are the response costs a forwarded request owes: one per policy
 // with a response cost that applied to it.
 type charges struct {
-	lim     Limiter
+	lim     enforce.Decider
 	charged *prometheus.CounterVec // slidegate_sidecar_cost_charged_total
 	drain   time.Duration          // Sidecar.drainMaxTime
 	items   []charge

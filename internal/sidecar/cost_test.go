@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -79,7 +80,7 @@ func TestCostStreamingAcrossSidecars(t *testing.T) {
 				pol.Cost = &sidecarconfig.Cost{Response: &sidecarconfig.ResponseCost{JSONFields: []string{"usage.total_tokens"}, Default: 50}}
 			}
 			cfg := costConfig(pol)
-			var lims []Limiter
+			var lims []enforce.Decider
 			for range 3 {
 				lims = append(lims, redisLimiter(t, r, 3, exactTimeout))
 			}

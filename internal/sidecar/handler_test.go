@@ -26,7 +26,7 @@ type harness struct {
 	front  *httptest.Server
 }
 
-func newHarness(t testing.TB, lim Limiter, cfg *sidecarconfig.Config, mods ...func(*Options)) *harness {
+func newHarness(t testing.TB, lim enforce.Decider, cfg *sidecarconfig.Config, mods ...func(*Options)) *harness {
 	t.Helper()
 	h := &harness{up: newUpstream(t), cfg: newVolume(t), labels: newVolume(t)}
 	if cfg != nil {

@@ -55,7 +55,7 @@ type fleet struct {
 	client   *http.Client
 }
 
-func newFleet(t *testing.T, limiters []Limiter, cfg *sidecarconfig.Config) *fleet {
+func newFleet(t *testing.T, limiters []enforce.Decider, cfg *sidecarconfig.Config) *fleet {
 	t.Helper()
 	f := &fleet{up: newUpstream(t), cfg: newVolume(t)}
 	f.cfg.write(t, map[string][]byte{sidecarconfig.FileName: marshalConfig(t, cfg)})
@@ -114,7 +114,7 @@ func (f *fleet) storm(t *testing.T, n, workers int, path string, header map[stri
 
 func TestExactLimitAcrossSidecars(t *testing.T) {
 	r := testsupport.StartRedis(t)
-	lims := []Limiter{redisLimiter(t, r, 3, exactTimeout), redisLimiter(t, r, 3, exactTimeout), redisLimiter(t, r, 3, exactTimeout)}
+	lims := []enforce.Decider{redisLimiter(t, r, 3, exactTimeout), redisLimiter(t, r, 3, exactTimeout), redisLimiter(t, r, 3, exactTimeout)}
 	const limit = 40
 	f := newFleet(t, lims, testConfig(nil,
 		testPolicy("global", limit),
@@ -152,7 +152,7 @@ func TestExactLimitAcrossSidecars(t *testing.T) {
 // against: sidecars that count on their own (here: each on its own Redis)
 // admit the limit once per replica.
 func TestNaiveLocalCountingOverAdmits(t *testing.T) {
-	lims := []Limiter{
+	lims := []enforce.Decider{
 		redisLimiter(t, testsupport.StartRedis(t), 3, exactTimeout),
 		redisLimiter(t, testsupport.StartRedis(t), 3, exactTimeout),
 		redisLimiter(t, testsupport.StartRedis(t), 3, exactTimeout),
@@ -179,7 +179,7 @@ func TestForgedForwardedForGetsNoExtraBudget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(tc.trusted, testPolicy("by-ip", 3, withKey("RemoteAddress", "", "Deny")))
-			f := newFleet(t, []Limiter{redisLimiter(t, testsupport.StartRedis(t), 1, exactTimeout)}, cfg)
+			f := newFleet(t, []enforce.Decider{redisLimiter(t, testsupport.StartRedis(t), 1, exactTimeout)}, cfg)
 			admitted := 0
 			for i := range 30 {
 				req, _ := http.NewRequest("GET", f.fronts[0]+"/", nil)
@@ -203,7 +203,7 @@ func TestForgedForwardedForGetsNoExtraBudget(t *testing.T) {
 
 func TestDryRunForwardsAndCounts(t *testing.T) {
 	r := testsupport.StartRedis(t)
-	f := newFleet(t, []Limiter{redisLimiter(t, r, 1, exactTimeout)}, testConfig(nil, testPolicy("shadow", 2, dryRun)))
+	f := newFleet(t, []enforce.Decider{redisLimiter(t, r, 1, exactTimeout)}, testConfig(nil, testPolicy("shadow", 2, dryRun)))
 	got := f.storm(t, 7, 1, "/", nil)
 	if got[200] != 7 || f.up.hits.Load() != 7 {
 		t.Fatalf("statuses %v, upstream %d; a DryRun policy must forward everything", got, f.up.hits.Load())
@@ -221,7 +221,7 @@ func failureFleet(t *testing.T, r *testsupport.Redis) *fleet {
 		testPolicy("open", 4, func(p *sidecarconfig.Policy) { p.Match.PathPrefixes = []string{"/open/"} }),
 		testPolicy("closed", 1000, failClosed, func(p *sidecarconfig.Policy) { p.Match.PathPrefixes = []string{"/closed/"} }),
 	)
-	return newFleet(t, []Limiter{redisLimiter(t, r, 2, 50*time.Millisecond)}, cfg)
+	return newFleet(t, []enforce.Decider{redisLimiter(t, r, 2, 50*time.Millisecond)}, cfg)
 }
 
 // timedGet returns the status and the time a request took.
@@ -340,7 +340,7 @@ func TestRun(t *testing.T) {
 // the same value again is still limited.
 func TestLongKeyValuesGetTheirOwnBudget(t *testing.T) {
 	r := testsupport.StartRedis(t)
-	f := newFleet(t, []Limiter{redisLimiter(t, r, 1, exactTimeout)},
+	f := newFleet(t, []enforce.Decider{redisLimiter(t, r, 1, exactTimeout)},
 		testConfig(nil, testPolicy("per-user", 1, withKey("Header", "X-User-ID", "Deny"))))
 	prefix := strings.Repeat("k", 1024)
 	var got []int

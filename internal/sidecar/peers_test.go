@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -21,7 +22,7 @@ func TestPeersDivideTheFallback(t *testing.T) {
 	const limit = 30
 	run := func(t *testing.T, announce bool) (admitted int) {
 		r := testsupport.StartRedis(t)
-		f := newFleet(t, []Limiter{
+		f := newFleet(t, []enforce.Decider{
 			redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout),
 		}, testConfig(nil, testPolicy("global", limit)))
 		if announce {
@@ -76,7 +77,7 @@ func TestPeersDivideTheFallback(t *testing.T) {
 // is gone) leaves the others' count within three intervals.
 func TestPeerCountFollowsTheFleet(t *testing.T) {
 	r := testsupport.StartRedis(t)
-	f := newFleet(t, []Limiter{redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout)},
+	f := newFleet(t, []enforce.Decider{redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout)},
 		testConfig(nil, testPolicy("global", 10)))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -125,7 +126,7 @@ func replicasHelp(t *testing.T, s *Sidecar) string {
 func TestFleetStartingTogether(t *testing.T) {
 	const limit = 30
 	r := testsupport.StartRedis(t)
-	f := newFleet(t, []Limiter{
+	f := newFleet(t, []enforce.Decider{
 		redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout), redisLimiter(t, r, 1, exactTimeout),
 	}, testConfig(nil, testPolicy("global", limit)))
 	ctx, cancel := context.WithCancel(context.Background())

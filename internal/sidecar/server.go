@@ -17,21 +17,12 @@ import (
 
 	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/debugapi"
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/serving"
 )
 
-// Limiter is what the sidecar needs of the shared limiter; *limiter.Limiter
-// implements it.
-type Limiter interface {
-	// Decide decides all the rules of one HTTP request together (see
-	// package limiter).
-	Decide(ctx context.Context, reqs []limiter.Request) []limiter.Decision
-	// Healthy is false while the limiter's circuit to Redis is open.
-	Healthy() bool
-}
-
-// announcer is a Limiter that can count the sidecars enforcing each
+// announcer is a Decider that can count the sidecars enforcing each
 // policy through Redis (limiter.Limiter can).
 type announcer = limiter.Announcer
 
@@ -39,7 +30,7 @@ type announcer = limiter.Announcer
 type Sidecar struct {
 	opts    Options
 	log     *slog.Logger
-	lim     Limiter
+	lim     enforce.Decider
 	metrics *metrics
 	proxy   http.Handler
 	// drainMaxTime is cost.go's, read once (tests change it before New).
@@ -85,7 +76,7 @@ type Sidecar struct {
 // New builds a sidecar that decides with lim and forwards to
 // opts.Upstream, and loads its config once (an error there is logged and
 // retried by the watch; the sidecar is not ready until a load succeeds).
-func New(opts Options, lim Limiter, log *slog.Logger) (*Sidecar, error) {
+func New(opts Options, lim enforce.Decider, log *slog.Logger) (*Sidecar, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -130,7 +131,7 @@ func (r *slowResult) excess() string {
 // test-exact-busy: 64 callers for 10 s).
 func slowLoad(t *testing.T, addr string, timeout time.Duration) *slowResult {
 	t.Helper()
-	var lims []Limiter
+	var lims []enforce.Decider
 	for range 3 {
 		rdb, err := redisconn.NewClient(redisconn.Config{Addrs: []string{addr}})
 		if err != nil {

@@ -52,7 +52,7 @@ import (
 // costs Redis reads.
 const whyMaxConcurrent = 4
 
-// peeker is a Limiter that can read a window without changing it;
+// peeker is a Decider that can read a window without changing it;
 // *limiter.Limiter is one.
 type peeker interface {
 	Peek(ctx context.Context, rule limiter.Rule, client string) (limiter.Window, error)

@@ -51,6 +51,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/jwtverify"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisadmin"
@@ -488,7 +489,7 @@ func serveSidecar(ctx context.Context, s *sidecar.Sidecar) (string, error) {
 	return "http://" + ln.Addr().String(), nil
 }
 
-func serveSidecarWith(ctx context.Context, opts sidecar.Options, lim sidecar.Limiter) (string, error) {
+func serveSidecarWith(ctx context.Context, opts sidecar.Options, lim enforce.Decider) (string, error) {
 	sc, err := sidecar.New(opts, lim, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return "", err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/sidecar"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -80,7 +81,7 @@ func streamPolicies() []sidecarconfig.Policy {
 }
 
 // serveStreamSidecar serves a sidecar with streamPolicies on lim.
-func serveStreamSidecar(ctx context.Context, opts sidecar.Options, tmp string, lim sidecar.Limiter) (string, error) {
+func serveStreamSidecar(ctx context.Context, opts sidecar.Options, tmp string, lim enforce.Decider) (string, error) {
 	cfg := &sidecarconfig.Config{Namespace: "bench", Policies: streamPolicies()}
 	minor := 0
 	for i := range cfg.Policies {
