@@ -67,6 +67,10 @@ limitations under the License.
 // writeStatuses), children.go (the ConfigMap, the Secrets, deleteManaged and
 // the owner references), identity.go and redis.go (the Redis identities and
 // connection), networkpolicy.go, jwks.go and clienthash.go (the other
-// children); ratelimitpolicy_controller.go and ratelimitservice_controller.go
-// are the two reconcilers' sequences.
+// children), memory.go (the namespaces' Redis memory budget); setup.go and
+// scopedCache (the watches and the caches of only the objects each reads);
+// ratelimitpolicy_controller.go and ratelimitservice_controller.go are the
+// two reconcilers' sequences. The rate limit service's reconciler keeps its
+// other phases beside it: rlsservers.go (asking each ready server what it
+// loaded), rlsstatus.go (pure statuses) and rlssetup.go (its watches).
 package controllers

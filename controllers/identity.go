@@ -28,15 +28,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/redisadmin"
-	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
@@ -231,67 +227,6 @@ func (r *RateLimitPolicyReconciler) namespaceUser(install []byte, ns string, uid
 	return u, current, err
 }
 
-// LegacyPasswordGrace is how long a namespace's password of an earlier
-// release (derived from its name alone) stays valid once the manager
-// replaces it: the kubelet updates the mounted Secrets within about a
-// minute, and the sidecars read them for every new connection.
-const LegacyPasswordGrace = 5 * time.Minute
-
-// keepLegacyPassword notes, the first time it sees it, that namespace ns
-// (UID uid) holds a password of an earlier release, which its sidecars
-// keep using until the kubelet brings them the new one: it stays valid for
-// LegacyPasswordGrace. Only a Secret the namespace holds counts, and the
-// note is by UID, so a namespace created again under the name gets none.
-func (r *RateLimitPolicyReconciler) keepLegacyPassword(ctx context.Context, install []byte, ns string, uid types.UID, now time.Time) {
-	var cur corev1.Secret
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &cur); err != nil {
-		return
-	}
-	held := string(cur.Data[redisconn.SecretNamespacePasswordKey])
-	if held == "" {
-		return
-	}
-	// An earlier release derived it from the name, with this rotation
-	// period or (its default) none.
-	_, legacy := redisadmin.Passwords(install, redisadmin.NamespaceUser(ns), "", r.Identities.Rotation, now)
-	_, unrotated := redisadmin.Passwords(install, redisadmin.NamespaceUser(ns), "", 0, now)
-	if !slices.Contains(legacy, held) && !slices.Contains(unrotated, held) {
-		return
-	}
-	ri := r.Identities
-	ri.mu.Lock()
-	defer ri.mu.Unlock()
-	if _, seen := ri.legacy[uid]; seen {
-		return
-	}
-	if ri.legacy == nil {
-		ri.legacy = map[types.UID]legacyPassword{}
-	}
-	grace := ri.legacyGrace
-	if grace <= 0 {
-		grace = LegacyPasswordGrace
-	}
-	ri.legacy[uid] = legacyPassword{password: held, until: now.Add(grace)}
-}
-
-// legacyPassword is a namespace's password of an earlier release, valid
-// until.
-type legacyPassword struct {
-	password string
-	until    time.Time
-}
-
-// legacyPasswords is what keepLegacyPassword keeps valid for the namespace
-// of UID uid at now.
-func (ri *RedisIdentities) legacyPasswords(uid types.UID, now time.Time) []string {
-	ri.mu.Lock()
-	defer ri.mu.Unlock()
-	if l, ok := ri.legacy[uid]; ok && now.Before(l.until) {
-		return []string{l.password}
-	}
-	return nil
-}
-
 // removeIdentity deletes namespace ns's user from every node, best effort:
 // the periodic Sync deletes it too.
 func (r *RateLimitPolicyReconciler) removeIdentity(ctx context.Context, ns string) {
@@ -381,100 +316,4 @@ func (r *RateLimitPolicyReconciler) optedIn(ctx context.Context, ns string) (typ
 		return "", false
 	}
 	return namespace.UID, inject.NamespaceOptedIn(namespace.Labels) && namespace.DeletionTimestamp.IsZero()
-}
-
-// identityRunnable runs the periodic Sync on the leader.
-type identityRunnable struct{ r *RateLimitPolicyReconciler }
-
-// NeedLeaderElection: one manager administers Redis.
-func (identityRunnable) NeedLeaderElection() bool { return true }
-
-// Start runs until the manager stops.
-func (i identityRunnable) Start(ctx context.Context) error {
-	r := i.r
-	if r.Identities.MemoryBudget > 0 {
-		go r.runMemoryChecks(ctx)
-	}
-	r.Identities.Admin.Run(ctx, r.Identities.interval(), r.desiredUsers, func(st redisadmin.Status, err error) {
-		r.reportSync(ctx, st, err)
-	})
-	return nil
-}
-
-// reportSync records what a Sync found: the metrics, a log line and an
-// event when a node starts or stops accepting unauthenticated commands,
-// and the rate limit service's credentials once its user is set up.
-func (r *RateLimitPolicyReconciler) reportSync(ctx context.Context, st redisadmin.Status, err error) {
-	log := logf.FromContext(ctx).WithName("redis-identities")
-	ri := r.Identities
-	open := st.Unauthenticated()
-	unauthenticatedGauge.Set(float64(len(open)))
-	for _, n := range st.Nodes {
-		if n.Library == "loaded" {
-			libraryLoadsCounter.Inc()
-			log.Info("loaded the slidegate Functions library", "node", n.Addr, "restarted", n.Restarted)
-		}
-	}
-	if err != nil {
-		identitySyncErrorsCounter.Inc()
-		log.Error(err, "the Redis identities could not be brought up to date on every node; retrying", "interval", ri.interval())
-	} else {
-		identitySyncCounter.Inc()
-	}
-	ri.mu.Lock()
-	changed := !slices.Equal(ri.open, open)
-	ri.open = open
-	ri.mu.Unlock()
-	if changed {
-		r.reportOpen(ctx, open)
-	}
-	if err == nil {
-		r.writeRLSSecret(ctx)
-	}
-}
-
-// reportOpen says, on a change, which nodes accept commands without AUTH.
-func (r *RateLimitPolicyReconciler) reportOpen(ctx context.Context, open []string) {
-	log := logf.FromContext(ctx).WithName("redis-identities")
-	if len(open) == 0 {
-		log.Info("every Redis node requires AUTH")
-		r.eventOnManager(corev1.EventTypeNormal, "RedisAuthenticated", "CheckRedis", "every Redis node requires AUTH")
-		return
-	}
-	msg := fmt.Sprintf("Redis nodes %s accept commands without AUTH: any pod that reaches them can read, reset and fill every namespace's limits and block the server, whatever identities slidegate hands out; "+
-		"require AUTH (disable the default user or set requirepass) and admit only slidegate's pods with a NetworkPolicy (docs/operations.md, SlidegateRedisOpen)", strings.Join(open, ", "))
-	log.Error(nil, msg)
-	r.eventOnManager(corev1.EventTypeWarning, "RedisUnauthenticated", "CheckRedis", msg)
-}
-
-// writeRLSSecret writes the rate limit service's credentials into its
-// Secret when its current password changed (first pass, rotation).
-func (r *RateLimitPolicyReconciler) writeRLSSecret(ctx context.Context) {
-	ri := r.Identities
-	if ri.RLSSecret.Name == "" {
-		return
-	}
-	install, err := r.installKey(ctx)
-	if err != nil || install == nil {
-		return
-	}
-	current, _ := redisadmin.Passwords(install, redisadmin.RLSUser, "", ri.Rotation, time.Now())
-	ri.mu.Lock()
-	done := ri.rlsWritten == current
-	ri.mu.Unlock()
-	if done {
-		return
-	}
-	ac := corev1ac.Secret(ri.RLSSecret.Name, ri.RLSSecret.Namespace).
-		WithLabels(childLabels("rls-redis-credentials")).
-		WithType(corev1.SecretTypeOpaque).
-		WithData(map[string][]byte{redisconn.SecretUsernameKey: []byte(redisadmin.RLSUser), redisconn.SecretPasswordKey: []byte(current)})
-	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		logf.FromContext(ctx).Error(err, "writing the rate limit service's Redis credentials", "secret", klog.KRef(ri.RLSSecret.Namespace, ri.RLSSecret.Name))
-		return
-	}
-	writesCounter.WithLabelValues("secret", "apply").Inc()
-	ri.mu.Lock()
-	ri.rlsWritten = current
-	ri.mu.Unlock()
 }

@@ -65,21 +65,9 @@ func jwksURL(obj client.Object) []string {
 // every namespace, and of no other (the field selector is what lets RBAC
 // restrict the list and watch to that name).
 func jwksConfigMapCache(ctx context.Context, mgr ctrl.Manager) (cache.Cache, error) {
-	c, err := cache.New(mgr.GetConfig(), cache.Options{
-		Scheme:           mgr.GetScheme(),
-		Mapper:           mgr.GetRESTMapper(),
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Field: nameSelector(v1alpha1.JWKSConfigMapName)},
-		},
+	return scopedCache(ctx, mgr, map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Field: nameSelector(v1alpha1.JWKSConfigMapName)},
 	})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.GetInformer(ctx, &corev1.ConfigMap{}); err != nil {
-		return nil, err
-	}
-	return c, mgr.Add(managerCache{c})
 }
 
 // newFetcher builds the fetcher of key set URLs from r.JWKSFetch: it asks

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/go-logr/logr"
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 )
@@ -117,8 +118,38 @@ func (r *RateLimitPolicyReconciler) checkMemory(ctx context.Context) {
 		memoryCheckErrorsCounter.Inc()
 		log.Error(err, "measuring the namespaces' Redis memory (the administrative identity needs SCAN, MEMORY USAGE and %R~ on slidegate's keys: redisadmin.AdminACLRules); what was measured is a lower bound")
 	}
+	changed := ri.switchesFor(users, usage, partial)
+	if len(changed) == 0 {
+		return
+	}
+	if _, err := ri.Admin.Apply(ctx, changed, nil); err != nil {
+		log.Error(err, "switching namespaces' Redis users for their memory; the next periodic pass retries")
+	}
+	for _, u := range changed {
+		r.reportMemorySwitch(log, u, usage.Bytes[u.Name])
+		// The namespace's policies say it (namespaceIdentity).
+		if r.wake != nil {
+			obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: strings.TrimPrefix(u.Name, redisadmin.NamespaceUserPrefix)}}
+			select {
+			case r.wake <- event.TypedGenericEvent[client.Object]{Object: obj}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// switchesFor updates which namespaces are over the budget from what
+// their users' keys hold (usage) and the gauges that say it, and returns
+// the users to switch: off when over the budget, on again when at most
+// memoryBudgetResume of it and the measure is complete.
+func (ri *RedisIdentities) switchesFor(users []redisadmin.User, usage redisadmin.Usage, partial bool) (changed []redisadmin.User) {
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	if ri.over == nil {
+		ri.over = map[string]int64{}
+	}
 	measured := map[string]bool{}
-	var changed []redisadmin.User
 	for _, u := range users {
 		ns, ok := strings.CutPrefix(u.Name, redisadmin.NamespaceUserPrefix)
 		if !ok {
@@ -126,10 +157,6 @@ func (r *RateLimitPolicyReconciler) checkMemory(ctx context.Context) {
 		}
 		measured[ns] = true
 		bytes := usage.Bytes[u.Name]
-		ri.mu.Lock()
-		if ri.over == nil {
-			ri.over = map[string]int64{}
-		}
 		_, off := ri.over[ns]
 		switch {
 		case !off && bytes > ri.MemoryBudget:
@@ -143,9 +170,7 @@ func (r *RateLimitPolicyReconciler) checkMemory(ctx context.Context) {
 		case off:
 			ri.over[ns] = bytes
 		}
-		ri.mu.Unlock()
 	}
-	ri.mu.Lock()
 	for ns := range ri.over {
 		if !measured[ns] {
 			// No user any more (unlabelled, no policy, deleted).
@@ -156,41 +181,29 @@ func (r *RateLimitPolicyReconciler) checkMemory(ctx context.Context) {
 	for ns := range ri.over {
 		overBudgetGauge.WithLabelValues(ns).Set(1)
 	}
-	ri.mu.Unlock()
 	// Only the namespaces that have a user now: a deleted one's series goes.
 	namespaceMemoryGauge.Reset()
 	for ns := range measured {
 		namespaceMemoryGauge.WithLabelValues(ns).Set(float64(usage.Bytes[redisadmin.NamespaceUser(ns)]))
 	}
-	if len(changed) == 0 {
+	return changed
+}
+
+// reportMemorySwitch logs, counts and records as an event on the manager
+// that user u was switched off (or on) for its keys' bytes.
+func (r *RateLimitPolicyReconciler) reportMemorySwitch(log logr.Logger, u redisadmin.User, bytes int64) {
+	ri := r.Identities
+	ns := strings.TrimPrefix(u.Name, redisadmin.NamespaceUserPrefix)
+	if u.Off {
+		memoryBudgetExceededCounter.Inc()
+		log.Info("namespace over its Redis memory budget: its user is switched off", "namespace", ns, "bytes", bytes, "budget", ri.MemoryBudget)
+		r.eventOnManager(corev1.EventTypeWarning, string(v1alpha1.ReasonRedisMemoryBudgetExceeded), "CheckRedisMemory",
+			fmt.Sprintf("namespace %s: its keys hold %s in Redis, over the budget of %s; its Redis user %s is switched off", ns, quantity(bytes), quantity(ri.MemoryBudget), u.Name))
 		return
 	}
-	if _, err := ri.Admin.Apply(ctx, changed, nil); err != nil {
-		log.Error(err, "switching namespaces' Redis users for their memory; the next periodic pass retries")
-	}
-	for _, u := range changed {
-		ns := strings.TrimPrefix(u.Name, redisadmin.NamespaceUserPrefix)
-		bytes := usage.Bytes[u.Name]
-		if u.Off {
-			memoryBudgetExceededCounter.Inc()
-			log.Info("namespace over its Redis memory budget: its user is switched off", "namespace", ns, "bytes", bytes, "budget", ri.MemoryBudget)
-			r.eventOnManager(corev1.EventTypeWarning, string(v1alpha1.ReasonRedisMemoryBudgetExceeded), "CheckRedisMemory",
-				fmt.Sprintf("namespace %s: its keys hold %s in Redis, over the budget of %s; its Redis user %s is switched off", ns, quantity(bytes), quantity(ri.MemoryBudget), u.Name))
-		} else {
-			log.Info("namespace back under its Redis memory budget: its user is switched on", "namespace", ns, "bytes", bytes, "budget", ri.MemoryBudget)
-			r.eventOnManager(corev1.EventTypeNormal, "RedisMemoryBudgetRestored", "CheckRedisMemory",
-				fmt.Sprintf("namespace %s: its keys hold %s in Redis, under the budget of %s; its Redis user %s is switched on", ns, quantity(bytes), quantity(ri.MemoryBudget), u.Name))
-		}
-		// The namespace's policies say it (namespaceIdentity).
-		if r.wake != nil {
-			obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns}}
-			select {
-			case r.wake <- event.TypedGenericEvent[client.Object]{Object: obj}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
+	log.Info("namespace back under its Redis memory budget: its user is switched on", "namespace", ns, "bytes", bytes, "budget", ri.MemoryBudget)
+	r.eventOnManager(corev1.EventTypeNormal, "RedisMemoryBudgetRestored", "CheckRedisMemory",
+		fmt.Sprintf("namespace %s: its keys hold %s in Redis, under the budget of %s; its Redis user %s is switched on", ns, quantity(bytes), quantity(ri.MemoryBudget), u.Name))
 }
 
 // eventOnManager records an event about Redis itself on the manager's Pod,

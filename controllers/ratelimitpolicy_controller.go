@@ -20,14 +20,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -36,7 +32,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
-	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/render"
@@ -134,69 +129,48 @@ type RateLimitPolicyReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one namespace (req.Name) to its desired state in
-// phases: gather the policies (none: remove the children) and pods → render
-// the namespace's configuration → apply the children → gather what the
-// status depends on → compute each policy's status → write the statuses that
-// changed → record metrics.
+// phases, once each: gather what the namespace holds (no policies: remove
+// the children) → render its configuration → apply the children, the
+// credentials first → compute each policy's status → write the statuses
+// that changed → record metrics.
 func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns := req.Name
-	policies, err := livePolicies(ctx, r.Client, false, client.InNamespace(ns))
+	in, err := r.gather(ctx, ns)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing the policies of namespace %s: %w", ns, err)
+		return ctrl.Result{}, err
 	}
-	if len(policies) == 0 {
+	if len(in.policies) == 0 {
 		return ctrl.Result{}, r.cleanup(ctx, ns)
 	}
-	slices.SortFunc(policies, func(a, b v1alpha1.RateLimitPolicy) int { return strings.Compare(a.Name, b.Name) })
-	running, err := r.runningPods(ctx, ns)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	pods := live(running)
-
-	// Terminating pods too: their sidecars serve until the kubelet stops
-	// them, after the app has drained (and on a rollout's old pods, for
-	// seconds to the whole grace period), and read the ConfigMap meanwhile.
-	legacy := legacySidecars(running)
-	keySets, keyProblems, keyNotes, err := r.keySets(ctx, ns, policies)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	desired, err := renderNamespace(policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies, LegacySidecars: len(legacy) > 0, KeySets: keySets, MaxClientBytes: r.MaxClientBytes})
+	desired, err := renderNamespace(in.policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies,
+		LegacySidecars: len(in.facts.legacySidecars) > 0, KeySets: in.keySets, MaxClientBytes: r.MaxClientBytes})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
-	owners := ownerReferences(policies)
-	facts, err := r.namespaceFacts(ctx, ns, pods)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	owners := ownerReferences(in.policies)
 	// The credentials first: the namespace's Redis user exists before its
 	// sidecars are handed a configuration that a policy's long name may
 	// need a key pattern of that user's for.
-	credentials, err := r.mirrorCredentials(ctx, ns, policies, running, facts.optedIn, owners)
+	credentials, err := r.mirrorCredentials(ctx, ns, in.policies, in.running, in.facts.optedIn, owners)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	facts.credentials = credentials
 	if err := r.applyConfigMap(ctx, ns, desired.data, desired.revision, owners); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.applyNetworkPolicies(ctx, ns, policies); err != nil {
+	if err := r.applyNetworkPolicies(ctx, ns, in.policies); err != nil {
 		return ctrl.Result{}, err
 	}
 
-	facts.legacySidecars = legacy
-	facts.keys, facts.keyNotes = keyProblems, keyNotes
-	want, unprotected := policyStatuses(policies, desired, facts, time.Now(), r.credentialsGrace())
-	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, policies, want, facts.terminating)
+	want, unprotected := policyStatuses(in.policies, desired, in.facts, credentials, time.Now(), r.credentialsGrace())
+	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, in.policies, want, in.facts.terminating)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
-	recordNamespace(ns, policies, desired, unprotected)
-	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(policies), "rejected", len(desired.notAccepted),
+	recordNamespace(ns, in.policies, desired, unprotected)
+	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(in.policies), "rejected", len(desired.notAccepted),
 		"tooLarge", desired.tooLarge, "revision", desired.revision)
 	return r.requeue(conflicted, credentials != nil), nil
 }
@@ -304,99 +278,6 @@ func renderNamespace(policies []v1alpha1.RateLimitPolicy, opts render.Options) (
 		return out, fmt.Errorf("encoding the configuration of namespace %s: %w", opts.Namespace, err)
 	}
 	return out, nil
-}
-
-// namespaceFacts is what the statuses of a namespace's policies depend on
-// besides the policies and their render.
-type namespaceFacts struct {
-	// pods are trimmed to what the status reads (trimPod).
-	pods     []corev1.Pod
-	services []corev1.Service
-	// guards reads the pods' sidecars.
-	guards guards
-	// networkPolicies are all of the namespace's, ours and others'.
-	networkPolicies []networkingv1.NetworkPolicy
-	// optedIn: the namespace is labelled for injection (credentials go
-	// only there) and not being deleted; a namespace the cache does not
-	// hold is not opted in.
-	optedIn bool
-	// terminating: the namespace is being deleted; no events then (the API
-	// server refuses new events there and client-go logs each refusal as an
-	// error).
-	terminating bool
-	// credentials is why the sidecars cannot get Redis credentials; nil:
-	// fine.
-	credentials *problem
-	// legacySidecars names the pods whose sidecars read only minor version
-	// 0 of the configuration (injected by the first release).
-	legacySidecars []string
-	// keys says, by policy name, why a policy that verifies tokens has no
-	// keys; keyNotes, that its keys are an older fetch.
-	keys     map[string]*problem
-	keyNotes map[string]string
-}
-
-// namespaceFacts gathers the Services and the Namespace for the statuses,
-// beside the pods already known.
-func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, pods []corev1.Pod) (namespaceFacts, error) {
-	facts := namespaceFacts{pods: pods, guards: guards{repo: inject.ImageRepositoryOf(r.SidecarImage)}}
-	var services corev1.ServiceList
-	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
-		return facts, fmt.Errorf("listing the services of namespace %s: %w", ns, err)
-	}
-	facts.services = services.Items
-	// A namespace that cannot be read is not taken as opted in: that
-	// would hand it credentials on a guess. Gone: not opted in; any other
-	// error: try again.
-	var namespace corev1.Namespace
-	switch err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); {
-	case apierrors.IsNotFound(err):
-		facts.terminating = true
-	case err != nil:
-		return facts, fmt.Errorf("reading namespace %s: %w", ns, err)
-	default:
-		facts.optedIn = inject.NamespaceOptedIn(namespace.Labels)
-		facts.terminating = namespace.DeletionTimestamp != nil
-	}
-	// Every NetworkPolicy of the namespace, not only ours: they add up, so
-	// any of them can admit the app's port again (reopeningPolicies).
-	var nps networkingv1.NetworkPolicyList
-	if err := r.Client.List(ctx, &nps, client.InNamespace(ns)); err != nil {
-		return facts, fmt.Errorf("listing the NetworkPolicies of namespace %s: %w", ns, err)
-	}
-	facts.networkPolicies = nps.Items
-	return facts, nil
-}
-
-// policyStatuses computes each policy's desired status, in the order of
-// policies, and the pods that a policy selects but no sidecar in front of
-// its port protects (for the unprotected pods gauge).
-func policyStatuses(policies []v1alpha1.RateLimitPolicy, desired namespaceRender, facts namespaceFacts, now time.Time, grace time.Duration) (want []v1alpha1.RateLimitPolicyStatus, unprotected map[types.UID]bool) {
-	unprotected = map[types.UID]bool{}
-	want = make([]v1alpha1.RateLimitPolicyStatus, len(policies))
-	for i := range policies {
-		p := &policies[i]
-		in := statusInput{
-			notAccepted: desired.notAccepted[p.Name],
-			heldBack:    heldBackProblem(desired.heldBack[p.Name], facts.legacySidecars, p.Namespace),
-			skipped:     skippedProblem(desired.minors[p.Name], skippingSidecars(p, facts.pods, desired.minors[p.Name]), p.Namespace),
-			revision:    desired.revisions[p.Name],
-			credentials: facts.credentials,
-			keys:        facts.keys[p.Name],
-			keysNote:    facts.keyNotes[p.Name],
-			now:         now,
-			grace:       grace,
-		}
-		gs := facts.guards
-		in.matched, in.enforced = gs.countPods(p, facts.pods, unprotected)
-		in.bypass = gs.bypassingServices(p, facts.pods, facts.services)
-		in.reopened = gs.reopeningPolicies(p, facts.pods, facts.networkPolicies)
-		if in.enforced < in.matched {
-			in.unprotected = gs.unprotectedWhy(p, facts.pods, facts.optedIn)
-		}
-		want[i] = desiredStatus(p, in)
-	}
-	return want, unprotected
 }
 
 // credentialsReader reads the credentials Secret: its own cache once

@@ -18,35 +18,20 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/render"
@@ -286,82 +271,6 @@ func (r *RateLimitServiceReconciler) recordEnforcement(policies []v1alpha1.RateL
 	}
 }
 
-// serverState is what one ready RLS server reported: the policy revisions
-// it loaded, or why it could not be asked.
-type serverState struct {
-	addr   string
-	loaded map[string]bool
-	err    error
-}
-
-// loaded asks every ready endpoint of the RLS Service what it loaded,
-// concurrently, each within the HTTP client's timeout.
-func (r *RateLimitServiceReconciler) loaded(ctx context.Context) ([]serverState, error) {
-	var eps discoveryv1.EndpointSliceList
-	if err := r.reader().List(ctx, &eps, client.InNamespace(r.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: r.serviceName()}); err != nil {
-		return nil, fmt.Errorf("listing the endpoints of Service %s/%s: %w", r.Namespace, r.serviceName(), err)
-	}
-	var addrs []string
-	for _, s := range eps.Items {
-		var port int32
-		for _, p := range s.Ports {
-			if p.Name != nil && *p.Name == RLSAdminPortName && p.Port != nil {
-				port = *p.Port
-			}
-		}
-		if port == 0 {
-			continue
-		}
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
-				continue
-			}
-			for _, a := range e.Addresses {
-				addrs = append(addrs, net.JoinHostPort(a, strconv.Itoa(int(port))))
-			}
-		}
-	}
-	slices.Sort(addrs)
-	addrs = slices.Compact(addrs)
-	out := make([]serverState, len(addrs))
-	var wg sync.WaitGroup
-	for i, a := range addrs {
-		wg.Go(func() {
-			out[i] = serverState{addr: a}
-			out[i].loaded, out[i].err = r.ask(ctx, a)
-		})
-	}
-	wg.Wait()
-	return out, nil
-}
-
-// ask gets the policy revisions one server loaded (rlsconfig.Loaded).
-func (r *RateLimitServiceReconciler) ask(ctx context.Context, addr string) (map[string]bool, error) {
-	c := r.HTTPClient
-	if c == nil {
-		c = &http.Client{Timeout: 2 * time.Second}
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+rlsconfig.LoadedPath, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answered %s", rlsconfig.LoadedPath, resp.Status)
-	}
-	var l rlsconfig.Loaded
-	// A server's answer is bounded by its document (1 MiB at most).
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&l); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", rlsconfig.LoadedPath, err)
-	}
-	return l.Revisions(), nil
-}
-
 // recheck is Recheck, or its default when unset.
 func (r *RateLimitServiceReconciler) recheck() time.Duration {
 	if r.Recheck > 0 {
@@ -419,183 +328,4 @@ func (r *RateLimitServiceReconciler) reader() client.Reader {
 		return r.local
 	}
 	return r.Client
-}
-
-// rlsStatusInput is what the reconcile learned about one policy for the
-// rate limit service.
-type rlsStatusInput struct {
-	notAccepted *problem // as statusInput's
-	// unclaimed: its domain is claimed by no namespace (open to all).
-	unclaimed bool
-	revision  string // the policy's revision in the document
-	servers   []serverState
-	// namespace and service locate the RLS servers, for the messages.
-	namespace, service string
-}
-
-// rlsDesiredStatus is the policy's status after this reconcile: Accepted and
-// Ready as for the sidecars' policies; matchedPods counts the ready RLS
-// servers and enforcedPods those that loaded the policy at its revision. A
-// policy not accepted is in effect on no server: both are 0.
-func rlsDesiredStatus(p *v1alpha1.RateLimitPolicy, in rlsStatusInput) v1alpha1.RateLimitPolicyStatus {
-	st, c := newStatus(p)
-	st.MatchedPods, st.EnforcedPods = 0, 0
-	if in.notAccepted != nil {
-		c.notAccepted(in.notAccepted, "not enforced: the policy is not accepted")
-		return *st
-	}
-	st.MatchedPods = int32(len(in.servers))
-	cm := in.namespace + "/" + rlsconfig.ConfigMapName
-	c.accepted(in.revision, cm)
-	if in.unclaimed {
-		c.set(v1alpha1.ConditionAccepted, metav1.ConditionTrue, v1alpha1.ReasonAccepted, fmt.Sprintf(
-			"rendered into ConfigMap %s; its domain %q is claimed by no namespace, so policies of any namespace may limit it too (ConfigMap %s/%s lists who may use which domain)",
-			cm, p.Spec.RateLimitService.Domain, in.namespace, render.RLSDomainsConfigMapName))
-	}
-	c.set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished,
-		"the configuration is published in ConfigMap "+cm+" for the rate limit service")
-	loaded := serversLoaded(in)
-	st.EnforcedPods = loaded.enforced
-	if prob := loaded.problem(in); prob != nil {
-		c.failed(v1alpha1.ConditionEnforced, prob)
-	} else {
-		c.set(v1alpha1.ConditionEnforced, metav1.ConditionTrue, v1alpha1.ReasonEnforced,
-			fmt.Sprintf("all %d rate limit service servers loaded revision %s", st.MatchedPods, in.revision))
-	}
-	return *st
-}
-
-// rlsLoaded sorts the ready RLS servers by what they did with one policy.
-type rlsLoaded struct {
-	enforced int32 // loaded it at its revision
-	// behind serve an older revision; unreachable could not be asked (with
-	// why).
-	behind, unreachable []string
-}
-
-// serversLoaded sorts in.servers by whether they loaded the policy's
-// revision, in.revision.
-func serversLoaded(in rlsStatusInput) rlsLoaded {
-	var out rlsLoaded
-	for _, s := range in.servers {
-		switch {
-		case s.err != nil:
-			out.unreachable = append(out.unreachable, s.addr+" ("+s.err.Error()+")")
-		case s.loaded[in.revision]:
-			out.enforced++
-		default:
-			out.behind = append(out.behind, s.addr)
-		}
-	}
-	return out
-}
-
-// problem is why an accepted policy is not enforced by every ready RLS
-// server; nil when it is.
-func (l rlsLoaded) problem(in rlsStatusInput) *problem {
-	switch {
-	case len(in.servers) == 0:
-		return &problem{v1alpha1.ReasonNoRateLimitService,
-			fmt.Sprintf("no ready endpoint of Service %s/%s with a port named %q: install the rate limit service (config/components/rls, docs/rls.md)",
-				in.namespace, in.service, RLSAdminPortName)}
-	case l.enforced < int32(len(in.servers)):
-		var why []string
-		if len(l.behind) > 0 {
-			why = append(why, fmt.Sprintf("%s serve an older configuration (the kubelet refreshes the mounted ConfigMap within about a minute)", listOf(l.behind)))
-		}
-		if len(l.unreachable) > 0 {
-			why = append(why, fmt.Sprintf("%s could not be asked", listOf(l.unreachable)))
-		}
-		return &problem{v1alpha1.ReasonPartiallyEnforced,
-			fmt.Sprintf("%d of %d rate limit service servers loaded revision %s; %s", l.enforced, len(in.servers), in.revision, strings.Join(why, "; "))}
-	}
-	return nil
-}
-
-// SetupWithManager registers the controller and its cache of the objects
-// of Namespace it reads: the ConfigMap (by name) and the EndpointSlices of
-// the RLS Service (by label), so RBAC can stay scoped to them.
-func (r *RateLimitServiceReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if r.Namespace == "" {
-		return fmt.Errorf("the rate limit service controller needs the manager's namespace")
-	}
-	local, err := cache.New(mgr.GetConfig(), cache.Options{
-		Scheme:           mgr.GetScheme(),
-		Mapper:           mgr.GetRESTMapper(),
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{r.Namespace: {FieldSelector: nameSelector(rlsconfig.ConfigMapName)}}},
-			&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{r.Namespace: {
-				LabelSelector: labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: r.serviceName()}),
-			}}},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("creating the cache of the rate limit service's objects: %w", err)
-	}
-	for _, obj := range []client.Object{&corev1.ConfigMap{}, &discoveryv1.EndpointSlice{}} {
-		if _, err := local.GetInformer(ctx, obj); err != nil {
-			return err
-		}
-	}
-	if err := mgr.Add(managerCache{local}); err != nil {
-		return err
-	}
-	r.local = local
-	// The domain owners are a second ConfigMap, so a second cache: one
-	// cache selects a type's objects in a namespace by one field selector.
-	domains, err := cache.New(mgr.GetConfig(), cache.Options{
-		Scheme:           mgr.GetScheme(),
-		Mapper:           mgr.GetRESTMapper(),
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{r.Namespace: {FieldSelector: nameSelector(render.RLSDomainsConfigMapName)}}},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("creating the cache of the domain owners' ConfigMap: %w", err)
-	}
-	if _, err := domains.GetInformer(ctx, &corev1.ConfigMap{}); err != nil {
-		return err
-	}
-	if err := mgr.Add(managerCache{domains}); err != nil {
-		return err
-	}
-	r.domains = domains
-	always := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-		return []reconcile.Request{rlsRequest}
-	})
-	return ctrl.NewControllerManagedBy(mgr).
-		Named(RateLimitServiceControllerName).
-		// Policies for the rate limit service (before or after a change):
-		// spec changes and deletion, not our own status writes.
-		Watches(&v1alpha1.RateLimitPolicy{}, always, builder.WithPredicates(rlsPolicyChanged)).
-		// The ConfigMap: drift to repair, or our own write to confirm. The
-		// EndpointSlices: servers coming, going, turning ready.
-		WatchesRawSource(source.Kind[client.Object](local, &corev1.ConfigMap{}, always)).
-		WatchesRawSource(source.Kind[client.Object](local, &discoveryv1.EndpointSlice{}, always)).
-		// The platform team's list of domain owners.
-		WatchesRawSource(source.Kind[client.Object](domains, &corev1.ConfigMap{}, always)).
-		Complete(r)
-}
-
-// rlsPolicyChanged passes the creation, spec change or deletion of a policy
-// that is, or was, for the rate limit service.
-var rlsPolicyChanged = predicate.Funcs{
-	CreateFunc: func(e event.CreateEvent) bool { return forRLS(e.Object) },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		if !forRLS(e.ObjectOld) && !forRLS(e.ObjectNew) {
-			return false
-		}
-		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
-			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
-	},
-	DeleteFunc:  func(e event.DeleteEvent) bool { return forRLS(e.Object) },
-	GenericFunc: func(e event.GenericEvent) bool { return forRLS(e.Object) },
-}
-
-// forRLS reports whether o is a policy for the rate limit service.
-func forRLS(o client.Object) bool {
-	p, ok := o.(*v1alpha1.RateLimitPolicy)
-	return ok && p.Spec.RateLimitService != nil
 }

@@ -25,7 +25,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -86,168 +85,21 @@ func selectorKeys(obj client.Object) []string {
 	return []string{slices.Min(keys)}
 }
 
-// CacheOptions are the manager's cache settings the controller relies on: it
-// caches only slidegate's own ConfigMaps and Secrets, selected by name (a
-// field selector on metadata.name, which is what lets RBAC restrict the
-// list and watch to that name) and by label; Pods only while they have not
-// finished (unfinishedPods), trimmed to what the status reads (trimPod).
-// Managed fields are dropped to save memory. The manager's own credentials
-// Secret is read through a cache of its own (SetupWithManager), scoped to
-// its namespace and name.
-func CacheOptions() cache.Options {
-	managed := labels.SelectorFromSet(labels.Set{v1alpha1.ManagedByLabel: v1alpha1.ManagedByValue})
-	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: managed, Field: nameSelector(sidecarconfig.ConfigMapName)},
-			&corev1.Secret{}:    {Label: managed, Field: nameSelector(v1alpha1.RedisCredentialsSecretName)},
-			&corev1.Pod{}:       {Field: unfinishedPods, Transform: trimPod},
-			// All of them: another one that admits the app's port undoes
-			// ours (reopeningPolicies). Their annotations are not read
-			// (last-applied-configuration can be large).
-			&networkingv1.NetworkPolicy{}: {Transform: dropAnnotations},
-		},
-	}
-}
-
-// trimPod is the cache's transform for Pods: it keeps what the status reads
-// and drops the rest before the pod is stored. Enforcement is judged from
-// the spec (inject.ReadGuard: the containers' names and ports, the init
-// containers' restart policies, the sidecar's arguments, hostNetwork),
-// the selection from the labels, the causes from the opt-out annotation and
-// the creation time. Env, volumes, probes, resources, the status, the
-// other annotations (last-applied-configuration can be large) and the
-// managed fields are not kept: a cached pod holds a fraction of the pod.
-func trimPod(obj any) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	out := &corev1.Pod{TypeMeta: pod.TypeMeta}
-	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
-	out.Labels, out.CreationTimestamp, out.DeletionTimestamp = pod.Labels, pod.CreationTimestamp, pod.DeletionTimestamp
-	// The opt-out, and the injection status for the sidecar's config
-	// version (legacySidecars).
-	for _, k := range []string{inject.OptOutAnnotation, v1alpha1.InjectedAnnotation} {
-		if v, ok := pod.Annotations[k]; ok {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-			out.Annotations[k] = v
-		}
-	}
-	out.Spec.HostNetwork = pod.Spec.HostNetwork
-	out.Spec.Containers = trimContainers(pod.Spec.Containers)
-	out.Spec.InitContainers = trimContainers(pod.Spec.InitContainers)
-	return out, nil
-}
-
-// trimContainers keeps each container's name, ports and restart policy,
-// and the sidecar's arguments (where it forwards) and image (guards).
-func trimContainers(cs []corev1.Container) []corev1.Container {
-	if cs == nil {
-		return nil
-	}
-	out := make([]corev1.Container, len(cs))
-	for i, c := range cs {
-		out[i] = corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
-		if c.Name == inject.ContainerName {
-			out[i].Args, out[i].Image = c.Args, c.Image
-		}
-	}
-	return out
-}
-
-// unfinishedPods selects the pods that have not finished: a pod that
-// succeeded (a completed Job's) or failed (an evicted one) runs no
-// container, so it needs no sidecar, yet it may stay as an object for a long
-// time. The API server filters, and sends a pod that finishes to the watch
-// as deleted: the counts drop it as they drop a deleted pod.
-var unfinishedPods = fields.AndSelectors(
-	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
-	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
-)
-
-// nameSelector selects the objects of one name.
-func nameSelector(name string) fields.Selector {
-	return fields.OneTermEqualSelector("metadata.name", name)
-}
-
-// credentialsCache is a cache of one Secret: the manager's Redis
-// credentials, by namespace and name, so that the manager needs no right on
-// the other Secrets of its namespace.
-func credentialsCache(ctx context.Context, mgr ctrl.Manager, key types.NamespacedName) (cache.Cache, error) {
-	c, err := cache.New(mgr.GetConfig(), cache.Options{
-		Scheme:           mgr.GetScheme(),
-		Mapper:           mgr.GetRESTMapper(),
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Namespaces: map[string]cache.Config{key.Namespace: {FieldSelector: nameSelector(key.Name)}}},
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	// The informer exists before the manager starts, so the manager starts
-	// the cache with its own, and the controllers wait for both to sync.
-	if _, err := c.GetInformer(ctx, &corev1.Secret{}); err != nil {
-		return nil, err
-	}
-	return c, mgr.Add(managerCache{c})
-}
-
-// managerCache makes the manager run a cache with its own caches: started
-// before the controllers, and synced before they run.
-type managerCache struct{ cache.Cache }
-
-// GetCache hands the manager the cache to start and wait for.
-func (c managerCache) GetCache() cache.Cache { return c.Cache }
-
-// SetupWithManager registers the field index and the controller. The
-// manager's cache must be built with CacheOptions.
+// SetupWithManager registers what the controller reads through (prepare)
+// and declares its watches. The manager's cache must be built with
+// CacheOptions.
 func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RateLimitPolicy{}, policySelectorKeysIndex, selectorKeys); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RateLimitPolicy{}, jwksURLIndex, jwksURL); err != nil {
+	sources, err := r.prepare(ctx, mgr)
+	if err != nil {
 		return err
 	}
 	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
 	})
-	r.uncached = mgr.GetAPIReader()
-	identityModeGauge.Reset()
-	identityModeGauge.WithLabelValues(string(r.mode())).Set(1)
-	wake := make(chan event.TypedGenericEvent[client.Object], 1024)
-	r.wake = wake
-	if r.administered() {
-		if err := mgr.Add(identityRunnable{r}); err != nil {
-			return err
-		}
-	}
 	b := ctrl.NewControllerManagedBy(mgr)
-	if r.RedisCredentials.Name != "" {
-		c, err := credentialsCache(ctx, mgr, r.RedisCredentials)
-		if err != nil {
-			return fmt.Errorf("creating the cache of the Redis credentials Secret: %w", err)
-		}
-		r.credentials = c
-		// The source changed: every namespace with policies re-mirrors it.
-		b = b.WatchesRawSource(source.Kind[client.Object](c, &corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.credentialsToNamespaces)))
+	for _, src := range sources {
+		b = b.WatchesRawSource(src)
 	}
-	// Key sets: the namespaces' slidegate-jwks ConfigMaps, and the URLs the
-	// fetcher keeps (it runs on the leader only, as the controller does).
-	jwks, err := jwksConfigMapCache(ctx, mgr)
-	if err != nil {
-		return fmt.Errorf("creating the cache of the %s ConfigMaps: %w", v1alpha1.JWKSConfigMapName, err)
-	}
-	r.jwksReader = jwks
-	r.fetcher = r.newFetcher(mgr, wake)
-	if err := mgr.Add(r.fetcher); err != nil {
-		return err
-	}
-	b = b.WatchesRawSource(source.Kind[client.Object](jwks, &corev1.ConfigMap{}, byNamespace)).
-		WatchesRawSource(source.Channel(wake, byNamespace))
 	return b.
 		Named(ControllerName).
 		// Policies: spec changes (generation) and deletion; not our own
@@ -281,6 +133,56 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 			return log
 		}).
 		Complete(r)
+}
+
+// prepare builds what the controller reads through besides the manager's
+// cache, and returns their sources of events: the field indexes of the
+// policies, the uncached reader, the Redis identities' runnable (leader
+// only), the scoped cache of the manager's credentials Secret (a change
+// re-mirrors it into every namespace with policies), the cache of the
+// slidegate-jwks ConfigMaps and the key set fetcher, whose changes arrive
+// through r.wake (as the memory budget's do).
+func (r *RateLimitPolicyReconciler) prepare(ctx context.Context, mgr ctrl.Manager) ([]source.Source, error) {
+	for name, index := range map[string]client.IndexerFunc{policySelectorKeysIndex: selectorKeys, jwksURLIndex: jwksURL} {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RateLimitPolicy{}, name, index); err != nil {
+			return nil, err
+		}
+	}
+	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
+	})
+	r.uncached = mgr.GetAPIReader()
+	identityModeGauge.Reset()
+	identityModeGauge.WithLabelValues(string(r.mode())).Set(1)
+	wake := make(chan event.TypedGenericEvent[client.Object], 1024)
+	r.wake = wake
+	if r.administered() {
+		if err := mgr.Add(identityRunnable{r}); err != nil {
+			return nil, err
+		}
+	}
+	var sources []source.Source
+	if r.RedisCredentials.Name != "" {
+		// One Secret: the manager needs no right on the other Secrets of
+		// its namespace.
+		c, err := scopedCache(ctx, mgr, map[client.Object]cache.ByObject{&corev1.Secret{}: namedIn(r.RedisCredentials)})
+		if err != nil {
+			return nil, fmt.Errorf("creating the cache of the Redis credentials Secret: %w", err)
+		}
+		r.credentials = c
+		sources = append(sources, source.Kind[client.Object](c, &corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.credentialsToNamespaces)))
+	}
+	// The fetcher runs on the leader only, as the controller does.
+	jwks, err := jwksConfigMapCache(ctx, mgr)
+	if err != nil {
+		return nil, fmt.Errorf("creating the cache of the %s ConfigMaps: %w", v1alpha1.JWKSConfigMapName, err)
+	}
+	r.jwksReader = jwks
+	r.fetcher = r.newFetcher(mgr, wake)
+	if err := mgr.Add(r.fetcher); err != nil {
+		return nil, err
+	}
+	return append(sources, source.Kind[client.Object](jwks, &corev1.ConfigMap{}, byNamespace), source.Channel(wake, byNamespace)), nil
 }
 
 // namespaceRequest is the request of the policy controller for namespace ns.

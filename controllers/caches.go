@@ -1,0 +1,156 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/sidecarconfig"
+)
+
+// CacheOptions are the manager's cache settings the controller relies on: it
+// caches only slidegate's own ConfigMaps and Secrets, selected by name (a
+// field selector on metadata.name, which is what lets RBAC restrict the
+// list and watch to that name) and by label; Pods only while they have not
+// finished (unfinishedPods), trimmed to what the status reads (trimPod).
+// Managed fields are dropped to save memory. The manager's own credentials
+// Secret is read through a cache of its own (SetupWithManager), scoped to
+// its namespace and name.
+func CacheOptions() cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{v1alpha1.ManagedByLabel: v1alpha1.ManagedByValue})
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: managed, Field: nameSelector(sidecarconfig.ConfigMapName)},
+			&corev1.Secret{}:    {Label: managed, Field: nameSelector(v1alpha1.RedisCredentialsSecretName)},
+			&corev1.Pod{}:       {Field: unfinishedPods, Transform: trimPod},
+			// All of them: another one that admits the app's port undoes
+			// ours (reopeningPolicies). Their annotations are not read
+			// (last-applied-configuration can be large).
+			&networkingv1.NetworkPolicy{}: {Transform: dropAnnotations},
+		},
+	}
+}
+
+// trimPod is the cache's transform for Pods: it keeps what the status reads
+// and drops the rest before the pod is stored. Enforcement is judged from
+// the spec (inject.ReadGuard: the containers' names and ports, the init
+// containers' restart policies, the sidecar's arguments, hostNetwork),
+// the selection from the labels, the causes from the opt-out annotation and
+// the creation time. Env, volumes, probes, resources, the status, the
+// other annotations (last-applied-configuration can be large) and the
+// managed fields are not kept: a cached pod holds a fraction of the pod.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{TypeMeta: pod.TypeMeta}
+	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
+	out.Labels, out.CreationTimestamp, out.DeletionTimestamp = pod.Labels, pod.CreationTimestamp, pod.DeletionTimestamp
+	// The opt-out, and the injection status for the sidecar's config
+	// version (legacySidecars).
+	for _, k := range []string{inject.OptOutAnnotation, v1alpha1.InjectedAnnotation} {
+		if v, ok := pod.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	out.Spec.HostNetwork = pod.Spec.HostNetwork
+	out.Spec.Containers = trimContainers(pod.Spec.Containers)
+	out.Spec.InitContainers = trimContainers(pod.Spec.InitContainers)
+	return out, nil
+}
+
+// trimContainers keeps each container's name, ports and restart policy,
+// and the sidecar's arguments (where it forwards) and image (guards).
+func trimContainers(cs []corev1.Container) []corev1.Container {
+	if cs == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
+		if c.Name == inject.ContainerName {
+			out[i].Args, out[i].Image = c.Args, c.Image
+		}
+	}
+	return out
+}
+
+// unfinishedPods selects the pods that have not finished: a pod that
+// succeeded (a completed Job's) or failed (an evicted one) runs no
+// container, so it needs no sidecar, yet it may stay as an object for a long
+// time. The API server filters, and sends a pod that finishes to the watch
+// as deleted: the counts drop it as they drop a deleted pod.
+var unfinishedPods = fields.AndSelectors(
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
+)
+
+// nameSelector selects the objects of one name.
+func nameSelector(name string) fields.Selector {
+	return fields.OneTermEqualSelector("metadata.name", name)
+}
+
+// scopedCache is a cache, beside the manager's, of only the objects that
+// byObject selects (in one namespace, by name or label), so that RBAC can
+// grant list and watch on those alone. Its informers exist before the
+// manager starts, so the manager starts it with its own caches, and the
+// controllers wait for both to sync.
+func scopedCache(ctx context.Context, mgr ctrl.Manager, byObject map[client.Object]cache.ByObject) (cache.Cache, error) {
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme:           mgr.GetScheme(),
+		Mapper:           mgr.GetRESTMapper(),
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject:         byObject,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for obj := range byObject {
+		if _, err := c.GetInformer(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	return c, mgr.Add(managerCache{c})
+}
+
+// namedIn selects the object named key.Name in namespace key.Namespace.
+func namedIn(key types.NamespacedName) cache.ByObject {
+	return cache.ByObject{Namespaces: map[string]cache.Config{key.Namespace: {FieldSelector: nameSelector(key.Name)}}}
+}
+
+// managerCache makes the manager run a cache with its own caches: started
+// before the controllers, and synced before they run.
+type managerCache struct{ cache.Cache }
+
+// GetCache hands the manager the cache to start and wait for.
+func (c managerCache) GetCache() cache.Cache { return c.Cache }
