@@ -83,7 +83,7 @@ build() {
 	# shellcheck disable=SC2064 # expand now: work is local
 	trap "rm -rf '$work'" EXIT
 	mkdir -p "$work/out" "$DEST"
-	log "building ${missing[*]} v${K8S_VERSION} from the Go module proxy, first time only: downloading its modules, then about 5 min for kube-apiserver and etcd and 2 min more for the node's four on 2 cores"
+	log "building ${missing[*]} v${K8S_VERSION} from the Go module proxy, first time only: downloading its modules, then about 5 min for kube-apiserver and etcd and about 5 min more for the node's four on 2 cores (measured cold, 2026-12-07)"
 	wrapper_module "$work"
 	total=$(cd "$work" && GOFLAGS="$GOFLAGS -mod=mod" go list -deps "${pkgs[@]}" | wc -l)
 	start=$SECONDS
