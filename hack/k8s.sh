@@ -61,11 +61,7 @@ wrapper_module() {
 		grep -E '^[[:space:]]*(replace[[:space:]]+)?k8s\.io/[^ ]+ => \./staging/' "$gomod" |
 			sed -E 's/^[[:space:]]*(replace[[:space:]]+)?(k8s\.io\/[^ ]+) => .*/replace \2 => \2 v0.'"${K8S_VERSION#1.}"'/'
 		if [ "${SLIDEGATE_K8S_ALIGN:-1}" != 0 ]; then
-			# `require path version` of every requirement of go.mod, direct
-			# or indirect, block or single line.
-			awk '/^require \(/ {b=1; next} b && /^\)/ {b=0; next}
-				b && NF >= 2 {print "require " $1 " " $2}
-				/^require [^(]/ {print "require " $2 " " $3}' "$ROOT/go.mod"
+			"$ROOT/hack/requires.sh"
 		fi
 	} >"$dir/go.mod"
 }

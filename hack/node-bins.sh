@@ -56,9 +56,7 @@ build_coredns() {
 	trap "rm -rf '$work'" RETURN
 	{
 		printf 'module slidegate.dev/node-coredns\n\ngo 1.26\n\nrequire github.com/coredns/coredns v%s\n' "$COREDNS_VERSION"
-		awk '/^require \(/ {b=1; next} b && /^\)/ {b=0; next}
-			b && NF >= 2 {print "require " $1 " " $2}
-			/^require [^(]/ {print "require " $2 " " $3}' "$ROOT/go.mod"
+		"$ROOT/hack/requires.sh"
 	} >"$work/go.mod"
 	cat >"$work/main.go" <<'GO'
 // Command coredns is CoreDNS with the plugins of the node's Corefile only.

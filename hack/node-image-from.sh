@@ -28,11 +28,8 @@ export GOPROXY=off GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0
 # The release the binaries report, if that tree has the version package.
 VERSION=${TAG##*:}
 if [ "${SLIDEGATE_PREVIOUS_ALIGN:-1}" != 0 ]; then
-	# `require path version` of every requirement, block or single line;
 	# go.sum: both trees' hashes (the module cache holds both).
-	awk '/^require \(/ {b=1; next} b && /^\)/ {b=0; next}
-		b && NF >= 2 {print "require " $1 " " $2}
-		/^require [^(]/ {print "require " $2 " " $3}' "$ROOT/go.mod" >>"$SRC/go.mod"
+	"$ROOT/hack/requires.sh" >>"$SRC/go.mod"
 	cat "$ROOT/go.sum" >>"$SRC/go.sum"
 	export GOFLAGS="-mod=mod -trimpath"
 fi
