@@ -58,11 +58,12 @@ func main() {
 		out        = flag.String("o", "", "output: an OCI archive (a tar of an OCI image layout)")
 		tag        = flag.String("tag", "", "image reference, with a fixed non-latest tag")
 		entrypoint = flag.String("entrypoint", "", "the image's entrypoint (one path)")
+		workdir    = flag.String("workdir", "", "the image's working directory (default /)")
 		arch       = flag.String("arch", runtime.GOARCH, "the GOARCHes, comma-separated: one image for linux/ARCH each, from the files with {arch} replaced")
 		oci        = flag.String("oci", "", "also add the image to the OCI image layout in this directory (created if missing)")
 	)
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: imagepack -o FILE -tag REF [-oci DIR] [-arch GOARCH,...] [-entrypoint PATH] /path/in/image=local-file...\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: imagepack -o FILE -tag REF [-oci DIR] [-arch GOARCH,...] [-entrypoint PATH] [-workdir DIR] /path/in/image=local-file...\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -70,16 +71,22 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	pinned, err := run(*out, *tag, *entrypoint, strings.Split(*arch, ","), *oci, flag.Args())
+	pinned, err := run(*out, *tag, runConfig{Entrypoint: *entrypoint, WorkingDir: *workdir}, strings.Split(*arch, ","), *oci, flag.Args())
 	if err != nil {
 		log.Fatalf("imagepack: %v", err)
 	}
 	fmt.Println(pinned)
 }
 
+// runConfig is how the image's process starts.
+type runConfig struct {
+	Entrypoint string // one path; empty: the pod's command or args name it
+	WorkingDir string // empty: /
+}
+
 // run packs an image per arch into one index, writes it, and returns the
 // reference pinned by the index's digest (tag@sha256:...).
-func run(out, tag, entrypoint string, arches []string, oci string, files []string) (string, error) {
+func run(out, tag string, rc runConfig, arches []string, oci string, files []string) (string, error) {
 	ref, err := name.NewTag(tag, name.StrictValidation)
 	if err != nil {
 		return "", fmt.Errorf("tag %q: %w", tag, err)
@@ -94,7 +101,7 @@ func run(out, tag, entrypoint string, arches []string, oci string, files []strin
 	}
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, arch := range arches {
-		img, err := image(arch, entrypoint, files)
+		img, err := image(arch, rc, files)
 		if err != nil {
 			return "", fmt.Errorf("linux/%s: %w", arch, err)
 		}
@@ -120,7 +127,7 @@ func run(out, tag, entrypoint string, arches []string, oci string, files []strin
 
 // image packs the files, {arch} replaced by arch, into an image of the
 // platform linux/arch.
-func image(arch, entrypoint string, files []string) (v1.Image, error) {
+func image(arch string, rc runConfig, files []string) (v1.Image, error) {
 	resolved := make([]string, len(files))
 	for i, f := range files {
 		resolved[i] = strings.ReplaceAll(f, "{arch}", arch)
@@ -149,9 +156,9 @@ func image(arch, entrypoint string, files []string) (v1.Image, error) {
 	// containerd unpacks only images of its own platform.
 	cf.OS, cf.Architecture = "linux", arch
 	cf.Created = v1.Time{Time: time.Unix(0, 0)}
-	cf.Config = v1.Config{User: nonroot + ":" + nonroot, Env: []string{"PATH=/"}}
-	if entrypoint != "" {
-		cf.Config.Entrypoint = []string{entrypoint}
+	cf.Config = v1.Config{User: nonroot + ":" + nonroot, Env: []string{"PATH=/"}, WorkingDir: rc.WorkingDir}
+	if rc.Entrypoint != "" {
+		cf.Config.Entrypoint = []string{rc.Entrypoint}
 	}
 	return mutate.ConfigFile(img, cf)
 }
@@ -179,7 +186,7 @@ func writeArchive(out string, ref name.Tag, idx v1.ImageIndex) error {
 	if err != nil {
 		return err
 	}
-	desc.Annotations = map[string]string{"io.containerd.image.name": ref.Context().Digest(desc.Digest.String()).String()}
+	desc.Annotations = map[string]string{"io.containerd.image.name": containerdName(ref.Context().Digest(desc.Digest.String()).String())}
 	if err := layout.Path(dir).AppendDescriptor(*desc); err != nil {
 		return err
 	}
@@ -255,8 +262,18 @@ func addToLayout(dir string, ref name.Tag, idx v1.ImageIndex) error {
 	return p.ReplaceIndex(idx, match.Name(ref.TagStr()),
 		layout.WithAnnotations(map[string]string{
 			"org.opencontainers.image.ref.name": ref.TagStr(),
-			"io.containerd.image.name":          ref.String(),
+			"io.containerd.image.name":          containerdName(ref.String()),
 		}))
+}
+
+// containerdName is ref as containerd and the kubelet name it: Docker Hub
+// as docker.io, where go-containerregistry writes index.docker.io, so that
+// a pod's image redis:7 (docker.io/library/redis:7) finds the import.
+func containerdName(ref string) string {
+	if rest, ok := strings.CutPrefix(ref, name.DefaultRegistry+"/"); ok {
+		return "docker.io/" + rest
+	}
+	return ref
 }
 
 // layer returns one uncompressed tar with the base files and the binaries.

@@ -35,7 +35,7 @@ func TestPack(t *testing.T) {
 	const tag = "registry.example/slidegate:v1.2.3"
 	pack := func(out, oci string) string {
 		t.Helper()
-		pinned, err := run(out, tag, "/app", arches, oci, []string{"/app=" + bin})
+		pinned, err := run(out, tag, runConfig{Entrypoint: "/app"}, arches, oci, []string{"/app=" + bin})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +94,7 @@ func TestPack(t *testing.T) {
 	}
 
 	// One platform is an index too: a pinned digest names an index always.
-	one, err := run(filepath.Join(dir, "c.tar"), tag, "/app", []string{"arm64"}, "", []string{"/app=" + bin})
+	one, err := run(filepath.Join(dir, "c.tar"), tag, runConfig{Entrypoint: "/app"}, []string{"arm64"}, "", []string{"/app=" + bin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,11 +102,11 @@ func TestPack(t *testing.T) {
 		t.Errorf("linux/arm64 alone has the digest of amd64 and arm64: %s", one)
 	}
 	for _, bad := range [][]string{{}, {""}, {"arm64", "arm64"}} {
-		if _, err := run(filepath.Join(dir, "d.tar"), tag, "/app", bad, "", []string{"/app=" + bin}); err == nil {
+		if _, err := run(filepath.Join(dir, "d.tar"), tag, runConfig{Entrypoint: "/app"}, bad, "", []string{"/app=" + bin}); err == nil {
 			t.Errorf("-arch %q: packed, want it refused", strings.Join(bad, ","))
 		}
 	}
-	if _, err := run(filepath.Join(dir, "d.tar"), "registry.example/slidegate:latest", "/app", arches, "", []string{"/app=" + bin}); err == nil ||
+	if _, err := run(filepath.Join(dir, "d.tar"), "registry.example/slidegate:latest", runConfig{Entrypoint: "/app"}, arches, "", []string{"/app=" + bin}); err == nil ||
 		!strings.Contains(err.Error(), "not latest") {
 		t.Errorf("tag latest: %v, want it refused", err)
 	}
@@ -215,4 +215,56 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestDockerHubName: an image of Docker Hub is named for containerd as the
+// kubelet asks for it (docker.io/library/redis:7 for a pod's redis:7), not
+// as go-containerregistry writes Docker Hub (index.docker.io); and
+// -workdir becomes the image's working directory.
+func TestDockerHubName(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "app")
+	if err := os.WriteFile(bin, []byte("#!/bin/false\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "a.tar")
+	pinned, err := run(out, "docker.io/library/redis:7", runConfig{WorkingDir: "/tmp"}, []string{"amd64"}, "", []string{"/redis-server=" + bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, digest, _ := strings.Cut(pinned, "@")
+	ai, err := layout.ImageIndexFromPath(untar(t, out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	am, err := ai.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range am.Manifests {
+		got = append(got, m.Annotations["io.containerd.image.name"])
+	}
+	if want := []string{"docker.io/library/redis:7", "docker.io/library/redis@" + digest}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("containerd names %q, want %q", got, want)
+	}
+	idx, err := ai.ImageIndex(am.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.Config.WorkingDir != "/tmp" || len(cf.Config.Entrypoint) != 0 {
+		t.Errorf("config: working directory %q, entrypoint %q; want /tmp and none", cf.Config.WorkingDir, cf.Config.Entrypoint)
+	}
 }
