@@ -45,7 +45,7 @@ log() { echo "node: $(date +%T) $*" >&2; }
 die() { log "FAILED: $*"; exit 1; }
 
 need_packages() {
-	"$ROOT/hack/packages.sh" containerd runc nftables iptables conntrack openssl util-linux iproute2
+	"$ROOT/hack/packages.sh" containerd runc nftables iptables conntrack openssl util-linux iproute2 curl
 	# A system containerd the package may have started; the node never uses it.
 	service containerd stop >/dev/null 2>&1 || true
 }

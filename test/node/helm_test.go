@@ -45,7 +45,7 @@ func testHelmChart(ctx context.Context, t *testing.T, n *node) {
 	if _, err := os.Stat(helm); err != nil {
 		t.Fatalf("helm is not built (hack/tools.sh helm; make test builds it): %v", err)
 	}
-	script := docBlock(t, filepath.Join(n.root, "docs", "install.md"), "## With Helm")
+	script := onlyBlock(t, filepath.Join(n.root, "docs", "install.md"), "## With Helm")
 	mustKubectl(ctx, t, "create", "namespace", "redis")
 	if _, err := kubectl(ctx, redisServiceIn("redis", n.ip, "redis"), "apply", "--server-side", "-f", "-"); err != nil {
 		t.Fatal(err)
@@ -105,26 +105,4 @@ func testHelmChart(ctx context.Context, t *testing.T, n *node) {
 	mustKubectl(ctx, t, "delete", "--wait=true", "--timeout=3m", "namespace", system, "redis")
 	nothingLeft(ctx, t, n)
 	t.Logf("installed, upgraded and uninstalled through the chart in %.1fs", time.Since(start).Seconds())
-}
-
-// docBlock is the first ```sh block after the line heading in the
-// Markdown file path: the commands a user copies.
-func docBlock(t *testing.T, path, heading string) string {
-	t.Helper()
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(doc), "\n"+heading+"\n")
-	if !ok {
-		t.Fatalf("%s: no heading %q", path, heading)
-	}
-	_, block, ok := strings.Cut(after, "```sh\n")
-	if ok {
-		block, _, ok = strings.Cut(block, "```")
-	}
-	if !ok {
-		t.Fatalf("%s: no ```sh block after %q", path, heading)
-	}
-	return block
 }

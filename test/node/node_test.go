@@ -105,6 +105,7 @@ func TestNode(t *testing.T) {
 		{"LastPolicyDeletedMeansNoLimit", testLastPolicyDeleted},
 		{"Uninstall", testUninstall},
 		{"HelmChart", testHelmChart},
+		{"Quickstart", testQuickstart},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.run(ctx, t, n) }) {
@@ -882,29 +883,12 @@ func testUninstall(ctx context.Context, t *testing.T, n *node) {
 	nothingLeft(ctx, t, n)
 }
 
-// nothingLeft checks that an uninstall left nothing behind: no CRD,
-// namespace, webhook, role or object of slidegate's, and in Redis only the
-// users and the library docs/install.md says stay.
+// nothingLeft checks that an uninstall left nothing behind: nothing in the
+// cluster (nothingLeftInCluster), and in Redis only the users and the
+// library docs/install.md says stay.
 func nothingLeft(ctx context.Context, t *testing.T, n *node) {
 	t.Helper()
-	for _, q := range [][]string{
-		{"get", "crd", "ratelimitpolicies.ratelimit.slidegate.dev", "--ignore-not-found", "-o", "name"},
-		{"get", "namespace", system, demo, "--ignore-not-found", "-o", "name"},
-		{"get", "mutatingwebhookconfigurations,clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/part-of=slidegate", "-o", "name"},
-		{"get", "configmaps,secrets,services,deployments,roles,rolebindings,serviceaccounts,leases", "-A", "-l", "app.kubernetes.io/part-of=slidegate", "-o", "name"},
-		{"get", "configmaps,secrets", "-A", "-l", "app.kubernetes.io/managed-by=slidegate", "-o", "name"},
-	} {
-		eventually(t, 2*time.Minute, time.Second, "nothing left: kubectl "+strings.Join(q, " "), func() error {
-			out, err := kubectl(ctx, "", q...)
-			if err != nil {
-				return err
-			}
-			if s := strings.TrimSpace(out); s != "" {
-				return fmt.Errorf("left: %s", s)
-			}
-			return nil
-		})
-	}
+	nothingLeftInCluster(ctx, t)
 	// Redis: no namespace's identity is left (the manager deletes a
 	// namespace's user when the namespace goes, before the install does).
 	// What docs/install.md says stays: the administrative user the operator
@@ -927,6 +911,30 @@ func nothingLeft(ctx context.Context, t *testing.T, n *node) {
 	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
 	if err != nil || len(libs) != 1 || libs[0].Name != "slidegate" {
 		t.Errorf("libraries left: %+v (%v); want the slidegate library alone, as docs/install.md says", libs, err)
+	}
+}
+
+// nothingLeftInCluster checks that no CRD, namespace, webhook, admission
+// policy, role or object of slidegate's is left in the cluster.
+func nothingLeftInCluster(ctx context.Context, t *testing.T) {
+	t.Helper()
+	for _, q := range [][]string{
+		{"get", "crd", "ratelimitpolicies.ratelimit.slidegate.dev", "--ignore-not-found", "-o", "name"},
+		{"get", "namespace", system, demo, "--ignore-not-found", "-o", "name"},
+		{"get", "mutatingwebhookconfigurations,validatingwebhookconfigurations,validatingadmissionpolicies,validatingadmissionpolicybindings,clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/part-of=slidegate", "-o", "name"},
+		{"get", "configmaps,secrets,services,deployments,roles,rolebindings,serviceaccounts,leases", "-A", "-l", "app.kubernetes.io/part-of=slidegate", "-o", "name"},
+		{"get", "configmaps,secrets", "-A", "-l", "app.kubernetes.io/managed-by=slidegate", "-o", "name"},
+	} {
+		eventually(t, 2*time.Minute, time.Second, "nothing left: kubectl "+strings.Join(q, " "), func() error {
+			out, err := kubectl(ctx, "", q...)
+			if err != nil {
+				return err
+			}
+			if s := strings.TrimSpace(out); s != "" {
+				return fmt.Errorf("left: %s", s)
+			}
+			return nil
+		})
 	}
 }
 
