@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
-	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -37,7 +37,7 @@ import (
 // caches only slidegate's own ConfigMaps and Secrets, selected by name (a
 // field selector on metadata.name, which is what lets RBAC restrict the
 // list and watch to that name) and by label; Pods only while they have not
-// finished (unfinishedPods), trimmed to what the status reads (trimPod).
+// finished (unfinishedPods), trimmed to what the status reads (TrimPod).
 // Managed fields are dropped to save memory. The manager's own credentials
 // Secret is read through a cache of its own (SetupWithManager), scoped to
 // its namespace and name.
@@ -48,61 +48,13 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: managed, Field: nameSelector(sidecarconfig.ConfigMapName)},
 			&corev1.Secret{}:    {Label: managed, Field: nameSelector(v1alpha1.RedisCredentialsSecretName)},
-			&corev1.Pod{}:       {Field: unfinishedPods, Transform: trimPod},
+			&corev1.Pod{}:       {Field: unfinishedPods, Transform: policystatus.TrimPod},
 			// All of them: another one that admits the app's port undoes
-			// ours (reopeningPolicies). Their annotations are not read
+			// ours (policystatus.Guards.ReopeningPolicies). Their annotations are not read
 			// (last-applied-configuration can be large).
 			&networkingv1.NetworkPolicy{}: {Transform: dropAnnotations},
 		},
 	}
-}
-
-// trimPod is the cache's transform for Pods: it keeps what the status reads
-// and drops the rest before the pod is stored. Enforcement is judged from
-// the spec (inject.ReadGuard: the containers' names and ports, the init
-// containers' restart policies, the sidecar's arguments, hostNetwork),
-// the selection from the labels, the causes from the opt-out annotation and
-// the creation time. Env, volumes, probes, resources, the status, the
-// other annotations (last-applied-configuration can be large) and the
-// managed fields are not kept: a cached pod holds a fraction of the pod.
-func trimPod(obj any) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	out := &corev1.Pod{TypeMeta: pod.TypeMeta}
-	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
-	out.Labels, out.CreationTimestamp, out.DeletionTimestamp = pod.Labels, pod.CreationTimestamp, pod.DeletionTimestamp
-	// The opt-out, and the injection status for the sidecar's config
-	// version (legacySidecars).
-	for _, k := range []string{inject.OptOutAnnotation, v1alpha1.InjectedAnnotation} {
-		if v, ok := pod.Annotations[k]; ok {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-			out.Annotations[k] = v
-		}
-	}
-	out.Spec.HostNetwork = pod.Spec.HostNetwork
-	out.Spec.Containers = trimContainers(pod.Spec.Containers)
-	out.Spec.InitContainers = trimContainers(pod.Spec.InitContainers)
-	return out, nil
-}
-
-// trimContainers keeps each container's name, ports and restart policy,
-// and the sidecar's arguments (where it forwards) and image (guards).
-func trimContainers(cs []corev1.Container) []corev1.Container {
-	if cs == nil {
-		return nil
-	}
-	out := make([]corev1.Container, len(cs))
-	for i, c := range cs {
-		out[i] = corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
-		if c.Name == inject.ContainerName {
-			out[i].Args, out[i].Image = c.Args, c.Image
-		}
-	}
-	return out
 }
 
 // unfinishedPods selects the pods that have not finished: a pod that

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -89,11 +90,11 @@ func TestSkippingSidecars(t *testing.T) {
 		{0, nil}, {1, nil}, {2, []string{"minor-1"}},
 		{3, []string{"current", "minor-1"}},
 	} {
-		if got := skippingSidecars(p, pods, tc.minor); !slices.Equal(got, tc.want) {
-			t.Errorf("skippingSidecars(minor %d) = %v, want %v", tc.minor, got, tc.want)
+		if got := policystatus.SkippingSidecars(p, pods, tc.minor); !slices.Equal(got, tc.want) {
+			t.Errorf("SkippingSidecars(minor %d) = %v, want %v", tc.minor, got, tc.want)
 		}
 	}
-	if skippedProblem(2, nil, "shop") != nil {
+	if policystatus.Skipped(2, nil, "shop") != nil {
 		t.Error("a problem without pods")
 	}
 }

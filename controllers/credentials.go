@@ -32,6 +32,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/redisconn"
 )
 
@@ -43,7 +44,7 @@ import (
 // an error when the API fails. Secret data is never logged nor put into
 // messages.
 func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy, pods []corev1.Pod,
-	optedIn bool, owners []metav1.OwnerReference) (*problem, error) {
+	optedIn bool, owners []metav1.OwnerReference) (*policystatus.Problem, error) {
 	key := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
 	if key == r.RedisCredentials {
 		return nil, nil // the manager's Secret itself: nothing to copy
@@ -72,9 +73,9 @@ func (r *RateLimitPolicyReconciler) mirrorCredentials(ctx context.Context, ns st
 // it and the namespace holds it already (holdsShared); and the namespace's
 // own identity once it is set up on every node. A nil map with a problem leaves the Secret as it
 // is (the manager's Secret is missing: the sidecars keep what they have).
-func (r *RateLimitPolicyReconciler) credentialsFor(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy, pods []corev1.Pod) (map[string][]byte, *problem, error) {
+func (r *RateLimitPolicyReconciler) credentialsFor(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy, pods []corev1.Pod) (map[string][]byte, *policystatus.Problem, error) {
 	data := withClientHashKey(map[string][]byte{}, r.clientHashKey(ctx, ns))
-	var prob *problem
+	var prob *policystatus.Problem
 	if r.RedisCredentials.Name != "" {
 		src, missing, err := r.credentialsData(ctx)
 		if missing != nil || err != nil {
@@ -127,7 +128,7 @@ func (r *RateLimitPolicyReconciler) credentialsFor(ctx context.Context, ns strin
 // identity was never checked; the copies stay as they are (taking the
 // identity away during an outage would keep the sidecars from the master
 // after it).
-func (r *RateLimitPolicyReconciler) sentinelCredentials(ctx context.Context, src map[string][]byte) (handOut bool, prob *problem, unknown bool) {
+func (r *RateLimitPolicyReconciler) sentinelCredentials(ctx context.Context, src map[string][]byte) (handOut bool, prob *policystatus.Problem, unknown bool) {
 	user, password := src[redisconn.SecretSentinelUsernameKey], src[redisconn.SecretSentinelPasswordKey]
 	check := r.sentinelCheck()
 	if check == nil || (user == nil && password == nil) {
@@ -135,10 +136,10 @@ func (r *RateLimitPolicyReconciler) sentinelCredentials(ctx context.Context, src
 	}
 	powers, err := check.Powers(ctx, string(user), string(password))
 	if err != nil {
-		return false, credentialsProblem(fmt.Sprintf("the sentinels' identity in the Secret %s could not be checked (no sentinel answered): %v", r.RedisCredentials, err)), true
+		return false, policystatus.Credentials(fmt.Sprintf("the sentinels' identity in the Secret %s could not be checked (no sentinel answered): %v", r.RedisCredentials, err)), true
 	}
 	if len(powers) > 0 {
-		return false, credentialsProblem(fmt.Sprintf("the sentinels' identity in the Secret %s (%s, %s) may change what the sentinels monitor (%s): "+
+		return false, policystatus.Credentials(fmt.Sprintf("the sentinels' identity in the Secret %s (%s, %s) may change what the sentinels monitor (%s): "+
 			"every namespace would hold it, so it is not handed out and the sidecars cannot find the master; "+
 			"give the sidecars an identity of their own with only the discovery ACL (docs/security.md, \"Sentinel\")",
 			r.RedisCredentials, redisconn.SecretSentinelUsernameKey, redisconn.SecretSentinelPasswordKey, strings.Join(powers, ", "))), false
@@ -172,11 +173,11 @@ func (r *RateLimitPolicyReconciler) holdsShared(ctx context.Context, ns string, 
 
 // credentialsData reads the credential keys of the manager's Secret, or the
 // problem that keeps them from the sidecars.
-func (r *RateLimitPolicyReconciler) credentialsData(ctx context.Context) (map[string][]byte, *problem, error) {
+func (r *RateLimitPolicyReconciler) credentialsData(ctx context.Context) (map[string][]byte, *policystatus.Problem, error) {
 	var src corev1.Secret
 	if err := r.credentialsReader().Get(ctx, r.RedisCredentials, &src); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, credentialsProblem(fmt.Sprintf("the Redis credentials Secret %s configured on the manager does not exist", r.RedisCredentials)), nil
+			return nil, policystatus.Credentials(fmt.Sprintf("the Redis credentials Secret %s configured on the manager does not exist", r.RedisCredentials)), nil
 		}
 		return nil, nil, fmt.Errorf("reading the Redis credentials Secret %s: %w", r.RedisCredentials, err)
 	}
@@ -187,7 +188,7 @@ func (r *RateLimitPolicyReconciler) credentialsData(ctx context.Context) (map[st
 		}
 	}
 	if len(data) == 0 {
-		return nil, credentialsProblem(fmt.Sprintf("the Redis credentials Secret %s has none of the keys %s",
+		return nil, policystatus.Credentials(fmt.Sprintf("the Redis credentials Secret %s has none of the keys %s",
 			r.RedisCredentials, strings.Join(redisconn.SecretKeys, ", "))), nil
 	}
 	return data, nil, nil

@@ -61,16 +61,24 @@ limitations under the License.
 // to the sidecar as arguments. The Secret's data never appears in logs,
 // events, conditions or metrics.
 //
+// What is pure lives outside: the rendering in internal/render (its two
+// entry points, render.Namespace and render.Service) and the statuses in
+// internal/policystatus (the facts about pods, Services and
+// NetworkPolicies, and each condition from its named checks). This package
+// reads the cluster, calls them, and writes what they return.
+//
 // The files, by phase, shared by both reconcilers where they can be:
-// policies.go (the live policies of a namespace), pods.go (pure facts about
-// the pods: enforced, protected, bypassed), status.go (pure statuses and
-// writeStatuses), children.go (the ConfigMap, the Secrets, deleteManaged and
-// the owner references), identity.go and redis.go (the Redis identities and
-// connection), networkpolicy.go, jwks.go and clienthash.go (the other
-// children), memory.go (the namespaces' Redis memory budget); setup.go and
-// scopedCache (the watches and the caches of only the objects each reads);
-// ratelimitpolicy_controller.go and ratelimitservice_controller.go are the
-// two reconcilers' sequences. The rate limit service's reconciler keeps its
-// other phases beside it: rlsservers.go (asking each ready server what it
-// loaded), rlsstatus.go (pure statuses) and rlssetup.go (its watches).
+// facts.go (gather: what one reconcile of a namespace works from),
+// policies.go (the live policies of a namespace), statuswrite.go (writing
+// the statuses that changed), children.go (the ConfigMap, the Secrets,
+// deleteManaged and the owner references), identity.go, identitysync.go,
+// legacypassword.go, credentials.go and redis.go (the Redis identities,
+// credentials and connection), networkpolicy.go, jwks.go and clienthash.go
+// (the other children), memory.go (the namespaces' Redis memory budget);
+// setup.go and caches.go (the watches and the caches of only the objects
+// each reads); ratelimitpolicy_controller.go and
+// ratelimitservice_controller.go are the two reconcilers' sequences. The
+// rate limit service's reconciler keeps its other phases beside it:
+// rlsservers.go (asking each ready server what it loaded) and rlssetup.go
+// (its watches).
 package controllers

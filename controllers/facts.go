@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/policystatus"
 )
 
 // namespaceInput is what one reconcile of a namespace works from, read
@@ -46,7 +46,7 @@ type namespaceInput struct {
 	running []corev1.Pod
 	// keySets are the policies' verification keys, by policy name.
 	keySets map[string][]byte
-	facts   namespaceFacts
+	facts   policystatus.Facts
 }
 
 // gather reads what a reconcile of namespace ns works from: its policies
@@ -73,98 +73,52 @@ func (r *RateLimitPolicyReconciler) gather(ctx context.Context, ns string) (name
 	if in.facts, err = r.namespaceFacts(ctx, ns, in.running); err != nil {
 		return namespaceInput{}, err
 	}
-	in.facts.keys, in.facts.keyNotes = keyProblems, keyNotes
+	in.facts.Keys, in.facts.KeyNotes = keyProblems, keyNotes
 	return in, nil
-}
-
-// namespaceFacts is what the statuses of a namespace's policies depend on
-// besides the policies, their render and the credentials.
-type namespaceFacts struct {
-	// pods are trimmed to what the status reads (trimPod).
-	pods     []corev1.Pod
-	services []corev1.Service
-	// guards reads the pods' sidecars.
-	guards guards
-	// networkPolicies are all of the namespace's, ours and others'.
-	networkPolicies []networkingv1.NetworkPolicy
-	// optedIn: the namespace is labelled for injection (credentials go
-	// only there) and not being deleted; a namespace the cache does not
-	// hold is not opted in.
-	optedIn bool
-	// terminating: the namespace is being deleted; no events then (the API
-	// server refuses new events there and client-go logs each refusal as an
-	// error).
-	terminating bool
-	// legacySidecars names the pods whose sidecars read only minor version
-	// 0 of the configuration (injected by the first release).
-	legacySidecars []string
-	// keys says, by policy name, why a policy that verifies tokens has no
-	// keys; keyNotes, that its keys are an older fetch.
-	keys     map[string]*problem
-	keyNotes map[string]string
 }
 
 // namespaceFacts gathers the Services, the Namespace and the
 // NetworkPolicies for the statuses, beside the pods already known (running,
 // of which the statuses count the live ones).
-func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, running []corev1.Pod) (namespaceFacts, error) {
-	facts := namespaceFacts{pods: live(running), legacySidecars: legacySidecars(running), guards: guards{repo: inject.ImageRepositoryOf(r.SidecarImage)}}
+func (r *RateLimitPolicyReconciler) namespaceFacts(ctx context.Context, ns string, running []corev1.Pod) (policystatus.Facts, error) {
+	facts := policystatus.Facts{Pods: policystatus.Live(running), LegacySidecars: policystatus.LegacySidecars(running),
+		Guards: policystatus.Guards{Repo: inject.ImageRepositoryOf(r.SidecarImage)}}
 	var services corev1.ServiceList
 	if err := r.Client.List(ctx, &services, client.InNamespace(ns)); err != nil {
 		return facts, fmt.Errorf("listing the services of namespace %s: %w", ns, err)
 	}
-	facts.services = services.Items
+	facts.Services = services.Items
 	// A namespace that cannot be read is not taken as opted in: that
 	// would hand it credentials on a guess. Gone: not opted in; any other
 	// error: try again.
 	var namespace corev1.Namespace
 	switch err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); {
 	case apierrors.IsNotFound(err):
-		facts.terminating = true
+		facts.Terminating = true
 	case err != nil:
 		return facts, fmt.Errorf("reading namespace %s: %w", ns, err)
 	default:
-		facts.optedIn = inject.NamespaceOptedIn(namespace.Labels)
-		facts.terminating = namespace.DeletionTimestamp != nil
+		facts.OptedIn = inject.NamespaceOptedIn(namespace.Labels)
+		facts.Terminating = namespace.DeletionTimestamp != nil
 	}
 	// Every NetworkPolicy of the namespace, not only ours: they add up, so
-	// any of them can admit the app's port again (reopeningPolicies).
+	// any of them can admit the app's port again (policystatus.Guards.ReopeningPolicies).
 	var nps networkingv1.NetworkPolicyList
 	if err := r.Client.List(ctx, &nps, client.InNamespace(ns)); err != nil {
 		return facts, fmt.Errorf("listing the NetworkPolicies of namespace %s: %w", ns, err)
 	}
-	facts.networkPolicies = nps.Items
+	facts.NetworkPolicies = nps.Items
 	return facts, nil
 }
 
-// policyStatuses computes each policy's desired status, in the order of
-// policies, and the pods that a policy selects but no sidecar in front of
-// its port protects (for the unprotected pods gauge). credentials is why
-// the sidecars cannot get Redis credentials (nil: fine).
-func policyStatuses(policies []v1alpha1.RateLimitPolicy, desired namespaceRender, facts namespaceFacts, credentials *problem, now time.Time, grace time.Duration) (want []v1alpha1.RateLimitPolicyStatus, unprotected map[types.UID]bool) {
-	unprotected = map[types.UID]bool{}
-	want = make([]v1alpha1.RateLimitPolicyStatus, len(policies))
-	for i := range policies {
-		p := &policies[i]
-		in := statusInput{
-			notAccepted: desired.notAccepted[p.Name],
-			heldBack:    heldBackProblem(desired.heldBack[p.Name], facts.legacySidecars, p.Namespace),
-			skipped:     skippedProblem(desired.minors[p.Name], skippingSidecars(p, facts.pods, desired.minors[p.Name]), p.Namespace),
-			revision:    desired.revisions[p.Name],
-			credentials: credentials,
-			keys:        facts.keys[p.Name],
-			keysNote:    facts.keyNotes[p.Name],
-			now:         now,
-			grace:       grace,
-		}
-		gs := facts.guards
-		in.matched, in.enforced = gs.countPods(p, facts.pods, unprotected)
-		in.bypass = gs.bypassingServices(p, facts.pods, facts.services)
-		in.reopened = gs.reopeningPolicies(p, facts.pods, facts.networkPolicies)
-		if in.enforced < in.matched {
-			in.unprotected = gs.unprotectedWhy(p, facts.pods, facts.optedIn)
-		}
-		want[i] = desiredStatus(p, in)
+// runningPods lists the namespace's pods as the cache holds them (TrimPod),
+// terminating ones included. Finished pods (Succeeded, Failed) are not in
+// the cache at all (CacheOptions): they run no container a sidecar could
+// guard.
+func (r *RateLimitPolicyReconciler) runningPods(ctx context.Context, ns string) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
 	}
-	return want, unprotected
+	return pods.Items, nil
 }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
@@ -179,28 +180,28 @@ func (ri *RedisIdentities) setMode(m IdentityMode) {
 // reconcile: the configuration is applied all the same (sidecars that
 // already hold credentials keep deciding), and the problem is retried with
 // the credentials grace.
-func (r *RateLimitPolicyReconciler) namespaceIdentity(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy) (user, password string, prob *problem) {
+func (r *RateLimitPolicyReconciler) namespaceIdentity(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy) (user, password string, prob *policystatus.Problem) {
 	install, err := r.installKey(ctx)
 	if install == nil {
 		msg := "the manager has no install key to derive the namespace's Redis password from (see its log)"
 		if err != nil {
 			msg = "the manager could not read or create its install key, from which the namespace's Redis password is derived: " + err.Error()
 		}
-		return "", "", credentialsProblem(msg)
+		return "", "", policystatus.Credentials(msg)
 	}
 	uid, ok := r.optedIn(ctx, ns)
 	if !ok {
-		return "", "", credentialsProblem("the namespace is not labelled for injection, or is being deleted")
+		return "", "", policystatus.Credentials("the namespace is not labelled for injection, or is being deleted")
 	}
 	now := time.Now()
 	r.keepLegacyPassword(ctx, install, ns, uid, now)
 	u, current, err := r.namespaceUser(install, ns, uid, policies, now)
 	if err != nil {
-		return "", "", credentialsProblem(err.Error())
+		return "", "", policystatus.Credentials(err.Error())
 	}
 	if _, err := r.Identities.Admin.Apply(ctx, []redisadmin.User{u}, nil); err != nil {
 		// Redis says why (down, NOPERM for the administrative identity...).
-		return "", "", credentialsProblem(fmt.Sprintf("the namespace's Redis user %s could not be set up: %v", u.Name, err))
+		return "", "", policystatus.Credentials(fmt.Sprintf("the namespace's Redis user %s could not be set up: %v", u.Name, err))
 	}
 	if u.Off {
 		// The credentials stay in the namespace, for when it is switched on.

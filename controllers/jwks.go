@@ -33,8 +33,8 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/jwtverify"
+	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/render"
-	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
 // Key sets of the policies that verify tokens (key.jwt, issue 23). A
@@ -106,10 +106,10 @@ func (r *RateLimitPolicyReconciler) newFetcher(mgr ctrl.Manager, events chan<- e
 
 // keySets resolves the key sets of the policies that verify tokens, by
 // render.KeySetRef, and says for each policy whose set is unavailable why
-// (keysProblem), or, for one whose URL failed to refresh, that it renders
+// (policystatus.Keys), or, for one whose URL failed to refresh, that it renders
 // the last good keys (keysNote).
-func (r *RateLimitPolicyReconciler) keySets(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy) (sets map[string][]byte, problems map[string]*problem, notes map[string]string, err error) {
-	sets, problems, notes = map[string][]byte{}, map[string]*problem{}, map[string]string{}
+func (r *RateLimitPolicyReconciler) keySets(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy) (sets map[string][]byte, problems map[string]*policystatus.Problem, notes map[string]string, err error) {
+	sets, problems, notes = map[string][]byte{}, map[string]*policystatus.Problem{}, map[string]string{}
 	var cm *corev1.ConfigMap
 	cmRead := false
 	for i := range policies {
@@ -136,7 +136,7 @@ func (r *RateLimitPolicyReconciler) keySets(ctx context.Context, ns string, poli
 			sets[ref] = keys
 		}
 		if why != "" {
-			problems[p.Name] = keysProblem(why, p)
+			problems[p.Name] = policystatus.Keys(why, p)
 		}
 		if note != "" {
 			notes[p.Name] = note
@@ -211,24 +211,4 @@ func fetchError(res jwksfetch.Result) string {
 		return "the host is internal, so why is in the manager's log only"
 	}
 	return res.Err.Error()
-}
-
-// keysProblem is the problem of a policy that verifies tokens without
-// keys: no token verifies, so onMissing decides every request.
-func keysProblem(why string, p *v1alpha1.RateLimitPolicy) *problem {
-	onMissing := p.Spec.Key.OnMissing
-	if onMissing == "" {
-		onMissing = v1alpha1.MissingKeyRemoteAddress
-	}
-	return &problem{v1alpha1.ReasonJWTKeysUnavailable, fmt.Sprintf(
-		"no keys to verify bearer tokens with: %s; until there are, no token verifies and onMissing %s decides every request", why, onMissing)}
-}
-
-// unverifiedProblem is what the Accepted condition of a policy stored
-// before key.jwt existed says: its tokens are read unverified.
-func unverifiedProblem() *problem {
-	return &problem{v1alpha1.ReasonUnverifiedJWT, "rendered into ConfigMap " + sidecarconfig.ConfigMapName +
-		", but key.jwt is not set, so bearer tokens are read WITHOUT verification: a client that reaches the pods chooses its own claim, " +
-		"and so its own budget, with every request. Set key.jwt: issuer, audiences and jwks to verify tokens, " +
-		"or insecureSkipVerification: VerifiedUpstream if a gateway in front of the pods verifies every token"}
 }

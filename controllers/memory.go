@@ -30,7 +30,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/go-logr/logr"
+
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 )
 
@@ -73,11 +75,11 @@ func (ri *RedisIdentities) overBudget(ns string) (bytes int64, off bool) {
 
 // budgetProblem is the problem of namespace ns's policies while its user
 // is switched off.
-func (ri *RedisIdentities) budgetProblem(ns string, bytes int64) *problem {
-	return &problem{v1alpha1.ReasonRedisMemoryBudgetExceeded, fmt.Sprintf(
+func (ri *RedisIdentities) budgetProblem(ns string, bytes int64) *policystatus.Problem {
+	return policystatus.New(v1alpha1.ReasonRedisMemoryBudgetExceeded, fmt.Sprintf(
 		"the namespace's keys hold %s in Redis, over its budget of %s (the manager's --redis-namespace-memory-budget): its Redis user %s is switched off, so its sidecars follow their fail mode; "+
 			"it is switched on again once they hold at most %s (windows expire by themselves; keys written around slidegate, without expiry, stay until the platform team deletes them)",
-		quantity(bytes), quantity(ri.MemoryBudget), redisadmin.NamespaceUser(ns), quantity(int64(float64(ri.MemoryBudget)*memoryBudgetResume)))}
+		quantity(bytes), quantity(ri.MemoryBudget), redisadmin.NamespaceUser(ns), quantity(int64(float64(ri.MemoryBudget)*memoryBudgetResume))))
 }
 
 func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }

@@ -20,17 +20,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -40,7 +34,6 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/render"
-	"github.com/slidegate/slidegate/internal/selection"
 )
 
 // networkPolicyComponent is the app.kubernetes.io/component label of the
@@ -50,7 +43,7 @@ const networkPolicyComponent = "network-policy"
 // The NetworkPolicies of policies with spec.networkPolicy: their names vary
 // with the policies', so RBAC cannot name them. The cache holds every
 // NetworkPolicy, since others that admit the app's port undo ours
-// (reopeningPolicies); only ours (labelled) are patched or deleted.
+// (policystatus.Guards.ReopeningPolicies); only ours (labelled) are patched or deleted.
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=create;list;watch;patch;delete
 
 // networkPolicyOptions are the sidecar's ports, as the injector gives them.
@@ -142,80 +135,4 @@ func (r *RateLimitPolicyReconciler) applyNetworkPolicy(ctx context.Context, np *
 	writesCounter.WithLabelValues("networkpolicy", "apply").Inc()
 	logf.FromContext(ctx).Info("applied the NetworkPolicy", "networkPolicy", klog.KObj(np))
 	return nil
-}
-
-// reopeningPolicies names, for a policy that asks for a NetworkPolicy, the
-// namespace's NetworkPolicies (its own included, through spec's ports) that
-// admit the app's port of a pod it selects and protects: NetworkPolicies
-// add up, so any one of them admitting that port lets a client that dials
-// the pod's address reach the app around the sidecar. "": none. A policy
-// without spec.networkPolicy claims nothing about the pod's other ports.
-func (gs guards) reopeningPolicies(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, nps []networkingv1.NetworkPolicy) string {
-	if p.Spec.NetworkPolicy == nil || p.Spec.TargetSelector == nil || len(nps) == 0 {
-		return ""
-	}
-	sel := selection.Selector(p)
-	found := map[string]bool{}
-	for i := range pods {
-		pod := &pods[i]
-		if !sel.Matches(labels.Set(pod.Labels)) {
-			continue
-		}
-		g, err := gs.read(&pod.Spec)
-		if err != nil {
-			continue // no working sidecar: reported as unprotected
-		}
-		for j := range nps {
-			if admitsIngress(&nps[j], pod, g.AppPort) {
-				found[fmt.Sprintf("NetworkPolicy %s admits the app's port %d", nps[j].Name, g.AppPort)] = true
-			}
-		}
-	}
-	return strings.Join(slices.Sorted(maps.Keys(found)), "; ")
-}
-
-// admitsIngress reports whether np lets some client reach TCP port port of
-// pod: it selects the pod, governs ingress, and one of its ingress rules
-// names the port (no ports: all of them; a range; a name the pod's
-// containers give that port number). Its peers are not weighed: admitting
-// some clients is enough to go around the sidecar.
-func admitsIngress(np *networkingv1.NetworkPolicy, pod *corev1.Pod, port int32) bool {
-	podSel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
-	if err != nil || !podSel.Matches(labels.Set(pod.Labels)) {
-		return false
-	}
-	// No policyTypes: ingress always, as the API server defaults it.
-	if len(np.Spec.PolicyTypes) > 0 && !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
-		return false
-	}
-	for _, rule := range np.Spec.Ingress {
-		if len(rule.Ports) == 0 {
-			return true
-		}
-		for _, pp := range rule.Ports {
-			if admitsPort(pp, pod, port) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// admitsPort reports whether one port entry of an ingress rule names TCP
-// port port of pod.
-func admitsPort(pp networkingv1.NetworkPolicyPort, pod *corev1.Pod, port int32) bool {
-	if pp.Protocol != nil && *pp.Protocol != corev1.ProtocolTCP {
-		return false
-	}
-	switch {
-	case pp.Port == nil:
-		return true // every port of the protocol
-	case pp.Port.Type == intstr.String:
-		_, num := inject.PortHolder(&pod.Spec, pp.Port.StrVal)
-		return num == port
-	case pp.EndPort != nil:
-		return pp.Port.IntVal <= port && port <= *pp.EndPort
-	default:
-		return pp.Port.IntVal == port
-	}
 }

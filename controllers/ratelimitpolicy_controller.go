@@ -18,7 +18,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"sync"
 	"time"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/jwksfetch"
+	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -73,7 +73,7 @@ type RateLimitPolicyReconciler struct {
 	SidecarListenPort, SidecarAdminPort int32
 	// SidecarImage is the image the webhook injects (--sidecar-image): a
 	// selected pod whose sidecar runs an image of another repository is
-	// not enforced (guards). Empty: any image.
+	// not enforced (policystatus.Guards). Empty: any image.
 	SidecarImage string
 
 	// JWKSFetch configures the fetcher of the key sets policies name by
@@ -142,8 +142,8 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if len(in.policies) == 0 {
 		return ctrl.Result{}, r.cleanup(ctx, ns)
 	}
-	desired, err := renderNamespace(in.policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies,
-		LegacySidecars: len(in.facts.legacySidecars) > 0, KeySets: in.keySets, MaxClientBytes: r.MaxClientBytes})
+	desired, err := render.Namespace(in.policies, render.Options{Namespace: ns, TrustedProxies: r.TrustedProxies,
+		LegacySidecars: len(in.facts.LegacySidecars) > 0, KeySets: in.keySets, MaxClientBytes: r.MaxClientBytes})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -152,26 +152,26 @@ func (r *RateLimitPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	// The credentials first: the namespace's Redis user exists before its
 	// sidecars are handed a configuration that a policy's long name may
 	// need a key pattern of that user's for.
-	credentials, err := r.mirrorCredentials(ctx, ns, in.policies, in.running, in.facts.optedIn, owners)
+	credentials, err := r.mirrorCredentials(ctx, ns, in.policies, in.running, in.facts.OptedIn, owners)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.applyConfigMap(ctx, ns, desired.data, desired.revision, owners); err != nil {
+	if err := r.applyConfigMap(ctx, ns, desired.Data, desired.Revision, owners); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.applyNetworkPolicies(ctx, ns, in.policies); err != nil {
 		return ctrl.Result{}, err
 	}
 
-	want, unprotected := policyStatuses(in.policies, desired, in.facts, credentials, time.Now(), r.credentialsGrace())
-	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, in.policies, want, in.facts.terminating)
+	want, unprotected := policystatus.Statuses(in.policies, desired, in.facts, credentials, time.Now(), r.credentialsGrace())
+	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, in.policies, want, in.facts.Terminating)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
 	recordNamespace(ns, in.policies, desired, unprotected)
-	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(in.policies), "rejected", len(desired.notAccepted),
-		"tooLarge", desired.tooLarge, "revision", desired.revision)
+	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(in.policies), "rejected", len(desired.NotAccepted),
+		"tooLarge", desired.TooLarge, "revision", desired.Revision)
 	return r.requeue(conflicted, credentials != nil), nil
 }
 
@@ -202,82 +202,11 @@ func (r *RateLimitPolicyReconciler) requeue(conflicted, credentialsMissing bool)
 
 // recordNamespace records the namespace's metrics from its policies, their
 // statuses as just written, and their render.
-func recordNamespace(ns string, policies []v1alpha1.RateLimitPolicy, desired namespaceRender, unprotected map[types.UID]bool) {
+func recordNamespace(ns string, policies []v1alpha1.RateLimitPolicy, desired render.NamespaceResult, unprotected map[types.UID]bool) {
 	policiesGauge.WithLabelValues(ns).Set(float64(len(policies)))
-	rejectedPoliciesGauge.WithLabelValues(ns).Set(float64(len(desired.notAccepted)))
+	rejectedPoliciesGauge.WithLabelValues(ns).Set(float64(len(desired.NotAccepted)))
 	unprotectedPodsGauge.WithLabelValues(ns).Set(float64(len(unprotected)))
 	recordEnforcement(ns, policies)
-}
-
-// namespaceRender is the desired configuration of a namespace.
-type namespaceRender struct {
-	// data is the ConfigMap's document and revision its hash.
-	data     []byte
-	revision string
-	// revisions holds each accepted policy's own revision, by policy name.
-	revisions map[string]string
-	// notAccepted holds why each policy left out of data is, by name.
-	notAccepted map[string]*problem
-	// tooLarge counts the policies left out for want of room (for the log).
-	tooLarge int
-	// heldBack holds, by name, the minor version of the document that each
-	// valid policy left out for the namespace's legacy sidecars needs.
-	heldBack map[string]int
-	// minors holds, by name, the minor version of the document that each
-	// accepted policy needs (sidecarconfig.MinMinor).
-	minors map[string]int
-}
-
-// renderNamespace renders the namespace's policies. A policy the renderer
-// rejects, or one that does not fit in the ConfigMap, is left out (and
-// reported in its status) so that it does not block the others. No replica
-// counts in the config: the sidecars count themselves through Redis, so pod
-// churn rewrites nothing here.
-func renderNamespace(policies []v1alpha1.RateLimitPolicy, opts render.Options) (namespaceRender, error) {
-	out := namespaceRender{notAccepted: map[string]*problem{}}
-	var valid []v1alpha1.RateLimitPolicy
-	for i := range policies {
-		if _, err := render.Policy(&policies[i]); err != nil {
-			out.notAccepted[policies[i].Name] = notAcceptedProblem(err)
-			continue
-		}
-		if err := render.CheckFootprint(&policies[i], opts.MaxClientBytes); err != nil {
-			out.notAccepted[policies[i].Name] = notAcceptedProblem(err)
-			continue
-		}
-		valid = append(valid, policies[i])
-	}
-	if opts.LegacySidecars {
-		// A sidecar of the first release refuses the whole document if one
-		// policy has a field it does not know: hold those policies back
-		// until it is gone (sidecarconfig's compatibility rule).
-		valid, out.heldBack = render.HoldBack(valid, 0)
-	}
-	accepted, tooLarge, err := render.Fit(valid, opts)
-	if err != nil {
-		return out, fmt.Errorf("fitting the policies of namespace %s: %w", opts.Namespace, err)
-	}
-	for _, e := range tooLarge {
-		out.notAccepted[e.Name] = notAcceptedProblem(e)
-	}
-	out.tooLarge = len(tooLarge)
-	cfg, err := render.Render(accepted, opts)
-	if err != nil {
-		return out, fmt.Errorf("rendering namespace %s: %w", opts.Namespace, err)
-	}
-	out.minors = make(map[string]int, len(cfg.Policies))
-	for i := range cfg.Policies {
-		out.minors[cfg.Policies[i].Name] = sidecarconfig.MinMinor(&cfg.Policies[i])
-	}
-	if out.data, out.revision, err = render.Encode(cfg); err != nil {
-		return out, fmt.Errorf("encoding the configuration of namespace %s: %w", opts.Namespace, err)
-	}
-	// Each policy's status names its own revision, not the document's, so
-	// that a policy coming or going rewrites no other policy's status.
-	if out.revisions, err = render.PolicyRevisions(cfg); err != nil {
-		return out, fmt.Errorf("encoding the configuration of namespace %s: %w", opts.Namespace, err)
-	}
-	return out, nil
 }
 
 // credentialsReader reads the credentials Secret: its own cache once
@@ -316,5 +245,5 @@ func (r *RateLimitPolicyReconciler) credentialsGrace() time.Duration {
 	if r.CredentialsGrace > 0 {
 		return r.CredentialsGrace
 	}
-	return defaultCredentialsGrace
+	return policystatus.DefaultCredentialsGrace
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
 var nsCounter atomic.Int32
@@ -76,21 +77,8 @@ func newNamespaceWith(t *testing.T, lbls map[string]string) string {
 	return name
 }
 
-func newPolicy(ns, name string, mutate ...func(*v1alpha1.RateLimitPolicySpec)) *v1alpha1.RateLimitPolicy {
-	p := &v1alpha1.RateLimitPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.RateLimitPolicySpec{
-			TargetSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]v1alpha1.LabelValue{"app": "checkout"}},
-			Window:         "10s",
-			Limit:          5,
-			Key:            v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User-ID"},
-		},
-	}
-	for _, m := range mutate {
-		m(&p.Spec)
-	}
-	return p
-}
+// newPolicy is testsupport.NewPolicy: 5 per 10 s by X-User-ID on app=checkout.
+var newPolicy = testsupport.NewPolicy
 
 func create(t *testing.T, objs ...client.Object) {
 	t.Helper()
@@ -805,7 +793,7 @@ func TestInvalidSelectorRefusedByTheAPI(t *testing.T) {
 	// rules); before, such a policy was stored and only the controller
 	// found it (Accepted=False, Invalid), which is still how a policy
 	// stored under an older schema is reported (unit tests of
-	// desiredStatus). The error names the field.
+	// policystatus.Desired). The error names the field.
 	ns := newNamespace(t)
 	good := newPolicy(ns, "good")
 	bad := newPolicy(ns, "bad", func(s *v1alpha1.RateLimitPolicySpec) {

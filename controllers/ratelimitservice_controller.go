@@ -25,7 +25,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
@@ -134,14 +134,14 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 		return ctrl.Result{}, err
 	}
 
-	desired, err := renderRLS(policies, owners, r.maxBytes, r.MaxClientBytes)
+	desired, err := render.Service(policies, render.ServiceOptions{Owners: owners, MaxBytes: r.maxBytes, MaxClientBytes: r.MaxClientBytes})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
 	// No owner references: they cannot cross namespaces. The ConfigMap is
 	// deleted when the last such policy goes (above).
-	if err := applyConfigMap(ctx, r.Client, r.reader(), key, rlsconfig.FileName, "rls-config", desired.data, desired.revision, nil); err != nil {
+	if err := applyConfigMap(ctx, r.Client, r.reader(), key, rlsconfig.FileName, "rls-config", desired.Data, desired.Revision, nil); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -149,27 +149,16 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	want := make([]v1alpha1.RateLimitPolicyStatus, len(policies))
-	for i := range policies {
-		p := &policies[i]
-		want[i] = rlsDesiredStatus(p, rlsStatusInput{
-			notAccepted: desired.notAccepted[client.ObjectKeyFromObject(p)],
-			unclaimed:   desired.unclaimed[client.ObjectKeyFromObject(p)],
-			revision:    desired.revisions[rlsconfig.PolicyID(p.Namespace, p.Name)],
-			servers:     servers,
-			namespace:   r.Namespace,
-			service:     r.serviceName(),
-		})
-	}
+	want := policystatus.ServiceStatuses(policies, desired, servers, r.Namespace, r.serviceName(), RLSAdminPortName)
 	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, policies, want, false)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
 	r.recordEnforcement(policies)
-	unclaimedDomainPoliciesGauge.Set(float64(len(desired.unclaimed)))
-	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(policies), "rejected", len(desired.notAccepted),
-		"unclaimedDomainPolicies", len(desired.unclaimed), "revision", desired.revision, "servers", len(servers))
+	unclaimedDomainPoliciesGauge.Set(float64(len(desired.Unclaimed)))
+	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(policies), "rejected", len(desired.NotAccepted),
+		"unclaimedDomainPolicies", len(desired.Unclaimed), "revision", desired.Revision, "servers", len(servers))
 	return r.requeue(conflicted, want), nil
 }
 
@@ -182,78 +171,10 @@ func (r *RateLimitServiceReconciler) requeue(conflicted bool, want []v1alpha1.Ra
 	switch {
 	case conflicted:
 		return ctrl.Result{RequeueAfter: conflictRetryDelay}
-	case slices.ContainsFunc(want, serversBehind):
+	case slices.ContainsFunc(want, policystatus.ServersBehind):
 		return ctrl.Result{RequeueAfter: r.recheck()}
 	}
 	return ctrl.Result{}
-}
-
-// serversBehind reports whether st is the status of an accepted policy
-// that a ready RLS server has not loaded (yet).
-func serversBehind(st v1alpha1.RateLimitPolicyStatus) bool {
-	return meta.IsStatusConditionTrue(st.Conditions, string(v1alpha1.ConditionAccepted)) && st.EnforcedPods < st.MatchedPods
-}
-
-// rlsRender is the desired document of the rate limit service.
-type rlsRender struct {
-	// data is the ConfigMap's document and revision its hash.
-	data     []byte
-	revision string
-	// revisions holds each accepted policy's own revision, by
-	// rlsconfig.PolicyID.
-	revisions map[string]string
-	// notAccepted holds why each policy left out of data is.
-	notAccepted map[types.NamespacedName]*problem
-	// unclaimed holds the accepted policies on a domain that no namespace
-	// claimed (open to all).
-	unclaimed map[types.NamespacedName]bool
-}
-
-// renderRLS renders the cluster's policies for the rate limit service: the
-// valid policies on domains their namespace may use (owners; nil: all)
-// that fit within maxBytes (0: the default); the others are left out and
-// reported.
-func renderRLS(policies []v1alpha1.RateLimitPolicy, owners *render.DomainOwners, maxBytes int, maxClientBytes int64) (rlsRender, error) {
-	out := rlsRender{notAccepted: map[types.NamespacedName]*problem{}, unclaimed: map[types.NamespacedName]bool{}}
-	var valid []v1alpha1.RateLimitPolicy
-	for i := range policies {
-		p := &policies[i]
-		if _, err := render.RLSPolicy(p); err != nil {
-			out.notAccepted[client.ObjectKeyFromObject(p)] = notAcceptedProblem(err)
-			continue
-		}
-		if err := render.CheckFootprint(p, maxClientBytes); err != nil {
-			out.notAccepted[client.ObjectKeyFromObject(p)] = notAcceptedProblem(err)
-			continue
-		}
-		unclaimed, err := owners.Check(p.Namespace, p.Name, p.Spec.RateLimitService.Domain)
-		if err != nil {
-			out.notAccepted[client.ObjectKeyFromObject(p)] = notAcceptedProblem(err)
-			continue
-		}
-		if unclaimed {
-			out.unclaimed[client.ObjectKeyFromObject(p)] = true
-		}
-		valid = append(valid, *p)
-	}
-	fit, tooLarge, err := render.FitRLS(valid, maxBytes)
-	if err != nil {
-		return out, err
-	}
-	for _, e := range tooLarge {
-		k := types.NamespacedName{Namespace: e.Namespace, Name: e.Name}
-		out.notAccepted[k] = notAcceptedProblem(e)
-		delete(out.unclaimed, k)
-	}
-	cfg, err := render.RLS(fit)
-	if err != nil {
-		return out, err
-	}
-	if out.data, out.revision, err = render.EncodeRLS(cfg); err != nil {
-		return out, err
-	}
-	out.revisions = rlsconfig.PolicyRevisions(cfg)
-	return out, nil
 }
 
 // recordEnforcement records the not-enforced counts of the namespaces with

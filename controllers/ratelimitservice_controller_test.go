@@ -65,19 +65,8 @@ func rlsTestDial(ctx context.Context, network, addr string) (net.Conn, error) {
 	return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
 }
 
-func newRLSPolicy(ns, name string) *v1alpha1.RateLimitPolicy {
-	return &v1alpha1.RateLimitPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.RateLimitPolicySpec{
-			RateLimitService: &v1alpha1.RateLimitServiceTarget{
-				Domain:     "edge",
-				Descriptor: []v1alpha1.DescriptorEntry{{Key: "generic_key", Value: name}, {Key: "remote_address"}},
-			},
-			Window: "1m",
-			Limit:  100,
-		},
-	}
-}
+// newRLSPolicy is testsupport.NewRLSPolicy: 100 per minute on domain edge.
+var newRLSPolicy = testsupport.NewRLSPolicy
 
 // rlsServer is a real RLS server (internal/rls, on a real redis-server)
 // whose admin port answers the controller; its config file is written by

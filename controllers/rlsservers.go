@@ -31,20 +31,13 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
-// serverState is what one ready RLS server reported: the policy revisions
-// it loaded, or why it could not be asked.
-type serverState struct {
-	addr   string
-	loaded map[string]bool
-	err    error
-}
-
 // loaded asks every ready endpoint of the RLS Service what it loaded,
 // concurrently, each within the HTTP client's timeout.
-func (r *RateLimitServiceReconciler) loaded(ctx context.Context) ([]serverState, error) {
+func (r *RateLimitServiceReconciler) loaded(ctx context.Context) ([]policystatus.Server, error) {
 	var eps discoveryv1.EndpointSliceList
 	if err := r.reader().List(ctx, &eps, client.InNamespace(r.Namespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: r.serviceName()}); err != nil {
@@ -72,12 +65,12 @@ func (r *RateLimitServiceReconciler) loaded(ctx context.Context) ([]serverState,
 	}
 	slices.Sort(addrs)
 	addrs = slices.Compact(addrs)
-	out := make([]serverState, len(addrs))
+	out := make([]policystatus.Server, len(addrs))
 	var wg sync.WaitGroup
 	for i, a := range addrs {
 		wg.Go(func() {
-			out[i] = serverState{addr: a}
-			out[i].loaded, out[i].err = r.ask(ctx, a)
+			out[i] = policystatus.Server{Addr: a}
+			out[i].Loaded, out[i].Err = r.ask(ctx, a)
 		})
 	}
 	wg.Wait()

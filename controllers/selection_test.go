@@ -32,6 +32,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/webhook"
 )
 
@@ -77,7 +78,7 @@ func TestWebhookAndStatusAgree(t *testing.T) {
 						Name: ns, Labels: map[string]string{v1alpha1.InjectionLabel: v1alpha1.InjectionEnabled},
 					}}).Build()
 
-				matched, _ := guards{}.countPods(&p, []corev1.Pod{*pod}, map[types.UID]bool{})
+				matched, _ := policystatus.Guards{}.CountPods(&p, []corev1.Pod{*pod}, map[types.UID]bool{})
 				counted := matched == 1
 				watched := (&podHandler{c: c}).selected(context.Background(), pod)
 				injected := webhookInjects(t, c, pod)

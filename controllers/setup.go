@@ -121,7 +121,7 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		// bypass to report; only namespaces with policies care.
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToNamespace)).
 		// Pods: creation, label and deletion changes of pods that a policy
-		// selects (trimmed, see trimPod; a pod that finishes arrives as
+		// selects (trimmed, see policystatus.TrimPod; a pod that finishes arrives as
 		// deleted, see unfinishedPods).
 		Watches(&corev1.Pod{}, &podHandler{c: mgr.GetClient()}).
 		// The request names a namespace: log it as one.

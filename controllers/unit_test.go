@@ -35,6 +35,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/policystatus"
 )
 
 func TestRedisFlags(t *testing.T) {
@@ -193,7 +194,7 @@ func TestTruncateNote(t *testing.T) {
 }
 
 // TestTrimPodKeepsWhatTheStatusReads: the cache holds pods trimmed by
-// trimPod, and the status must read from them what it would read from the
+// policystatus.TrimPod, and the status must read from them what it would read from the
 // whole pod: the sidecar's guard (or why there is none) for each of the
 // injector's golden pods and each of its input pods, the labels and the
 // opt-out annotation. And the trimmed pod is much smaller.
@@ -214,7 +215,7 @@ func TestTrimPodKeepsWhatTheStatusReads(t *testing.T) {
 		}
 		pod.Labels[inject.OptOutAnnotation] = "false"
 		pod.Annotations = map[string]string{inject.OptOutAnnotation: "false", "kubectl.kubernetes.io/last-applied-configuration": string(raw)}
-		out, err := trimPod(pod.DeepCopy())
+		out, err := policystatus.TrimPod(pod.DeepCopy())
 		if err != nil {
 			t.Fatal(err)
 		}

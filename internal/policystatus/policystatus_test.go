@@ -14,11 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package controllers
+package policystatus
 
 // The status logic as tables of plain Go values, no API server: one table
-// per function (desiredStatus, countPods, bypassingServices, unprotectedWhy,
-// rlsDesiredStatus). A new status behaviour gets a row in the table of the
+// per function (Desired, countPods, bypassingServices, unprotectedWhy,
+// DesiredService). A new status behaviour gets a row in the table of the
 // function that decides it; the envtest tests only check that the reconcile
 // wires these functions to the cluster.
 
@@ -36,7 +36,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
@@ -114,7 +113,7 @@ func TestDesiredStatus(t *testing.T) {
 
 	const noKeysMsg = "no keys to verify bearer tokens with: ConfigMap slidegate-jwks does not exist in namespace shop (create it with the key set under the key \"auth.json\"); " +
 		"until there are, no token verifies and onMissing RemoteAddress decides every request"
-	noKeys := keysProblem(`ConfigMap slidegate-jwks does not exist in namespace shop (create it with the key set under the key "auth.json")`, &v1alpha1.RateLimitPolicy{})
+	noKeys := Keys(`ConfigMap slidegate-jwks does not exist in namespace shop (create it with the key set under the key "auth.json")`, &v1alpha1.RateLimitPolicy{})
 	legacyJWT := &v1alpha1.RateLimitPolicySpec{TargetSelector: &v1alpha1.LabelSelector{}, Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub"}}
 	optedOut := legacyJWT.DeepCopy()
 	optedOut.Key.JWT = &v1alpha1.JWTVerification{InsecureSkipVerification: v1alpha1.InsecureSkipVerificationVerifiedUpstream}
@@ -124,96 +123,96 @@ func TestDesiredStatus(t *testing.T) {
 		name         string
 		spec         *v1alpha1.RateLimitPolicySpec
 		before       v1alpha1.RateLimitPolicyStatus
-		in           statusInput
+		in           Input
 		want         map[v1alpha1.ConditionType]cond
 		wantRevision string
 	}{
 		// Verified tokens (issue 23).
 		{
 			name:         "no keys to verify tokens with: accepted and enforced (onMissing decides), not ready",
-			in:           statusInput{revision: "r1", matched: 1, enforced: 1, keys: noKeys},
+			in:           Input{Revision: "r1", Matched: 1, Enforced: 1, Keys: noKeys},
 			want:         conds(accepted, cond{metav1.ConditionFalse, v1alpha1.ReasonJWTKeysUnavailable, noKeysMsg}, enforced1),
 			wantRevision: "r1",
 		},
 		{
 			name: "keys of an older fetch: ready, and says so",
-			in:   statusInput{revision: "r1", matched: 1, enforced: 1, keysNote: "; the keys are those last fetched from https://a.example/k, whose refresh fails: GET: HTTP status 503"},
+			in:   Input{Revision: "r1", Matched: 1, Enforced: 1, KeysNote: "; the keys are those last fetched from https://a.example/k, whose refresh fails: GET: HTTP status 503"},
 			want: conds(accepted, cond{metav1.ConditionTrue, v1alpha1.ReasonPublished,
 				publishedMsg + "; the keys are those last fetched from https://a.example/k, whose refresh fails: GET: HTTP status 503"}, enforced1),
 			wantRevision: "r1",
 		},
 		{
 			name:         "credentials and keys missing: the credentials first",
-			in:           statusInput{revision: "r1", matched: 1, enforced: 1, keys: noKeys, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			in:           Input{Revision: "r1", Matched: 1, Enforced: 1, Keys: noKeys, Credentials: Credentials(noCredentials), Now: time.Now(), Grace: time.Minute},
 			want:         conds(accepted, cond{metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials}, enforced1),
 			wantRevision: "r1",
 		},
 		{
 			name:         "a JWTClaim policy stored before key.jwt: accepted, with a warning",
 			spec:         legacyJWT,
-			in:           statusInput{revision: "r1", matched: 1, enforced: 1},
-			want:         conds(cond{metav1.ConditionTrue, v1alpha1.ReasonUnverifiedJWT, unverifiedProblem().Message()}, published, enforced1),
+			in:           Input{Revision: "r1", Matched: 1, Enforced: 1},
+			want:         conds(cond{metav1.ConditionTrue, v1alpha1.ReasonUnverifiedJWT, Unverified().Message()}, published, enforced1),
 			wantRevision: "r1",
 		},
 		{
 			name:         "the explicit opt-out: accepted as any policy",
 			spec:         optedOut,
-			in:           statusInput{revision: "r1", matched: 1, enforced: 1},
+			in:           Input{Revision: "r1", Matched: 1, Enforced: 1},
 			want:         conds(accepted, published, enforced1),
 			wantRevision: "r1",
 		},
 		{
 			name:         "every selected pod carries the sidecar",
-			in:           statusInput{revision: "r1", matched: 3, enforced: 3},
+			in:           Input{Revision: "r1", Matched: 3, Enforced: 3},
 			want:         conds(accepted, published, cond{metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 3 selected pods carry the sidecar"}),
 			wantRevision: "r1",
 		},
 		{
 			name: "invalid spec: not accepted, stalled, no revision",
-			in:   statusInput{notAccepted: notAcceptedProblem(invalid), revision: "r1", matched: 2, enforced: 2},
+			in:   Input{NotAccepted: NotAccepted(invalid), Revision: "r1", Matched: 2, Enforced: 2},
 			want: notAcceptedConds(v1alpha1.ReasonInvalid, invalidMsg, "not enforced: the policy is not accepted (2 pods selected)"),
 		},
 		{
 			name: "no room in the ConfigMap",
-			in:   statusInput{notAccepted: notAcceptedProblem(tooLarge), revision: "r1", matched: 1},
+			in:   Input{NotAccepted: NotAccepted(tooLarge), Revision: "r1", Matched: 1},
 			want: notAcceptedConds(v1alpha1.ReasonConfigTooLarge, tooLargeMsg, "not enforced: the policy is not accepted (1 pods selected)"),
 		},
 		{
 			name:   "no room in the ConfigMap (wrapped): not accepted, stalled, the old revision dropped",
 			before: previously(metav1.Condition{Type: string(v1alpha1.ConditionAccepted), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)}),
-			in:     statusInput{notAccepted: notAcceptedProblem(fmt.Errorf("namespace shop: %w", tooLarge)), matched: 1},
+			in:     Input{NotAccepted: NotAccepted(fmt.Errorf("namespace shop: %w", tooLarge)), Matched: 1},
 			want:   notAcceptedConds(v1alpha1.ReasonConfigTooLarge, tooLargeMsg, "not enforced: the policy is not accepted (1 pods selected)"),
 		},
 		{
 			name:         "accepted again: Stalled goes",
 			before:       previously(metav1.Condition{Type: string(v1alpha1.ConditionStalled), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid)}),
-			in:           statusInput{revision: "r2", matched: 1, enforced: 1},
+			in:           Input{Revision: "r2", Matched: 1, Enforced: 1},
 			want:         conds(accepted, published, cond{metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods carry the sidecar"}),
 			wantRevision: "r2",
 		},
 		{
 			name:         "no pod selected",
-			in:           statusInput{revision: "r1"},
+			in:           Input{Revision: "r1"},
 			want:         conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonNoPodsSelected, "no pod of the namespace matches targetSelector"}),
 			wantRevision: "r1",
 		},
 		{
 			name: "some selected pods without the sidecar",
-			in:   statusInput{revision: "r1", matched: 3, enforced: 1, unprotected: "pods b, c were created before the policy"},
+			in:   Input{Revision: "r1", Matched: 3, Enforced: 1, Unprotected: "pods b, c were created before the policy"},
 			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
 				`1 of 3 selected pods carry the sidecar in front of port "http"; pods b, c were created before the policy`}),
 			wantRevision: "r1",
 		},
 		{
 			name: "every pod protected, but a Service bypasses the sidecar",
-			in:   statusInput{revision: "r1", matched: 2, enforced: 2, bypass: "Service web port 80 targets the app's port number 8080"},
+			in:   Input{Revision: "r1", Matched: 2, Enforced: 2, Bypass: "Service web port 80 targets the app's port number 8080"},
 			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonServiceBypassesSidecar,
 				"all 2 selected pods carry the sidecar, but Service web port 80 targets the app's port number 8080: such traffic reaches the app unlimited; set targetPort to the port's name (http)"}),
 			wantRevision: "r1",
 		},
 		{
 			name: "a bypass is named after the pods that lack the sidecar: those are the first thing to fix",
-			in:   statusInput{revision: "r1", matched: 2, enforced: 1, bypass: "Service web port 80 targets the app's port number 8080", unprotected: "pods b opted out"},
+			in:   Input{Revision: "r1", Matched: 2, Enforced: 1, Bypass: "Service web port 80 targets the app's port number 8080", Unprotected: "pods b opted out"},
 			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
 				`1 of 2 selected pods carry the sidecar in front of port "http"; pods b opted out; and Service web port 80 targets the app's port number 8080`}),
 			wantRevision: "r1",
@@ -222,7 +221,7 @@ func TestDesiredStatus(t *testing.T) {
 			name: "held back for sidecars of an earlier release: accepted, not ready, not stalled, no revision",
 			before: previously(metav1.Condition{Type: string(v1alpha1.ConditionStalled), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid)},
 				metav1.Condition{Type: string(v1alpha1.ConditionAccepted), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted)}),
-			in: statusInput{heldBack: heldBackProblem(1, []string{"web-1", "web-2", "web-3", "web-4"}, "shop"), revision: "r1", matched: 4, enforced: 4},
+			in: Input{HeldBack: HeldBack(1, []string{"web-1", "web-2", "web-3", "web-4"}, "shop"), Revision: "r1", Matched: 4, Enforced: 4},
 			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: {metav1.ConditionTrue, v1alpha1.ReasonAccepted, "valid; " + heldBackMsg},
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonSidecarsOutdated, heldBackMsg},
@@ -231,7 +230,7 @@ func TestDesiredStatus(t *testing.T) {
 		},
 		{
 			name: "credentials missing just now: not ready, not yet stalled",
-			in:   statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			in:   Input{Revision: "r1", Matched: 1, Enforced: 1, Credentials: Credentials(noCredentials), Now: time.Now(), Grace: time.Minute},
 			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted,
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
@@ -243,7 +242,7 @@ func TestDesiredStatus(t *testing.T) {
 			name: "credentials missing for longer than the grace: stalled",
 			before: previously(metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse,
 				Reason: string(v1alpha1.ReasonRedisCredentialsUnavailable), Message: noCredentials}),
-			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			in: Input{Revision: "r1", Matched: 1, Enforced: 1, Credentials: Credentials(noCredentials), Now: time.Now(), Grace: time.Minute},
 			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted,
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
@@ -259,7 +258,7 @@ func TestDesiredStatus(t *testing.T) {
 				metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
 				metav1.Condition{Type: string(v1alpha1.ConditionStalled), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonInvalid), Message: invalidMsg},
 				metav1.Condition{Type: string(v1alpha1.ConditionEnforced), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonNotAccepted)}),
-			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			in: Input{Revision: "r1", Matched: 1, Enforced: 1, Credentials: Credentials(noCredentials), Now: time.Now(), Grace: time.Minute},
 			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted,
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
@@ -272,7 +271,7 @@ func TestDesiredStatus(t *testing.T) {
 			before: previously(
 				metav1.Condition{Type: string(v1alpha1.ConditionAccepted), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigTooLarge), Message: tooLargeMsg},
 				metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse, Reason: string(v1alpha1.ReasonConfigTooLarge), Message: tooLargeMsg}),
-			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), now: time.Now(), grace: time.Minute},
+			in: Input{Revision: "r1", Matched: 1, Enforced: 1, Credentials: Credentials(noCredentials), Now: time.Now(), Grace: time.Minute},
 			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted,
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
@@ -284,7 +283,7 @@ func TestDesiredStatus(t *testing.T) {
 			name: "credentials missing, no clock (now unset): never stalled",
 			before: previously(metav1.Condition{Type: string(v1alpha1.ConditionReady), Status: metav1.ConditionFalse,
 				Reason: string(v1alpha1.ReasonRedisCredentialsUnavailable), Message: noCredentials}),
-			in: statusInput{revision: "r1", matched: 1, enforced: 1, credentials: credentialsProblem(noCredentials), grace: time.Minute},
+			in: Input{Revision: "r1", Matched: 1, Enforced: 1, Credentials: Credentials(noCredentials), Grace: time.Minute},
 			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted,
 				v1alpha1.ConditionReady:    {metav1.ConditionFalse, v1alpha1.ReasonRedisCredentialsUnavailable, noCredentials},
@@ -298,13 +297,13 @@ func TestDesiredStatus(t *testing.T) {
 			if tc.spec != nil {
 				p.Spec = *tc.spec
 			}
-			st := desiredStatus(p, tc.in)
+			st := Desired(p, tc.in)
 			if diff := cmp.Diff(tc.want, conditionsOf(t, st, 2), condOpt); diff != "" {
 				t.Errorf("conditions (-want +got):\n%s", diff)
 			}
-			if st.Revision != tc.wantRevision || st.ObservedGeneration != 2 || st.MatchedPods != tc.in.matched || st.EnforcedPods != tc.in.enforced {
+			if st.Revision != tc.wantRevision || st.ObservedGeneration != 2 || st.MatchedPods != tc.in.Matched || st.EnforcedPods != tc.in.Enforced {
 				t.Errorf("revision %q, observedGeneration %d, pods %d/%d; want %q, 2, %d/%d",
-					st.Revision, st.ObservedGeneration, st.EnforcedPods, st.MatchedPods, tc.wantRevision, tc.in.enforced, tc.in.matched)
+					st.Revision, st.ObservedGeneration, st.EnforcedPods, st.MatchedPods, tc.wantRevision, tc.in.Enforced, tc.in.Matched)
 			}
 		})
 	}
@@ -315,12 +314,12 @@ func TestDesiredStatus(t *testing.T) {
 // written. The naive way (conditions built afresh) would move them.
 func TestDesiredStatusIsStable(t *testing.T) {
 	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Generation: 1}}
-	in := statusInput{revision: "r1", matched: 2, enforced: 1, unprotected: "pods b opted out"}
-	p.Status = desiredStatus(p, in)
+	in := Input{Revision: "r1", Matched: 2, Enforced: 1, Unprotected: "pods b opted out"}
+	p.Status = Desired(p, in)
 	for i := range p.Status.Conditions {
 		p.Status.Conditions[i].LastTransitionTime = metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
 	}
-	if again := desiredStatus(p, in); !cmp.Equal(p.Status, again) {
+	if again := Desired(p, in); !cmp.Equal(p.Status, again) {
 		t.Errorf("status changed without news:\n%s", cmp.Diff(p.Status, again))
 	}
 }
@@ -341,7 +340,7 @@ func specPod(t *testing.T, name string, labels map[string]string, sidecar string
 			t.Fatal(err)
 		}
 	}
-	trimmed, err := trimPod(pod)
+	trimmed, err := TrimPod(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +421,7 @@ func TestCountPods(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			unprotected := map[types.UID]bool{}
-			matched, enforced := guards{}.countPods(tc.policy, tc.pods, unprotected)
+			matched, enforced := Guards{}.CountPods(tc.policy, tc.pods, unprotected)
 			if matched != tc.matched || enforced != tc.enforced {
 				t.Errorf("matched %d, enforced %d; want %d, %d", matched, enforced, tc.matched, tc.enforced)
 			}
@@ -487,7 +486,7 @@ func TestBypassingServices(t *testing.T) {
 			"Service web-a port 81 targets the app's port number 8080; Service web-b port 80 targets the app's port number 8080"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := (guards{}).bypassingServices(webPolicy("http"), tc.pods, tc.services); got != tc.want {
+			if got := (Guards{}).BypassingServices(webPolicy("http"), tc.pods, tc.services); got != tc.want {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 		})
@@ -548,7 +547,7 @@ func TestUnprotectedWhy(t *testing.T) {
 				`the webhook admitted pods w without the sidecar (the warning at their creation says why, e.g. no container port named "http")`}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := guards{}.unprotectedWhy(p, tc.pods, tc.optedIn)
+			got := Guards{}.UnprotectedWhy(p, tc.pods, tc.optedIn)
 			for _, w := range tc.want {
 				if !strings.Contains(got, w) {
 					t.Errorf("%q\nlacks %q", got, w)
@@ -564,10 +563,10 @@ func TestUnprotectedWhy(t *testing.T) {
 }
 
 func TestRLSDesiredStatus(t *testing.T) {
-	server := func(addr, rev string) serverState {
-		return serverState{addr: addr, loaded: map[string]bool{rev: true}}
+	server := func(addr, rev string) Server {
+		return Server{Addr: addr, Loaded: map[string]bool{rev: true}}
 	}
-	down := serverState{addr: "10.0.0.9:8082", err: errors.New("connection refused")}
+	down := Server{Addr: "10.0.0.9:8082", Err: errors.New("connection refused")}
 	invalid := &render.InvalidPolicyError{Namespace: "shop", Name: "login", Err: errors.New("window 0s")}
 	const invalidMsg = "the spec cannot be enforced: policy shop/login: window 0s"
 	accepted := cond{metav1.ConditionTrue, v1alpha1.ReasonAccepted, "rendered into ConfigMap slidegate-system/slidegate-rls-config"}
@@ -576,7 +575,7 @@ func TestRLSDesiredStatus(t *testing.T) {
 	for _, tc := range []struct {
 		name              string
 		before            v1alpha1.RateLimitPolicyStatus
-		in                rlsStatusInput
+		in                ServiceInput
 		want              map[v1alpha1.ConditionType]cond
 		matched, enforced int32
 		// recheck: the reconcile asks to come back after Recheck (a server
@@ -585,13 +584,13 @@ func TestRLSDesiredStatus(t *testing.T) {
 	}{
 		{
 			name:    "every ready server loaded the revision",
-			in:      rlsStatusInput{revision: "r1", servers: []serverState{server("10.0.0.1:8082", "r1"), server("10.0.0.2:8082", "r1")}},
+			in:      ServiceInput{Revision: "r1", Servers: []Server{server("10.0.0.1:8082", "r1"), server("10.0.0.2:8082", "r1")}},
 			matched: 2, enforced: 2,
 			want: conds(accepted, published, cond{metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 2 rate limit service servers loaded revision r1"}),
 		},
 		{
 			name: "not accepted",
-			in:   rlsStatusInput{notAccepted: notAcceptedProblem(invalid), servers: []serverState{server("10.0.0.1:8082", "r1")}},
+			in:   ServiceInput{NotAccepted: NotAccepted(invalid), Servers: []Server{server("10.0.0.1:8082", "r1")}},
 			// In effect on no server: nothing matched, nothing to wait for
 			// (only an event can change it), so no recheck.
 			matched: 0, enforced: 0,
@@ -602,26 +601,26 @@ func TestRLSDesiredStatus(t *testing.T) {
 			before: v1alpha1.RateLimitPolicyStatus{MatchedPods: 2, EnforcedPods: 2, Conditions: []metav1.Condition{
 				{Type: string(v1alpha1.ConditionAccepted), Status: metav1.ConditionTrue, Reason: string(v1alpha1.ReasonAccepted), ObservedGeneration: 3},
 			}},
-			in:      rlsStatusInput{notAccepted: notAcceptedProblem(invalid), servers: []serverState{server("10.0.0.1:8082", "r1"), server("10.0.0.2:8082", "r1")}},
+			in:      ServiceInput{NotAccepted: NotAccepted(invalid), Servers: []Server{server("10.0.0.1:8082", "r1"), server("10.0.0.2:8082", "r1")}},
 			matched: 0, enforced: 0,
 			want: notAcceptedConds(v1alpha1.ReasonInvalid, invalidMsg, "not enforced: the policy is not accepted"),
 		},
 		{
 			name: "no ready server",
-			in:   rlsStatusInput{revision: "r1"},
+			in:   ServiceInput{Revision: "r1"},
 			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonNoRateLimitService,
 				`no ready endpoint of Service slidegate-system/slidegate-rls with a port named "admin": install the rate limit service (config/components/rls, docs/rls.md)`}),
 		},
 		{
 			name:    "a server still serving an older revision",
-			in:      rlsStatusInput{revision: "r2", servers: []serverState{server("10.0.0.1:8082", "r2"), server("10.0.0.2:8082", "r1")}},
+			in:      ServiceInput{Revision: "r2", Servers: []Server{server("10.0.0.1:8082", "r2"), server("10.0.0.2:8082", "r1")}},
 			matched: 2, enforced: 1, recheck: true,
 			want: conds(accepted, published, cond{metav1.ConditionFalse, v1alpha1.ReasonPartiallyEnforced,
 				"1 of 2 rate limit service servers loaded revision r2; 10.0.0.2:8082 serve an older configuration (the kubelet refreshes the mounted ConfigMap within about a minute)"}),
 		},
 		{
 			name:    "a server that could not be asked, one behind, one without the policy",
-			in:      rlsStatusInput{revision: "r2", servers: []serverState{server("10.0.0.1:8082", "r1"), down, {addr: "10.0.0.3:8082"}}},
+			in:      ServiceInput{Revision: "r2", Servers: []Server{server("10.0.0.1:8082", "r1"), down, {Addr: "10.0.0.3:8082"}}},
 			matched: 3, enforced: 0, recheck: true,
 			want: map[v1alpha1.ConditionType]cond{
 				v1alpha1.ConditionAccepted: accepted, v1alpha1.ConditionReady: published,
@@ -635,22 +634,18 @@ func TestRLSDesiredStatus(t *testing.T) {
 			p := newRLSPolicy("shop", "login")
 			p.Generation = 4
 			p.Status = tc.before
-			tc.in.namespace, tc.in.service = "slidegate-system", DefaultRLSServiceName
-			st := rlsDesiredStatus(p, tc.in)
+			tc.in.Namespace, tc.in.Service, tc.in.AdminPort = "slidegate-system", "slidegate-rls", "admin"
+			st := DesiredService(p, tc.in)
 			if diff := cmp.Diff(tc.want, conditionsOf(t, st, 4), condOpt); diff != "" {
 				t.Errorf("conditions (-want +got):\n%s", diff)
 			}
 			if st.MatchedPods != tc.matched || st.EnforcedPods != tc.enforced {
 				t.Errorf("pods %d/%d, want %d/%d", st.EnforcedPods, st.MatchedPods, tc.enforced, tc.matched)
 			}
-			wantResult := ctrl.Result{}
-			if tc.recheck {
-				wantResult.RequeueAfter = defaultRLSRecheck
+			if got := ServersBehind(st); got != tc.recheck {
+				t.Errorf("servers behind: %v, want %v (the reconcile comes back after its recheck then)", got, tc.recheck)
 			}
-			if got := (&RateLimitServiceReconciler{}).requeue(false, []v1alpha1.RateLimitPolicyStatus{st}); got != wantResult {
-				t.Errorf("requeue %+v, want %+v", got, wantResult)
-			}
-			if wantRev := tc.in.revision; tc.in.notAccepted != nil && st.Revision != "" || tc.in.notAccepted == nil && st.Revision != wantRev {
+			if wantRev := tc.in.Revision; tc.in.NotAccepted != nil && st.Revision != "" || tc.in.NotAccepted == nil && st.Revision != wantRev {
 				t.Errorf("revision %q", st.Revision)
 			}
 		})
@@ -674,7 +669,7 @@ func TestSidecarImageChecked(t *testing.T) {
 			}
 		}
 	}
-	gs := guards{repo: inject.ImageRepository}
+	gs := Guards{Repo: inject.ImageRepository}
 	for _, tc := range []struct {
 		name     string
 		pod      corev1.Pod
@@ -687,17 +682,17 @@ func TestSidecarImageChecked(t *testing.T) {
 		{"a registry with a port, same path", with(specPod(t, "a", webLabels, "http"), swap("localhost:5000/slidegate/slidegate:v0.2.0")), 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, enforced := gs.countPods(webPolicy("http"), []corev1.Pod{tc.pod}, map[types.UID]bool{})
+			_, enforced := gs.CountPods(webPolicy("http"), []corev1.Pod{tc.pod}, map[types.UID]bool{})
 			if enforced != tc.enforced {
 				t.Errorf("enforced %d, want %d", enforced, tc.enforced)
 			}
 		})
 	}
 	swapped := []corev1.Pod{with(specPod(t, "a", webLabels, "http"), swap("evil.example/proxy:1"))}
-	if got := gs.unprotectedWhy(webPolicy("http"), swapped, true); !strings.Contains(got, `pods a carry a container named slidegate-sidecar that is not a working sidecar (it runs image "evil.example/proxy:1", not one of slidegate's sidecar (ghcr.io/slidegate/slidegate))`) {
+	if got := gs.UnprotectedWhy(webPolicy("http"), swapped, true); !strings.Contains(got, `pods a carry a container named slidegate-sidecar that is not a working sidecar (it runs image "evil.example/proxy:1", not one of slidegate's sidecar (ghcr.io/slidegate/slidegate))`) {
 		t.Errorf("why: %q", got)
 	}
-	if _, enforced := (guards{}).countPods(webPolicy("http"), swapped, map[types.UID]bool{}); enforced != 1 {
+	if _, enforced := (Guards{}).CountPods(webPolicy("http"), swapped, map[types.UID]bool{}); enforced != 1 {
 		t.Errorf("read without the image, the swapped pod counts %d enforced: the pair no longer shows the naive status", enforced)
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package policystatus
 
 import (
 	"errors"
@@ -28,23 +28,23 @@ func TestArgoCDHealth(t *testing.T) {
 		p.Generation = gen
 		return p
 	}
-	reconciled := func(in statusInput) *v1alpha1.RateLimitPolicy {
+	reconciled := func(in Input) *v1alpha1.RateLimitPolicy {
 		p := base(1)
-		p.Status = desiredStatus(p, in)
+		p.Status = Desired(p, in)
 		return p
 	}
-	ok := statusInput{revision: "abc", matched: 3, enforced: 3}
+	ok := Input{Revision: "abc", Matched: 3, Enforced: 3}
 	// Policies for the rate limit service, with servers that loaded
 	// revision "abc" or an older one.
-	rls := func(in rlsStatusInput) *v1alpha1.RateLimitPolicy {
+	rls := func(in ServiceInput) *v1alpha1.RateLimitPolicy {
 		p := newRLSPolicy("shop", "login")
 		p.Generation = 1
-		in.namespace, in.service = "slidegate-system", DefaultRLSServiceName
-		p.Status = rlsDesiredStatus(p, in)
+		in.Namespace, in.Service, in.AdminPort = "slidegate-system", "slidegate-rls", "admin"
+		p.Status = DesiredService(p, in)
 		return p
 	}
-	loaded := func(rev string) serverState {
-		return serverState{addr: "10.0.0.1:8082", loaded: map[string]bool{rev: true}}
+	loaded := func(rev string) Server {
+		return Server{Addr: "10.0.0.1:8082", Loaded: map[string]bool{rev: true}}
 	}
 	specChanged := reconciled(ok)
 	specChanged.Generation = 2
@@ -56,18 +56,18 @@ func TestArgoCDHealth(t *testing.T) {
 	}{
 		{"new, not reconciled", base(1), "Progressing", status.InProgressStatus},
 		{"spec changed, not reconciled", specChanged, "Progressing", status.InProgressStatus},
-		{"invalid", reconciled(statusInput{notAccepted: notAcceptedProblem(errors.New("window 0s"))}), "Degraded", status.FailedStatus},
-		{"no room in the ConfigMap", reconciled(statusInput{notAccepted: notAcceptedProblem(&render.ConfigTooLargeError{Namespace: "shop", Name: "p", PolicyBytes: 40_000, TotalBytes: 1_010_000, MaxBytes: 1_000_000}), matched: 1, enforced: 1}), "Degraded", status.FailedStatus},
-		{"no Redis credentials", reconciled(statusInput{revision: "abc", credentials: credentialsProblem("Secret slidegate-redis not found"), matched: 1, enforced: 1, now: time.Now(), grace: time.Minute}), "Degraded", status.InProgressStatus},
-		{"no Redis credentials for over a minute", reconciled(statusInput{revision: "abc", credentials: credentialsProblem("Secret slidegate-redis not found"), matched: 1, enforced: 1, now: time.Now().Add(time.Minute + time.Second), grace: time.Minute}), "Degraded", status.FailedStatus},
-		{"no pod selected", reconciled(statusInput{revision: "abc"}), "Healthy", status.CurrentStatus},
-		{"a Service bypasses the sidecar", reconciled(statusInput{revision: "abc", matched: 2, enforced: 2, bypass: "Service web targets port 8080"}), "Degraded", status.CurrentStatus},
-		{"some pods without the sidecar", reconciled(statusInput{revision: "abc", matched: 3, enforced: 1}), "Degraded", status.CurrentStatus},
+		{"invalid", reconciled(Input{NotAccepted: NotAccepted(errors.New("window 0s"))}), "Degraded", status.FailedStatus},
+		{"no room in the ConfigMap", reconciled(Input{NotAccepted: NotAccepted(&render.ConfigTooLargeError{Namespace: "shop", Name: "p", PolicyBytes: 40_000, TotalBytes: 1_010_000, MaxBytes: 1_000_000}), Matched: 1, Enforced: 1}), "Degraded", status.FailedStatus},
+		{"no Redis credentials", reconciled(Input{Revision: "abc", Credentials: Credentials("Secret slidegate-redis not found"), Matched: 1, Enforced: 1, Now: time.Now(), Grace: time.Minute}), "Degraded", status.InProgressStatus},
+		{"no Redis credentials for over a minute", reconciled(Input{Revision: "abc", Credentials: Credentials("Secret slidegate-redis not found"), Matched: 1, Enforced: 1, Now: time.Now().Add(time.Minute + time.Second), Grace: time.Minute}), "Degraded", status.FailedStatus},
+		{"no pod selected", reconciled(Input{Revision: "abc"}), "Healthy", status.CurrentStatus},
+		{"a Service bypasses the sidecar", reconciled(Input{Revision: "abc", Matched: 2, Enforced: 2, Bypass: "Service web targets port 8080"}), "Degraded", status.CurrentStatus},
+		{"some pods without the sidecar", reconciled(Input{Revision: "abc", Matched: 3, Enforced: 1}), "Degraded", status.CurrentStatus},
 		{"enforced", reconciled(ok), "Healthy", status.CurrentStatus},
-		{"rate limit service: enforced", rls(rlsStatusInput{revision: "abc", servers: []serverState{loaded("abc"), loaded("abc")}}), "Healthy", status.CurrentStatus},
-		{"rate limit service: a server still loading", rls(rlsStatusInput{revision: "abc", servers: []serverState{loaded("abc"), loaded("old")}}), "Progressing", status.CurrentStatus},
-		{"rate limit service: no server", rls(rlsStatusInput{revision: "abc"}), "Degraded", status.CurrentStatus},
-		{"rate limit service: no room", rls(rlsStatusInput{notAccepted: notAcceptedProblem(&render.ConfigTooLargeError{Namespace: "shop", Name: "login", PolicyBytes: 400, TotalBytes: 1_000_100, MaxBytes: 1_000_000, RateLimitService: true})}), "Degraded", status.FailedStatus},
+		{"rate limit service: enforced", rls(ServiceInput{Revision: "abc", Servers: []Server{loaded("abc"), loaded("abc")}}), "Healthy", status.CurrentStatus},
+		{"rate limit service: a server still loading", rls(ServiceInput{Revision: "abc", Servers: []Server{loaded("abc"), loaded("old")}}), "Progressing", status.CurrentStatus},
+		{"rate limit service: no server", rls(ServiceInput{Revision: "abc"}), "Degraded", status.CurrentStatus},
+		{"rate limit service: no room", rls(ServiceInput{NotAccepted: NotAccepted(&render.ConfigTooLargeError{Namespace: "shop", Name: "login", PolicyBytes: 400, TotalBytes: 1_000_100, MaxBytes: 1_000_000, RateLimitService: true})}), "Degraded", status.FailedStatus},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tc.p)
@@ -98,7 +98,7 @@ func TestArgoCDHealth(t *testing.T) {
 
 func argoHealthScript(t *testing.T) string {
 	t.Helper()
-	raw, err := os.ReadFile("../config/argocd/argocd-cm-health.yaml")
+	raw, err := os.ReadFile("../../config/argocd/argocd-cm-health.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package controllers
+package policystatus
 
 import (
 	"errors"
@@ -22,7 +22,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -32,18 +31,14 @@ import (
 	"github.com/slidegate/slidegate/internal/selection"
 )
 
-// defaultCredentialsGrace is how long missing Redis credentials are
-// progress (InProgress) before they are a failure (Stalled).
-const defaultCredentialsGrace = time.Minute
-
-// unprotectedWhy names why the selected pods that the policy's sidecar does
+// UnprotectedWhy names why the selected pods that the policy's sidecar does
 // not protect lack it, from what the controller sees: the pods' specs (is
 // there a working sidecar, and a way around it: inject.ReadGuard), their
 // metadata (opt-out, age) and whether the namespace opted in. A pod
 // created after the policy in an opted-in namespace without any sidecar was
 // admitted so by the webhook itself; only the warning at its creation holds
 // the reason.
-func (gs guards) unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, nsOptedIn bool) string {
+func (gs Guards) UnprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, nsOptedIn bool) string {
 	sel := selection.Selector(p)
 	var names [numCauses][]string
 	details := [numCauses]map[string]bool{}
@@ -52,11 +47,11 @@ func (gs guards) unprotectedWhy(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, 
 		if !sel.Matches(labels.Set(pod.Labels)) {
 			continue
 		}
-		g, err := gs.read(&pod.Spec)
+		g, err := gs.Read(&pod.Spec)
 		var c unprotectedCause
 		var detail string
 		switch {
-		case err == nil && g.Covers(&pod.Spec, targetPort(p)):
+		case err == nil && g.Covers(&pod.Spec, TargetPort(p)):
 			continue
 		case err == nil:
 			c, detail = otherPort, g.Port
@@ -119,14 +114,14 @@ func causeOf(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod, nsOptedIn bool) unpro
 	return webhookSkipped
 }
 
-// describeUnprotected is the message of unprotectedWhy: the pods of each
+// describeUnprotected is the message of UnprotectedWhy: the pods of each
 // cause, with what to do, in a fixed order; details holds what the pods'
 // specs say for otherPort (the ports the sidecars hold), lookAlike and
 // around.
 func describeUnprotected(p *v1alpha1.RateLimitPolicy, names [numCauses][]string, details [numCauses]string) string {
 	list := func(n []string) string {
 		slices.Sort(n)
-		return listOf(n)
+		return ListOf(n)
 	}
 	var why []string
 	if n := names[nsNotOptedIn]; len(n) > 0 {
@@ -138,7 +133,7 @@ func describeUnprotected(p *v1alpha1.RateLimitPolicy, names [numCauses][]string,
 	}
 	if n := names[otherPort]; len(n) > 0 {
 		why = append(why, fmt.Sprintf("pods %s carry the sidecar in front of port %s, while a container keeps port %q: its traffic passes around the sidecar",
-			list(n), details[otherPort], targetPort(p)))
+			list(n), details[otherPort], TargetPort(p)))
 	}
 	if n := names[optedOut]; len(n) > 0 {
 		why = append(why, fmt.Sprintf("pods %s opted out with %s=false", list(n), inject.OptOutAnnotation))
@@ -151,15 +146,7 @@ func describeUnprotected(p *v1alpha1.RateLimitPolicy, names [numCauses][]string,
 		why = append(why, fmt.Sprintf("in pods %s traffic reaches the app around the sidecar (%s)", list(n), details[around]))
 	}
 	if n := names[webhookSkipped]; len(n) > 0 {
-		why = append(why, fmt.Sprintf("the webhook admitted pods %s without the sidecar (the warning at their creation says why, e.g. no container port named %q)", list(n), targetPort(p)))
+		why = append(why, fmt.Sprintf("the webhook admitted pods %s without the sidecar (the warning at their creation says why, e.g. no container port named %q)", list(n), TargetPort(p)))
 	}
 	return strings.Join(why, "; ")
-}
-
-// listOf names at most three items and counts the rest.
-func listOf(items []string) string {
-	if len(items) > 3 {
-		return fmt.Sprintf("%s and %d more", strings.Join(items[:3], ", "), len(items)-3)
-	}
-	return strings.Join(items, ", ")
 }

@@ -14,10 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package controllers
+package policystatus
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -28,41 +27,28 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/selection"
 )
 
-// runningPods lists the namespace's pods as the cache holds them (trimPod),
-// terminating ones included. Finished pods (Succeeded, Failed) are not in
-// the cache at all (CacheOptions): they run no container a sidecar could
-// guard.
-func (r *RateLimitPolicyReconciler) runningPods(ctx context.Context, ns string) ([]corev1.Pod, error) {
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-		return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
-	}
-	return pods.Items, nil
-}
-
-// live are the pods that are not being deleted: those a policy's status
+// Live are the pods that are not being deleted: those a policy's status
 // counts.
-func live(pods []corev1.Pod) []corev1.Pod {
+func Live(pods []corev1.Pod) []corev1.Pod {
 	return slices.DeleteFunc(slices.Clone(pods), func(p corev1.Pod) bool { return !p.DeletionTimestamp.IsZero() })
 }
 
-// legacySidecars names the pods of pods whose sidecar reads only minor
+// LegacySidecars names the pods of pods whose sidecar reads only minor
 // version 0 of the configuration: injected by the first release, whose
 // injection status records no ConfigMinor (an unreadable one counts as such
 // too). While one runs, the namespace's document is rendered as minor 0,
 // which it reads. The status is the webhook's own: it strips one a pod
 // brought (inject.Remove), and v0.1.0's webhook wrote what it injected.
-func legacySidecars(pods []corev1.Pod) []string {
+func LegacySidecars(pods []corev1.Pod) []string {
 	var names []string
 	for i := range pods {
-		if minor, injected := configMinor(&pods[i]); injected && minor == 0 {
+		if minor, injected := ConfigMinor(&pods[i]); injected && minor == 0 {
 			names = append(names, pods[i].Name)
 		}
 	}
@@ -70,10 +56,10 @@ func legacySidecars(pods []corev1.Pod) []string {
 	return names
 }
 
-// configMinor is the newest minor version of the configuration that the
+// ConfigMinor is the newest minor version of the configuration that the
 // pod's sidecar reads, from its injection status (0 when it records none or
 // is unreadable), and whether the pod was injected at all.
-func configMinor(pod *corev1.Pod) (minor int, injected bool) {
+func ConfigMinor(pod *corev1.Pod) (minor int, injected bool) {
 	raw, injected := pod.Annotations[v1alpha1.InjectedAnnotation]
 	if !injected {
 		return 0, false
@@ -85,20 +71,20 @@ func configMinor(pod *corev1.Pod) (minor int, injected bool) {
 	return int(st.ConfigMinor), true
 }
 
-// skippingSidecars names the pods p selects whose sidecars read the
+// SkippingSidecars names the pods p selects whose sidecars read the
 // configuration but not minor version minor, which p needs: from 1 to
 // minor-1, they read the document policy by policy and leave p out
 // (sidecarconfig's compatibility rule), so they do not enforce it; a cost
 // policy (minor 2) on a sidecar of minor 1, for instance. Sidecars of
-// minor 0 are legacySidecars' (the policy is held back for them).
-func skippingSidecars(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, minor int) []string {
+// minor 0 are LegacySidecars' (the policy is held back for them).
+func SkippingSidecars(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, minor int) []string {
 	if minor <= 1 {
 		return nil
 	}
 	sel := selection.Selector(p)
 	var names []string
 	for i := range pods {
-		if m, injected := configMinor(&pods[i]); injected && m >= 1 && m < minor && sel.Matches(labels.Set(pods[i].Labels)) {
+		if m, injected := ConfigMinor(&pods[i]); injected && m >= 1 && m < minor && sel.Matches(labels.Set(pods[i].Labels)) {
 			names = append(names, pods[i].Name)
 		}
 	}
@@ -106,17 +92,17 @@ func skippingSidecars(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, minor int)
 	return names
 }
 
-// countPods counts the pods the policy selects and those of them whose
-// sidecar protects the policy's targetPort (protects); selected pods without
+// CountPods counts the pods the policy selects and those of them whose
+// sidecar protects the policy's targetPort (Protects); selected pods without
 // it are added to unprotected.
-func (gs guards) countPods(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, unprotected map[types.UID]bool) (matched, enforced int32) {
+func (gs Guards) CountPods(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, unprotected map[types.UID]bool) (matched, enforced int32) {
 	sel := selection.Selector(p)
 	for i := range pods {
 		if !sel.Matches(labels.Set(pods[i].Labels)) {
 			continue
 		}
 		matched++
-		if gs.protects(p, &pods[i]) {
+		if gs.Protects(p, &pods[i]) {
 			enforced++
 		} else {
 			unprotected[pods[i].UID] = true
@@ -125,33 +111,33 @@ func (gs guards) countPods(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, unpro
 	return matched, enforced
 }
 
-// targetPort is the port name the policy's sidecar takes over.
-func targetPort(p *v1alpha1.RateLimitPolicy) string {
+// TargetPort is the port name the policy's sidecar takes over.
+func TargetPort(p *v1alpha1.RateLimitPolicy) string {
 	if p.Spec.TargetPort == "" {
 		return inject.DefaultTargetPort
 	}
 	return p.Spec.TargetPort
 }
 
-// guards reads pods' sidecars as the status judges them: inject.ReadGuard,
+// Guards reads pods' sidecars as the status judges them: inject.ReadGuard,
 // and an image from the repository of the manager's --sidecar-image
 // (repo; "": any). A pod whose sidecar image was changed after admission
 // (before the install's admission policy slidegate-sidecar-image, or while
 // its namespace was not opted in) runs something else in the sidecar's
 // place: not a sidecar that enforces anything. Any tag of the repository
 // counts: sidecars of earlier releases enforce until they are restarted.
-type guards struct{ repo string }
+type Guards struct{ Repo string }
 
-// read is inject.ReadGuard with the image check.
-func (gs guards) read(spec *corev1.PodSpec) (inject.Guard, error) {
+// Read is inject.ReadGuard with the image check.
+func (gs Guards) Read(spec *corev1.PodSpec) (inject.Guard, error) {
 	g, err := inject.ReadGuard(spec)
-	if err == nil && gs.repo != "" && inject.ImageRepositoryOf(g.Image) != gs.repo {
-		return g, fmt.Errorf("%w: it runs image %q, not one of slidegate's sidecar (%s)", inject.ErrNotSidecar, g.Image, gs.repo)
+	if err == nil && gs.Repo != "" && inject.ImageRepositoryOf(g.Image) != gs.Repo {
+		return g, fmt.Errorf("%w: it runs image %q, not one of slidegate's sidecar (%s)", inject.ErrNotSidecar, g.Image, gs.Repo)
 	}
 	return g, err
 }
 
-// protects reports whether the pod's spec shows a working sidecar with no
+// Protects reports whether the pod's spec shows a working sidecar with no
 // way around it (inject.ReadGuard) that covers the policy's targetPort: it
 // holds that port name, or no other container does. The injection status
 // annotation is not read: any pod author can write it (issue 23). A sidecar
@@ -159,12 +145,12 @@ func (gs guards) read(spec *corev1.PodSpec) (inject.Guard, error) {
 // inject.TargetPortAnnotation) enforces this policy too, on the traffic it
 // sees, unless a container keeps this policy's port, whose traffic a
 // Service then sends around it.
-func (gs guards) protects(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod) bool {
-	g, err := gs.read(&pod.Spec)
-	return err == nil && g.Covers(&pod.Spec, targetPort(p))
+func (gs Guards) Protects(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod) bool {
+	g, err := gs.Read(&pod.Spec)
+	return err == nil && g.Covers(&pod.Spec, TargetPort(p))
 }
 
-// bypassingServices describes the Services that select a pod of the policy
+// BypassingServices describes the Services that select a pod of the policy
 // whose spec shows a working sidecar, and whose TCP port reaches that pod's
 // app around the sidecar: by the app's port number (which the sidecar took
 // the name of), or by a port name that the EndpointSlice controller
@@ -172,7 +158,7 @@ func (gs guards) protects(p *v1alpha1.RateLimitPolicy, pod *corev1.Pod) bool {
 // policy's targetPort or that container port is the app's (a pod whose
 // target-port annotation left the app holding the policy's port). Other
 // ports (metrics, a side port) are none of our business.
-func (gs guards) bypassingServices(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, services []corev1.Service) string {
+func (gs Guards) BypassingServices(p *v1alpha1.RateLimitPolicy, pods []corev1.Pod, services []corev1.Service) string {
 	sel := selection.Selector(p)
 	found := map[string]bool{}
 	for i := range services {
@@ -187,12 +173,12 @@ func (gs guards) bypassingServices(p *v1alpha1.RateLimitPolicy, pods []corev1.Po
 			if !svcSel.Matches(set) || !sel.Matches(set) {
 				continue
 			}
-			g, err := gs.read(&pod.Spec)
+			g, err := gs.Read(&pod.Spec)
 			if err != nil {
 				continue // no working sidecar: reported as unprotected
 			}
 			for _, port := range svc.Spec.Ports {
-				if d := bypassOf(svc.Name, port, pod, g, targetPort(p)); d != "" {
+				if d := bypassOf(svc.Name, port, pod, g, TargetPort(p)); d != "" {
 					found[d] = true
 				}
 			}
@@ -223,4 +209,52 @@ func bypassOf(svc string, port corev1.ServicePort, pod *corev1.Pod, g inject.Gua
 		return fmt.Sprintf("Service %s port %d targets the app's port number %d", svc, port.Port, num)
 	}
 	return ""
+}
+
+// TrimPod is the controller's cache transform for Pods: it keeps what the status reads
+// and drops the rest before the pod is stored. Enforcement is judged from
+// the spec (inject.ReadGuard: the containers' names and ports, the init
+// containers' restart policies, the sidecar's arguments, hostNetwork),
+// the selection from the labels, the causes from the opt-out annotation and
+// the creation time. Env, volumes, probes, resources, the status, the
+// other annotations (last-applied-configuration can be large) and the
+// managed fields are not kept: a cached pod holds a fraction of the pod.
+func TrimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{TypeMeta: pod.TypeMeta}
+	out.Name, out.Namespace, out.UID, out.ResourceVersion = pod.Name, pod.Namespace, pod.UID, pod.ResourceVersion
+	out.Labels, out.CreationTimestamp, out.DeletionTimestamp = pod.Labels, pod.CreationTimestamp, pod.DeletionTimestamp
+	// The opt-out, and the injection status for the sidecar's config
+	// version (LegacySidecars).
+	for _, k := range []string{inject.OptOutAnnotation, v1alpha1.InjectedAnnotation} {
+		if v, ok := pod.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	out.Spec.HostNetwork = pod.Spec.HostNetwork
+	out.Spec.Containers = trimContainers(pod.Spec.Containers)
+	out.Spec.InitContainers = trimContainers(pod.Spec.InitContainers)
+	return out, nil
+}
+
+// trimContainers keeps each container's name, ports and restart policy,
+// and the sidecar's arguments (where it forwards) and image (Guards).
+func trimContainers(cs []corev1.Container) []corev1.Container {
+	if cs == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
+		if c.Name == inject.ContainerName {
+			out[i].Args, out[i].Image = c.Args, c.Image
+		}
+	}
+	return out
 }
