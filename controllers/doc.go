@@ -72,8 +72,8 @@ limitations under the License.
 // policies.go (the live policies of a namespace), statuswrite.go (writing
 // the statuses that changed), children.go (the ConfigMap, the Secrets,
 // deleteManaged and the owner references), identity.go, identitysync.go,
-// legacypassword.go, credentials.go and redis.go (the Redis identities,
-// credentials and connection), networkpolicy.go, jwks.go and clienthash.go
+// legacypassword.go and credentials.go (the Redis identities and
+// credentials; internal/manager builds RedisIdentities from its flags), networkpolicy.go, jwks.go and clienthash.go
 // (the other children), memory.go (the namespaces' Redis memory budget);
 // setup.go and caches.go (the watches and the caches of only the objects
 // each reads); ratelimitpolicy_controller.go and

@@ -318,3 +318,8 @@ func (r *RateLimitPolicyReconciler) optedIn(ctx context.Context, ns string) (typ
 	}
 	return namespace.UID, inject.NamespaceOptedIn(namespace.Labels) && namespace.DeletionTimestamp.IsZero()
 }
+
+// RLSCredentialsSecretName is the Secret, in the manager's namespace, that
+// holds the rate limit service's Redis identity (config/components/rls
+// mounts it).
+const RLSCredentialsSecretName = "slidegate-rls-redis-credentials"

@@ -18,8 +18,6 @@ package controllers
 
 import (
 	"context"
-	"flag"
-	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -156,40 +154,5 @@ func TestMemoryBudget(t *testing.T) {
 	})
 	if n := testutil.CollectAndCount(overBudgetGauge); n != 0 {
 		t.Errorf("slidegate_redis_namespace_over_memory_budget: %d series after the switch on, want none", n)
-	}
-}
-
-// TestMemoryBudgetFlags: the budget needs the namespace identity and a
-// sane interval.
-func TestMemoryBudgetFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		err  string
-	}{
-		{[]string{"--redis-namespace-memory-budget=256Mi"}, ""},
-		{[]string{"--redis-namespace-memory-budget=lots"}, "quantities must match"},
-		{[]string{"--redis-namespace-memory-budget=-1Mi"}, "must not be negative"},
-		{[]string{"--redis-namespace-memory-budget=1Gi", "--redis-memory-check-interval=1s"}, "at least 10s"},
-		{[]string{"--redis-namespace-memory-budget=1Gi", "--redis-identity=shared"}, "needs --redis-identity=namespace"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			var c RedisConnection
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			c.BindFlags(fs)
-			err := fs.Parse(append([]string{"--redis-addrs=redis:6379"}, tc.args...))
-			if err == nil {
-				err = c.Validate()
-			}
-			switch {
-			case tc.err == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-				t.Fatalf("error %v, want one with %q", err, tc.err)
-			}
-			if tc.err == "" && c.MemoryBudget.Value() != 256<<20 {
-				t.Errorf("budget %v", c.MemoryBudget.String())
-			}
-		})
 	}
 }

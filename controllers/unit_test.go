@@ -18,7 +18,6 @@ package controllers
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -30,93 +29,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/policystatus"
 )
-
-func TestRedisFlags(t *testing.T) {
-	tests := []struct {
-		args      []string
-		namespace string
-		wantErr   string
-	}{
-		{args: []string{"--redis-addrs=redis:6379"}},
-		{args: []string{"--redis-addrs=redis:6379", "--redis-secret-name=redis-auth"}, namespace: "slidegate-system"},
-		{args: []string{"--redis-mode=cluster", "--redis-addrs=a:7000, b:7001,c:7002", "--redis-tls"}},
-		{args: []string{"--redis-mode=cluster", "--redis-addrs=a:7000", "--redis-tls", "--redis-tls-server-name=redis.data.svc"}},
-		{args: []string{"--redis-addrs=a:1", "--redis-tls-server-name=redis.data.svc"}, wantErr: "--redis-tls-server-name needs --redis-tls"},
-		{args: []string{"--redis-mode=sentinel", "--redis-addrs=s1:26379,s2:26379", "--redis-master-name=mymaster"}},
-		{args: nil, wantErr: "--redis-addrs is required"},
-		{args: []string{"--redis-addrs=redis"}, wantErr: `"redis" is not host:port`},
-		{args: []string{"--redis-addrs=a:1,b:2"}, wantErr: "standalone takes one address"},
-		{args: []string{"--redis-mode=sentinel", "--redis-addrs=s:26379"}, wantErr: "needs --redis-master-name"},
-		{args: []string{"--redis-mode=cluster", "--redis-addrs=a:1", "--redis-master-name=m"}, wantErr: "only for --redis-mode=sentinel"},
-		{args: []string{"--redis-mode=replica", "--redis-addrs=a:1"}, wantErr: `"replica" is not standalone, cluster or sentinel`},
-		{args: []string{"--redis-addrs=a:1", "--redis-secret-name=Bad_Name"}, namespace: "ns", wantErr: "--redis-secret-name"},
-		{args: []string{"--redis-addrs=a:1", "--redis-secret-name=redis-auth"}, wantErr: "set POD_NAMESPACE"},
-		{args: []string{"--redis-addrs=a:1", "--redis-identity=shared", "--redis-password-rotation=24h"}},
-		{args: []string{"--redis-addrs=a:1", "--redis-password-rotation=1m"}, wantErr: "at least 10m"},
-		{args: []string{"--redis-addrs=a:1", "--redis-identity-interval=-1s"}, wantErr: "must not be negative"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			var c RedisConnection
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
-			c.BindFlags(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			err := c.Complete(tt.namespace)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
-				if c.CredentialsSecret.Name != "" && c.CredentialsSecret.Namespace != tt.namespace {
-					t.Errorf("credentials Secret %s not in the manager's namespace %s", c.CredentialsSecret, tt.namespace)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
-			}
-		})
-	}
-}
-
-// TestRedisIdentitiesAdministered: the manager administers Redis in the
-// namespace mode, with or without an administrative identity (a Redis
-// whose default user needs none), and in the shared mode only with one:
-// a managed Redis that refuses ACL SETUSER runs the shared mode without
-// it, and every periodic pass would fail there.
-func TestRedisIdentitiesAdministered(t *testing.T) {
-	for _, tt := range []struct {
-		mode IdentityMode
-		dir  string
-		want bool
-	}{
-		{IdentityNamespace, "", true},
-		{IdentityNamespace, "/etc/slidegate/redis-admin", true},
-		{IdentityShared, "/etc/slidegate/redis-admin", true},
-		{IdentityShared, "", false},
-	} {
-		c := RedisConnection{Identity: tt.mode, AdminCredentialsDir: tt.dir}
-		c.Config.Addrs = []string{"127.0.0.1:1"}
-		ri, err := c.Identities("slidegate-system", types.NamespacedName{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := ri.Admin != nil; got != tt.want || ri.Mode != tt.mode {
-			t.Errorf("mode %s, admin dir %q: administered %v (mode %s), want %v", tt.mode, tt.dir, got, ri.Mode, tt.want)
-		}
-		if ri.Admin != nil {
-			ri.Admin.Close()
-		}
-	}
-}
 
 // TestSelectorKeysIndex: a pod can only match a selector if it has the label
 // key the index files the selector under (or the selector is filed under

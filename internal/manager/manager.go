@@ -16,9 +16,11 @@ limitations under the License.
 
 // Package manager is cmd/manager, slidegate's controller manager: its
 // flags, their checks, and the controller-runtime manager it runs with the
-// RateLimitPolicy and rate limit service controllers and the sidecar
-// injection webhook (packages controllers, webhook and inject hold the
-// behaviour), in the shape every slidegate server has (cli.Command).
+// RateLimitPolicy and rate limit service controllers, built here with
+// their dependencies (the Redis identities from the --redis-* flags,
+// redis.go), and the sidecar injection webhook (packages controllers,
+// webhook and inject hold the behaviour), in the shape every slidegate
+// server has (cli.Command).
 package manager
 
 import (
@@ -111,7 +113,7 @@ type options struct {
 	metricsAddr, probeAddr string
 	leaderElect, secure    bool
 	trustedProxies         string
-	redis                  controllers.RedisConnection
+	redis                  redisOptions
 	webhook                webhook.Options
 	webhookHost            string
 	webhookPort            int

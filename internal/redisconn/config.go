@@ -190,7 +190,7 @@ func (c Config) String() string {
 
 // The names of the --redis-* flags: RegisterFlags defines them for the
 // processes that connect, Args writes them for the injector, and the
-// manager's own (controllers.RedisConnection) use them too.
+// manager's own (internal/manager's redisOptions) use them too.
 const (
 	FlagMode           = "redis-mode"
 	FlagAddrs          = "redis-addrs"
