@@ -25,9 +25,12 @@ type metrics struct {
 	// decisions are the series shared with the sidecar.
 	decisions *enforce.Metrics
 	responses *prometheus.CounterVec
-	reloads   *enforce.ReloadMetrics
-	policies  prometheus.Gauge
-	peers     prometheus.Gauge
+	// answered are responses' counters, one per code, bound once: a label
+	// lookup per call hashes the code and takes the vector's lock.
+	answered struct{ ok, overLimit, invalid, noConfig, tooLarge prometheus.Counter }
+	reloads  *enforce.ReloadMetrics
+	policies prometheus.Gauge
+	peers    prometheus.Gauge
 	// handshakeFailures counts refused TLS handshakes (TLSCreds).
 	handshakeFailures prometheus.Counter
 }
@@ -58,6 +61,10 @@ func newMetrics(fallbackActive func() float64) *metrics {
 	})
 	m.reg.MustRegister(m.decisions.Collectors()...)
 	m.reg.MustRegister(m.reloads.Collectors()...)
+	a := &m.answered
+	a.ok, a.overLimit = m.responses.WithLabelValues(responseOK), m.responses.WithLabelValues(responseOverLimit)
+	a.invalid, a.noConfig = m.responses.WithLabelValues(responseInvalid), m.responses.WithLabelValues(responseNoConfig)
+	a.tooLarge = m.responses.WithLabelValues(responseCallTooLarge)
 	m.reg.MustRegister(m.responses,
 		fallback, m.policies, m.peers, m.handshakeFailures, buildinfo.Collector("rls"),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

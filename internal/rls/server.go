@@ -106,17 +106,17 @@ type descriptor struct {
 // ShouldRateLimit decides one request of Envoy's rate limit filter.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
-		s.metrics.responses.WithLabelValues(responseInvalid).Inc()
+		s.metrics.answered.invalid.Inc()
 		return nil, err
 	}
 	ix := s.state.Load()
 	if ix == nil {
-		s.metrics.responses.WithLabelValues(responseNoConfig).Inc()
+		s.metrics.answered.noConfig.Inc()
 		return nil, status.Error(codes.Unavailable, "slidegate rls: no config loaded yet")
 	}
 	reqs, pols, descs, tooLarge := s.gather(ix, req)
 	if tooLarge {
-		s.metrics.responses.WithLabelValues(responseCallTooLarge).Inc()
+		s.metrics.answered.tooLarge.Inc()
 		return s.tooLarge(descs), nil
 	}
 	var ds []limiter.Decision
@@ -127,9 +127,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	resp := s.answer(reqs, pols, descs, ds)
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		s.metrics.responses.WithLabelValues(responseOverLimit).Inc()
+		s.metrics.answered.overLimit.Inc()
 	} else {
-		s.metrics.responses.WithLabelValues(responseOK).Inc()
+		s.metrics.answered.ok.Inc()
 	}
 	return resp, nil
 }

@@ -45,6 +45,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -60,6 +61,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
@@ -76,7 +78,7 @@ const (
 	window  = time.Minute
 	conns   = 4 // connections of either gRPC side, as a gateway's Envoys keep
 	goalAt  = 64
-	goal    = 0.5
+	goal    = 0.8
 	method  = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 )
 
@@ -96,6 +98,9 @@ type row struct {
 	// gRPC-go → RLS as the rate limit service's own Redis user, through
 	// the Functions library (issue 22).
 	gons side
+	// h2load → an RLS server whose decider asks nothing (admitAll): the
+	// most the gRPC layer lets an RLS server answer here.
+	floor side
 }
 
 func (r row) ratio(s side) float64 {
@@ -245,6 +250,11 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 		return err
 	}
 	defer mtlsSv.stop()
+	floorSv, err := serve(ctx, admitAll{}, rls.TLSOptions{}, func() {})
+	if err != nil {
+		return err
+	}
+	defer floorSv.stop()
 	own, err := rlsIdentity(ctx, srv.Addr)
 	if err != nil {
 		return err
@@ -291,6 +301,9 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 		func(c, _ int, d time.Duration) (slice, error) {
 			return nsSv.counted(c, func() (slice, error) { return measureGRPC(ctx, ncs, c, d) })
 		},
+		func(c, n int, d time.Duration) (slice, error) {
+			return measureH2load(ctx, tmp, "http://"+floorSv.addr, c, n, d)
+		},
 	}
 	var rows []row
 	for _, c := range callers {
@@ -302,12 +315,14 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 				}
 			}
 		}
-		r := row{callers: c, lim: ts[0].result(), h2: ts[1].result(), goc: ts[2].result(), h2tls: ts[3].result(), gomtls: ts[4].result(), gons: ts[5].result()}
+		r := row{callers: c, lim: ts[0].result(), h2: ts[1].result(), goc: ts[2].result(), h2tls: ts[3].result(), gomtls: ts[4].result(), gons: ts[5].result(), floor: ts[6].result()}
 		fmt.Fprintf(os.Stderr, "callers=%-3d limiter %6.0f/s  h2load→RLS %6.0f/s (%.2f)  gRPC-go→RLS %6.0f/s (%.2f)  µs CPU/decision (self+redis+h2load): %.1f+%.1f, %.1f+%.1f+%.1f, %.1f+%.1f\n",
 			c, r.lim.DPS, r.h2.DPS, r.ratio(r.h2), r.goc.DPS, r.ratio(r.goc),
 			us(r.lim.self), us(r.lim.redis), us(r.h2.self), us(r.h2.redis), us(r.h2.client), us(r.goc.self), us(r.goc.redis))
 		fmt.Fprintf(os.Stderr, "            TLS: h2load→RLS %6.0f/s (%.2f of h2c)  gRPC-go→RLS mTLS %6.0f/s (%.2f of h2c)\n",
 			r.h2tls.DPS, of(r.h2tls.DPS, r.h2.DPS), r.gomtls.DPS, of(r.gomtls.DPS, r.goc.DPS))
+		fmt.Fprintf(os.Stderr, "            floor: h2load→RLS asking nothing %6.0f/s (%.2f of the limiter), %.1f+%.1f µs CPU/answer (self+h2load)\n",
+			r.floor.DPS, r.ratio(r.floor), us(r.floor.self), us(r.floor.client))
 		rows = append(rows, r)
 	}
 	return write(out, rows, dur, rounds, time.Since(started), loadBefore, loadAvg())
@@ -385,6 +400,32 @@ func of(a, b float64) float64 {
 // startServer runs the server with one policy per client address, with
 // the TLS of o (zero: h2c).
 func startServer(ctx context.Context, rc redisconn.Config, o rls.TLSOptions) (*server, error) {
+	rdb, err := redisconn.NewClient(rc)
+	if err != nil {
+		return nil, err
+	}
+	// An identity of its own decides through the Functions library, as
+	// cmd/rls does with --redis-functions.
+	lim, err := limiter.New(rdb, limiter.Options{Functions: rc.Username != ""})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	sv, err := serve(ctx, lim, o, func() {
+		_ = lim.Close()
+		_ = rdb.Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	sv.lim = lim
+	return sv, nil
+}
+
+// serve runs an RLS server deciding with dec, as cmd/rls serves it (the
+// same Serve, the same gRPC settings), on a loopback port; closeDec runs
+// after it stopped.
+func serve(ctx context.Context, dec enforce.Decider, o rls.TLSOptions, closeDec func()) (*server, error) {
 	dir, err := os.MkdirTemp("", "rls-bench")
 	if err != nil {
 		return nil, err
@@ -402,17 +443,7 @@ func startServer(ctx context.Context, rc redisconn.Config, o rls.TLSOptions) (*s
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return nil, err
 	}
-	rdb, err := redisconn.NewClient(rc)
-	if err != nil {
-		return nil, err
-	}
-	// An identity of its own decides through the Functions library, as
-	// cmd/rls does with --redis-functions.
-	lim, err := limiter.New(rdb, limiter.Options{Functions: rc.Username != ""})
-	if err != nil {
-		return nil, err
-	}
-	s := rls.New(lim, rls.Options{ConfigFile: path})
+	s := rls.New(dec, rls.Options{ConfigFile: path})
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
@@ -435,13 +466,27 @@ func startServer(ctx context.Context, rc redisconn.Config, o rls.TLSOptions) (*s
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { _ = s.Serve(sctx, gl, al, 0, time.Second, gopts...); close(done) }()
-	return &server{addr: gl.Addr().String(), lim: lim, stop: func() {
+	return &server{addr: gl.Addr().String(), stop: func() {
 		cancel()
 		<-done
-		_ = lim.Close()
-		_ = rdb.Close()
+		closeDec()
 		_ = os.RemoveAll(dir)
 	}}, nil
+}
+
+// admitAll decides every request at once, allowed, asking nothing: the
+// RLS server on it costs only what serving gRPC and answering cost, the
+// most an RLS server on this gRPC stack can answer on this machine.
+type admitAll struct{}
+
+func (admitAll) Healthy() bool { return true }
+
+func (admitAll) Decide(_ context.Context, reqs []limiter.Request) []limiter.Decision {
+	ds := make([]limiter.Decision, len(reqs))
+	for i := range reqs {
+		ds[i] = limiter.Decision{Allowed: true, Remaining: reqs[i].Rule.Limit - 1, ResetAfter: reqs[i].Rule.Window, Source: limiter.SourceRedis}
+	}
+	return ds
 }
 
 // counted runs f and refuses its slice if the server made fewer decisions
@@ -605,7 +650,7 @@ func write(out string, rows []row, dur time.Duration, rounds int, took time.Dura
 	b.WriteString("## RLS server\n\n")
 	b.WriteString("Envoy's rate limit service (`ShouldRateLimit`, one descriptor matching one\n")
 	b.WriteString("SlidingLog policy) against one redis-server, beside the limiter deciding\n")
-	b.WriteString("in-process in the same run: what the gRPC layer costs, and what TLS adds to it. Six\nsides per point, in\n")
+	b.WriteString("in-process in the same run: what the gRPC layer costs, and what TLS adds to it. Seven\nsides per point, in\n")
 	fmt.Fprintf(&b, "%d alternating slices (%v per side in all):\n\n", rounds, dur)
 	b.WriteString("- **limiter**: `Decide` called in-process, 10,000 client keys (the reference);\n")
 	fmt.Fprintf(&b, "- **h2load → RLS**: h2load (nghttp2, C) over %d connections with the callers as\n", conns)
@@ -619,7 +664,10 @@ func write(out string, rows []row, dur time.Duration, rounds int, took time.Dura
 	b.WriteString("  since h2load cannot present a certificate. The handshake is a connection's only\n")
 	b.WriteString("  extra step with one, and connections are long-lived: both measure TLS per decision;\n")
 	b.WriteString("- **own Redis user** (issue 22): gRPC-go → RLS (h2c) with the server deciding as\n")
-	b.WriteString("  `slidegate-rls` through the Functions library, as the install runs it.\n\n")
+	b.WriteString("  `slidegate-rls` through the Functions library, as the install runs it;\n")
+	b.WriteString("- **floor**: h2load → the same server on a decider that admits at once and asks\n")
+	b.WriteString("  nothing (`admitAll`): what serving gRPC and answering cost alone, the most any RLS\n")
+	b.WriteString("  server on this gRPC stack answers here, whatever decides behind it.\n\n")
 	fmt.Fprintf(&b, "The process runs with the server's GOGC (%d, `rls.GCPercent`), all sides alike.\n\n", debug.SetGCPercent(-1))
 	b.WriteString("| callers | limiter decisions/s | p50 ms | p99 ms | h2load → RLS decisions/s | p50 ms | p99 ms | ÷ limiter | gRPC-go → RLS decisions/s | p99 ms | ÷ limiter |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -634,7 +682,16 @@ func write(out string, rows []row, dur time.Duration, rounds int, took time.Dura
 			if r.ratio(r.h2) >= goal {
 				verdict = "**met**"
 			}
-			verdict = fmt.Sprintf("%s (%.2f with h2load as the gateway; %.2f with the gRPC-go clients in the server's process)", verdict, r.ratio(r.h2), r.ratio(r.goc))
+			// The best an RLS server on this stack can do here: serving
+			// as the floor does, deciding as the in-process limiter does.
+			best := r.floor.self + r.lim.self + r.lim.redis + r.floor.client
+			bound := float64(runtime.NumCPU()) / best.Seconds()
+			verdict = fmt.Sprintf("%s (%.2f with h2load as the gateway; %.2f with the gRPC-go clients in the server's process). "+
+				"Where the floor is: serving gRPC costs the server %.1f µs per answer with nothing decided; with a decision that cost no more than "+
+				"in-process (%.1f µs, and %.1f µs of redis-server) and h2load's %.1f µs, one decision takes %.1f µs of CPU, so %d cores answer at most %.0f/s, "+
+				"%.2f of the limiter's rate",
+				verdict, r.ratio(r.h2), r.ratio(r.goc), us(r.floor.self), us(r.lim.self), us(r.lim.redis), us(r.floor.client), us(best),
+				runtime.NumCPU(), bound, bound/r.lim.DPS)
 		}
 	}
 	b.WriteString("\nCPU per counted decision, µs: this process (limiter; with the RLS server; with\n")
@@ -644,6 +701,14 @@ func write(out string, rows []row, dur time.Duration, rounds int, took time.Dura
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %d | %.1f + %.1f | %.1f + %.1f + %.1f | %.1f + %.1f |\n", r.callers,
 			us(r.lim.self), us(r.lim.redis), us(r.h2.self), us(r.h2.redis), us(r.h2.client), us(r.goc.self), us(r.goc.redis))
+	}
+	b.WriteString("\nThe floor, same run: h2load → the RLS server asking nothing (answers/s; CPU per\n")
+	b.WriteString("answer of this process, the server alone, and of h2load).\n\n")
+	b.WriteString("| callers | floor answers/s | ÷ limiter | p99 ms | µs CPU (server + h2load) | h2load → RLS µs CPU (server + redis-server + h2load) |\n|---:|---:|---:|---:|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %d | %.0f | %.2f | %s | %.1f + %.1f | %.1f + %.1f + %.1f |\n", r.callers,
+			r.floor.DPS, r.ratio(r.floor), ms(r.floor.P99), us(r.floor.self), us(r.floor.client),
+			us(r.h2.self), us(r.h2.redis), us(r.h2.client))
 	}
 	b.WriteString("\nTLS against h2c, same run: decisions/s, p99 and the server process's CPU per\n")
 	b.WriteString("decision over TLS, and their ratio to the same client over h2c.\n\n")
