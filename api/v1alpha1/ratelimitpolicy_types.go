@@ -291,11 +291,24 @@ type RequestMatch struct {
 	PathCase PathCase `json:"pathCase,omitempty"`
 }
 
-// WindowPattern is the form of RateLimitPolicySpec.Window: whole numbers of
-// hours, minutes, seconds and milliseconds, largest unit first. Every string
-// it accepts parses with time.ParseDuration to a whole number of
-// milliseconds, and none overflows.
+// WindowPattern is the form of a Duration (RateLimitPolicySpec.Window):
+// whole numbers of hours, minutes, seconds and milliseconds, largest unit
+// first. Every string it accepts parses with time.ParseDuration to a whole
+// number of milliseconds, and none overflows.
 const WindowPattern = `^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$`
+
+// Duration is a length of time as a policy states it: whole numbers of
+// hours, minutes, seconds and milliseconds, largest unit first, without
+// spaces or a sign (WindowPattern), at most 32 characters.
+//
+// Valid: "500ms", "10s", "1m30s", "1h", "1h0m5s250ms". Invalid: "1.5s" (a
+// fraction), "90" (no unit), "1d" (days), "30s1m" (a smaller unit first),
+// "-1s" (a sign), "1 m" (a space). Where a Duration is used, the field
+// states its own bounds (a window: 1ms to 24h).
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$')",message="window must be a duration like '500ms', '10s', '1m30s' or '1h': whole numbers with the units h, m, s and ms, largest unit first"
+type Duration string
 
 // LabelSelector selects pods by their labels, as a Kubernetes label
 // selector (same fields, same meaning), with bounds and formats the API
@@ -454,11 +467,8 @@ type RateLimitPolicySpec struct {
 	// than limit requests of its client were admitted in the window that
 	// ends at that request.
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$')",message="window must be a duration like '500ms', '10s', '1m30s' or '1h': whole numbers with the units h, m, s and ms, largest unit first"
 	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || !self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || (duration(self) >= duration('1ms') && duration(self) <= duration('24h'))",message="window must be from 1ms to 24h"
-	Window string `json:"window"`
+	Window Duration `json:"window"`
 
 	// limit is the number of requests a client may make in any window, from
 	// 1 to 1000000 (the exact algorithm stores one entry per admitted

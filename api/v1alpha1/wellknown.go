@@ -163,19 +163,32 @@ const (
 	// ConditionReady is True when the policy is accepted and the sidecar
 	// configuration containing it (and the Redis credentials) are published
 	// in its namespace. kstatus-based tools (Flux, Argo CD) read it.
+	// Reasons: True Published; False Invalid, ConfigTooLarge,
+	// FootprintTooLarge or DomainNotAllowed (as Accepted), SidecarsOutdated
+	// (held back for sidecars of the first release),
+	// RedisCredentialsUnavailable, RedisMemoryBudgetExceeded or
+	// JWTKeysUnavailable.
 	ConditionReady ConditionType = "Ready"
 	// ConditionAccepted is True when the spec is valid and rendered into the
-	// namespace's sidecar configuration; False with reason Invalid or
-	// ConfigTooLarge otherwise (or, for the rate limit service,
-	// DomainNotAllowed).
+	// namespace's sidecar configuration (or the rate limit service's).
+	// Reasons: True Accepted, UnverifiedJWT (accepted, with tokens read
+	// unverified); False Invalid, ConfigTooLarge, FootprintTooLarge or,
+	// for the rate limit service, DomainNotAllowed.
 	ConditionAccepted ConditionType = "Accepted"
 	// ConditionEnforced is True when at least one pod is selected and every
-	// selected pod carries the sidecar. Its message counts them.
+	// selected pod carries the sidecar (for the rate limit service: every
+	// ready server loaded the policy). Its message counts them. Reasons:
+	// True Enforced; False NotAccepted, SidecarsOutdated, NoPodsSelected,
+	// ServiceBypassesSidecar, NetworkPolicyAdmitsApp, PartiallyEnforced or
+	// NoRateLimitService.
 	ConditionEnforced ConditionType = "Enforced"
 	// ConditionStalled is kstatus's "abnormal-true" condition: True (with
-	// Ready False) when the spec is invalid, so that Flux and Argo CD
-	// (kstatus) report the policy as Failed at once instead of waiting for
-	// it to become Ready. It is absent otherwise.
+	// Ready False) when nothing the controller does fixes the policy, so
+	// that Flux and Argo CD (kstatus) report it as Failed at once instead
+	// of waiting for it to become Ready. It is absent otherwise. Reasons:
+	// True Invalid, ConfigTooLarge, FootprintTooLarge, DomainNotAllowed,
+	// or, once missing for a minute, RedisCredentialsUnavailable or
+	// RedisMemoryBudgetExceeded.
 	ConditionStalled ConditionType = "Stalled"
 )
 

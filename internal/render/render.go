@@ -235,7 +235,7 @@ type rule struct {
 
 // ruleOf reads the rule of a spec; the error is the window's.
 func ruleOf(s *v1alpha1.RateLimitPolicySpec) (rule, error) {
-	window, err := ParseWindow(s.Window)
+	window, err := ParseWindow(string(s.Window))
 	return rule{
 		windowMillis: window.Milliseconds(),
 		limit:        int64(s.Limit),

@@ -167,7 +167,7 @@ func (r *Result) limit(domain, namespace string, entries []v1alpha1.DescriptorEn
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: v1alpha1.RateLimitPolicySpec{
 			RateLimitService: &v1alpha1.RateLimitServiceTarget{Domain: domain, Descriptor: entries},
-			Window:           window,
+			Window:           v1alpha1.Duration(window),
 			Limit:            int32(rl.RequestsPerUnit),
 		},
 	}

@@ -43,7 +43,7 @@ func TestConvertGolden(t *testing.T) {
 	// What the golden file must say, whatever its wording.
 	var names []string
 	for _, p := range r.Policies {
-		names = append(names, p.Name+"="+p.Spec.Window+"/"+itoa(p.Spec.Limit)+"/"+string(p.Spec.Mode))
+		names = append(names, p.Name+"="+string(p.Spec.Window)+"/"+itoa(p.Spec.Limit)+"/"+string(p.Spec.Mode))
 	}
 	if strings.Join(names, " ") != "edge-remote-address=1s/10/ edge-generic-key-api-user=1m/100/ vip=1m/1000/ edge-generic-key-api-user-bot=1h/50/DryRun edge-generic-key-everything=24h/10000/" {
 		t.Errorf("policies: %v", names)

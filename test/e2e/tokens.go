@@ -165,7 +165,7 @@ func runTokens(ctx context.Context, c *Cluster, o Options, logf func(string, ...
 	}
 	c.KeepSynced(sc, Namespace)
 
-	window, err := time.ParseDuration(policy.Spec.Window)
+	window, err := time.ParseDuration(string(policy.Spec.Window))
 	if err != nil {
 		return nil, err
 	}
