@@ -447,13 +447,16 @@ func run(out, only string, streamOnly bool, rounds int, rpsDur, latDur time.Dura
 	st := lim.Stats()
 	// The streams after st: the limiter's figures below are (c), (d) and
 	// (g)'s.
-	var streamMD string
+	var streamMD, idleMD string
 	if only == "" {
 		if streamMD, err = streamSection(); err != nil {
 			return err
 		}
+		if idleMD, err = idleSection(ctx, tmp, cfgFile, redis.Addr); err != nil {
+			return err
+		}
 	}
-	md := report(targets, results, rate, conc, rounds, rpsDur, latDur, st, pingErrors.Load(), time.Since(started), loadBefore, loadAvg()) + streamMD
+	md := report(targets, results, rate, conc, rounds, rpsDur, latDur, st, pingErrors.Load(), time.Since(started), loadBefore, loadAvg()) + idleMD + streamMD
 	if out == "" {
 		_, err = os.Stdout.WriteString(md)
 		return err
