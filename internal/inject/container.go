@@ -89,21 +89,6 @@ func sidecar(o Options, st Status) corev1.Container {
 	}
 }
 
-// credentialItems maps the namespace Secret's keys of the identity to the
-// credential files the sidecar reads (redisconn.Credentials*File).
-func credentialItems(identity string) []corev1.KeyToPath {
-	user, pass := redisconn.SecretUsernameKey, redisconn.SecretPasswordKey
-	if identity == v1alpha1.RedisIdentityNamespace {
-		user, pass = redisconn.SecretNamespaceUsernameKey, redisconn.SecretNamespacePasswordKey
-	}
-	return []corev1.KeyToPath{
-		{Key: user, Path: redisconn.CredentialsUsernameFile},
-		{Key: pass, Path: redisconn.CredentialsPasswordFile},
-		{Key: redisconn.SecretSentinelUsernameKey, Path: redisconn.CredentialsSentinelUsernameFile},
-		{Key: redisconn.SecretSentinelPasswordKey, Path: redisconn.CredentialsSentinelPasswordFile},
-	}
-}
-
 // sidecarIndex is the index of the container named like the sidecar, or -1.
 func sidecarIndex(cs []corev1.Container) int {
 	for i := range cs {
@@ -112,14 +97,4 @@ func sidecarIndex(cs []corev1.Container) int {
 		}
 	}
 	return -1
-}
-
-func setVolume(pod *corev1.Pod, v corev1.Volume) {
-	for i := range pod.Spec.Volumes {
-		if pod.Spec.Volumes[i].Name == v.Name {
-			pod.Spec.Volumes[i] = v
-			return
-		}
-	}
-	pod.Spec.Volumes = append(pod.Spec.Volumes, v)
 }

@@ -16,9 +16,10 @@
 //
 // The files: inject.go (Inject, Remove and the checks before them),
 // options.go (what shapes the sidecar, and its defaults), container.go (the
-// sidecar's container and volumes), ports.go (taking over the app's port
-// name, and giving it back), image.go (the sidecar's image reference),
-// guard.go (reading what a pod's sidecar guards).
+// sidecar's container), volumes.go (the volumes it mounts), ports.go
+// (taking over the app's port name, and giving it back), image.go (the
+// sidecar's image reference), guard.go (reading what a pod's sidecar
+// guards).
 package inject
 
 import (
@@ -29,11 +30,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
-	"github.com/slidegate/slidegate/internal/clienthash"
-	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -225,69 +223,7 @@ func Inject(pod *corev1.Pod, opts Options) error {
 	// first otherwise, so that it is up before any other init container
 	// sends traffic.
 	work.Spec.InitContainers = slices.Insert(work.Spec.InitContainers, max(at, 0), sidecar(opts, st))
-	setVolume(work, corev1.Volume{Name: ConfigVolume, VolumeSource: corev1.VolumeSource{
-		ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: sidecarconfig.ConfigMapName},
-			// The controller writes it shortly after the first policy; the
-			// sidecar stays unready until it appears, the pod still starts.
-			Optional: ptr.To(true),
-		},
-	}})
-	setVolume(work, corev1.Volume{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{
-		DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{{
-			Path: podLabelsFile, FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels"},
-		}}},
-	}})
-	setVolume(work, corev1.Volume{Name: NoAPITokenVolume, VolumeSource: corev1.VolumeSource{
-		EmptyDir: &corev1.EmptyDirVolumeSource{},
-	}})
-	// The namespace's client hash key only, optional: the controller may
-	// mirror it after the pod starts (a Deployment applied with its first
-	// policy); the kubelet then fills the volume on its next pod sync, and
-	// the sidecar reads it again with its config.
-	setVolume(work, corev1.Volume{Name: ClientHashKeyVolume, VolumeSource: corev1.VolumeSource{
-		Secret: &corev1.SecretVolumeSource{
-			SecretName:  v1alpha1.RedisCredentialsSecretName,
-			Items:       []corev1.KeyToPath{{Key: clienthash.SecretDataKey, Path: clienthash.SecretDataKey}},
-			DefaultMode: ptr.To[int32](0o444),
-			Optional:    ptr.To(true),
-		},
-	}})
-	setVolume(work, corev1.Volume{Name: RedisCredentialsVolume, VolumeSource: corev1.VolumeSource{
-		Secret: &corev1.SecretVolumeSource{
-			SecretName: v1alpha1.RedisCredentialsSecretName,
-			Items:      credentialItems(opts.RedisIdentity),
-			// Readable by the sidecar's non-root user (files of a Secret
-			// volume are root's); only the sidecar mounts the volume.
-			DefaultMode: ptr.To[int32](0o444),
-			// A Redis without AUTH needs none; the controller may write them
-			// after the pod starts (its first policy): the kubelet fills the
-			// volume on its next sync of the pod, and the sidecar reads the
-			// files for every new connection.
-			Optional: ptr.To(true),
-		},
-	}})
-	if opts.Redis.TLS {
-		// Only the TLS keys of the mirrored Secret, each optional: a CA
-		// alone, or none (system roots), is as valid as a client
-		// certificate. The kubelet updates the files when the Secret
-		// changes, and the sidecar reads them for every new connection.
-		var items []corev1.KeyToPath
-		for _, k := range []string{redisconn.SecretTLSCAKey, redisconn.SecretTLSCertKey, redisconn.SecretTLSKeyKey} {
-			items = append(items, corev1.KeyToPath{Key: k, Path: k})
-		}
-		setVolume(work, corev1.Volume{Name: RedisTLSVolume, VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{
-				SecretName:  v1alpha1.RedisCredentialsSecretName,
-				Items:       items,
-				DefaultMode: ptr.To[int32](0o444),
-				Optional:    ptr.To(true),
-			},
-		}})
-	} else {
-		// Re-injection without TLS: the sidecar no longer mounts it.
-		work.Spec.Volumes = slices.DeleteFunc(work.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == RedisTLSVolume })
-	}
+	setVolumes(work, opts)
 	*pod = *work
 	return nil
 }

@@ -191,21 +191,31 @@ func (e Env) run(ctx context.Context, args []string) error {
 		return fmt.Errorf("%w: give exactly one POLICY", ErrUsage)
 	}
 	if cmd == "top" {
-		if a.limit < 1 {
-			return fmt.Errorf("%w: --limit must be at least 1", ErrUsage)
-		}
-		c, ns, err := e.connect(a)
-		if err != nil {
-			return err
-		}
-		res, err := c.Top(ctx, ns, fs.Arg(0), a.limit)
-		if err != nil {
-			return err
-		}
-		return PrintTop(e.Stdout, res, a.output)
+		return e.top(ctx, a, fs.Arg(0))
 	}
+	return e.why(ctx, a, fs, fs.Arg(0))
+}
+
+// top runs `kubectl slidegate top POLICY`.
+func (e Env) top(ctx context.Context, a cmdArgs, policy string) error {
+	if a.limit < 1 {
+		return fmt.Errorf("%w: --limit must be at least 1", ErrUsage)
+	}
+	c, ns, err := e.connect(a)
+	if err != nil {
+		return err
+	}
+	res, err := c.Top(ctx, ns, policy, a.limit)
+	if err != nil {
+		return err
+	}
+	return PrintTop(e.Stdout, res, a.output)
+}
+
+// why runs `kubectl slidegate why POLICY` with the one key flag fs has set.
+func (e Env) why(ctx context.Context, a cmdArgs, fs *pflag.FlagSet, policy string) error {
 	o := a.o
-	o.Policy = fs.Arg(0)
+	o.Policy = policy
 	n := 0
 	if a.global {
 		n++

@@ -100,15 +100,7 @@ func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, e
 	r := Request{Rule: rule, Client: client}
 	key := l.keyOf(&r)
 	win := windowMicros(rule.Window)
-	ctr := "0"
-	switch {
-	case rule.Weighted && rule.Algorithm == SlidingWindowCounter:
-		ctr = "3"
-	case rule.Weighted:
-		ctr = "2"
-	case rule.Algorithm == SlidingWindowCounter:
-		ctr = "1"
-	}
+	ctr := peekKind(rule)
 	var v any
 	var err error
 	if l.api.functions {
@@ -126,6 +118,26 @@ func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, e
 	if err != nil {
 		return Window{}, err
 	}
+	return windowOf(rule, key, win, rep), nil
+}
+
+// peekKind is the peek script's kind argument of rule: 0 a log, 1 a
+// counter, 2 a weighted log, 3 a weighted counter.
+func peekKind(rule Rule) string {
+	switch {
+	case rule.Weighted && rule.Algorithm == SlidingWindowCounter:
+		return "3"
+	case rule.Weighted:
+		return "2"
+	case rule.Algorithm == SlidingWindowCounter:
+		return "1"
+	}
+	return "0"
+}
+
+// windowOf is what the peek script replied (rep) about key under rule,
+// whose window is win µs.
+func windowOf(rule Rule, key string, win int64, rep peekReply) Window {
 	alg := rule.Algorithm
 	if alg == "" {
 		alg = SlidingLog
@@ -153,5 +165,5 @@ func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, e
 		wus := float64(win)
 		w.Estimate = float64(rep.prev)*(wus-float64(rep.elapsed))/wus + float64(rep.count)
 	}
-	return w, nil
+	return w
 }

@@ -127,23 +127,11 @@ func FitRLS(policies []v1alpha1.RateLimitPolicy, maxBytes int) (fit []v1alpha1.R
 	if err != nil {
 		return nil, nil, fmt.Errorf("render: %w", err)
 	}
-	cost := make([]int, len(policies))
-	var errs []error
-	for i := range policies {
-		rp, err := RLSPolicy(&policies[i])
-		if err == nil {
-			cost[i], err = encodedBytes(rp)
-		}
-		errs = append(errs, err)
+	cost, err := rlsCosts(policies)
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, nil, fmt.Errorf("render: %w", err)
-	}
-	order := make([]int, len(policies))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return precedence(&policies[a], &policies[b]) })
+	order := byPrecedence(policies)
 	// The bytes all policies can take: the budget less the empty document
 	// and what a non-empty list adds.
 	room := maxBytes - len(empty) - listBytes
@@ -182,12 +170,46 @@ func FitRLS(policies []v1alpha1.RateLimitPolicy, maxBytes int) (fit []v1alpha1.R
 			RateLimitService: true, Namespaces: len(used), ShareBytes: share, NamespaceBytes: used[p.Namespace],
 		})
 	}
+	return kept(policies, keep), tooLarge, nil
+}
+
+// kept is the policies whose keep is true, in their order.
+func kept(policies []v1alpha1.RateLimitPolicy, keep []bool) (fit []v1alpha1.RateLimitPolicy) {
 	for i := range policies {
 		if keep[i] {
 			fit = append(fit, policies[i])
 		}
 	}
-	return fit, tooLarge, nil
+	return fit
+}
+
+// rlsCosts is what each policy adds to the rate limit service's document,
+// in bytes.
+func rlsCosts(policies []v1alpha1.RateLimitPolicy) ([]int, error) {
+	cost := make([]int, len(policies))
+	var errs []error
+	for i := range policies {
+		rp, err := RLSPolicy(&policies[i])
+		if err == nil {
+			cost[i], err = encodedBytes(rp)
+		}
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	return cost, nil
+}
+
+// byPrecedence are the indexes of policies, the policy that keeps its place
+// first (precedence).
+func byPrecedence(policies []v1alpha1.RateLimitPolicy) []int {
+	order := make([]int, len(policies))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return precedence(&policies[a], &policies[b]) })
+	return order
 }
 
 // EncodeRLS returns the canonical bytes of the rate limit service's

@@ -167,50 +167,14 @@ func (s *Server) Serve(ctx context.Context, grpcLn, adminLn net.Listener, shutdo
 
 	var stopping atomic.Bool
 	ready := func() bool { return s.Ready() && !stopping.Load() }
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	mux.Handle(rlsconfig.LoadedPath, rlsconfig.LoadedHandler(s.Loaded))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			http.Error(w, "not ready: no config loaded, or shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	// Its clients are the kubelet, Prometheus and the manager: small
-	// requests and answers.
-	admin := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: adminReadHeaderTimeout,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second, // /metrics of a busy server
-		IdleTimeout:       time.Minute,
-		MaxHeaderBytes:    16 << 10,
-	}
+	admin := s.adminServer(ready)
 
 	bg, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go s.WatchConfig(bg)
 	go s.AnnounceLoop(bg)
 	// The health service follows readiness (no config loaded: NOT_SERVING).
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			st := healthpb.HealthCheckResponse_NOT_SERVING
-			if ready() {
-				st = healthpb.HealthCheckResponse_SERVING
-			}
-			hs.SetServingStatus("", st)
-			hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
-			select {
-			case <-bg.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	go followReadiness(bg, hs, ready)
 	main := serving.Main{
 		Name:  "gRPC port",
 		Serve: func() error { return gs.Serve(grpcLn) },
@@ -234,4 +198,50 @@ func (s *Server) Serve(ctx context.Context, grpcLn, adminLn net.Listener, shutdo
 		},
 		Log: s.log,
 	})
+}
+
+// adminServer serves /metrics, /healthz, /readyz (ready) and
+// rlsconfig.LoadedPath.
+func (s *Server) adminServer(ready func() bool) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle(rlsconfig.LoadedPath, rlsconfig.LoadedHandler(s.Loaded))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready: no config loaded, or shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	// Its clients are the kubelet, Prometheus and the manager: small
+	// requests and answers.
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: adminReadHeaderTimeout,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second, // /metrics of a busy server
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
+	}
+}
+
+// followReadiness sets the health service's status from ready every second
+// until ctx ends.
+func followReadiness(ctx context.Context, hs *health.Server, ready func() bool) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if ready() {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		hs.SetServingStatus("", st)
+		hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

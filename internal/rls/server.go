@@ -263,34 +263,40 @@ func (s *Server) gather(ix *index, req *rlsv3.RateLimitRequest) (reqs []limiter.
 		if tooLarge = tooLarge || total > MaxCallHits; tooLarge {
 			continue // only which policies the rest matched
 		}
-	pairs:
 		for _, m := range ms {
 			op, hits := limiter.OpDecide, h
 			if m.p.rule.Weighted {
 				op, hits = costOf(req, d, m.p)
 			}
-			for k := range reqs {
-				if pols[k] == m.p && reqs[k].Client == m.client && reqs[k].Op == op {
-					// A cost above MaxCost stays above it (refused).
-					reqs[k].Hits = min(reqs[k].Hits+hits, limiter.MaxCost+1)
-					if op == limiter.OpCharge {
-						reqs[k].Hits = min(reqs[k].Hits, limiter.MaxCost)
-					}
-					descs[i].pairs = append(descs[i].pairs, k)
-					continue pairs
-				}
-			}
-			rule := m.p.rule
-			rule.Replicas = replicas
-			reqs = append(reqs, limiter.Request{Rule: rule, Client: m.client, DryRun: m.p.dryRun, Hits: hits, Op: op})
-			pols = append(pols, m.p)
-			descs[i].pairs = append(descs[i].pairs, len(reqs)-1)
+			var k int
+			reqs, pols, k = addPair(reqs, pols, m, op, hits, replicas)
+			descs[i].pairs = append(descs[i].pairs, k)
 		}
 	}
 	if tooLarge {
 		return nil, nil, descs, true
 	}
 	return reqs, pols, descs, false
+}
+
+// addPair adds a matched (policy, client) pair of op and hits to the
+// requests and returns its index: the hits add to the request of the same
+// pair and op when there is one, else the pair is a new request.
+func addPair(reqs []limiter.Request, pols []*policy, m matched, op limiter.Op, hits int64, replicas int) ([]limiter.Request, []*policy, int) {
+	for k := range reqs {
+		if pols[k] == m.p && reqs[k].Client == m.client && reqs[k].Op == op {
+			// A cost above MaxCost stays above it (refused).
+			reqs[k].Hits = min(reqs[k].Hits+hits, limiter.MaxCost+1)
+			if op == limiter.OpCharge {
+				reqs[k].Hits = min(reqs[k].Hits, limiter.MaxCost)
+			}
+			return reqs, pols, k
+		}
+	}
+	rule := m.p.rule
+	rule.Replicas = replicas
+	reqs = append(reqs, limiter.Request{Rule: rule, Client: m.client, DryRun: m.p.dryRun, Hits: hits, Op: op})
+	return reqs, append(pols, m.p), len(reqs) - 1
 }
 
 // tooLarge answers a call whose hits add up to more than MaxCallHits: each

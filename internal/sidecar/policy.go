@@ -105,55 +105,66 @@ func compile(cfg *sidecarconfig.Config, labels map[string]string, configSum, lab
 		if !selectorMatches(p.Selector, labels) {
 			continue
 		}
-		cp := &policy{
-			name: p.Name,
-			rule: limiter.Rule{
-				ID:        p.ID,
-				Limit:     p.Limit,
-				Window:    time.Duration(p.WindowMillis) * time.Millisecond,
-				Algorithm: limiter.Algorithm(p.Algorithm),
-				FailMode:  limiter.FailMode(p.FailMode),
-				Replicas:  int(p.Replicas),
-				Durable:   p.Durability == sidecarconfig.DurabilityReplicated,
-			},
-			dryRun:    p.Mode == sidecarconfig.ModeDryRun,
-			methods:   compileMethods(p.Match.Methods),
-			prefixes:  slices.Clone(p.Match.PathPrefixes),
-			foldCase:  p.Match.PathCase == sidecarconfig.PathCaseInsensitive,
-			source:    p.Key.Source,
-			keyName:   p.Key.Name,
-			onMissing: p.Key.OnMissing,
-			forwarded: forwardedModeOf(p.Key.ForwardedHeader),
-			ipv6Bits:  p.Key.IPv6Prefix(),
-			nameItem:  ratelimitheader.String(p.Name),
+		cp, err := compilePolicy(p, verifiers)
+		if err != nil {
+			return nil, err
 		}
-		if cp.foldCase {
-			for i, pre := range cp.prefixes {
-				cp.prefixes[i] = foldCase(pre)
-			}
-		}
-		if cp.source == sidecarconfig.SourceHeader {
-			cp.keyName = http.CanonicalHeaderKey(cp.keyName)
-		}
-		if cp.jwt, err = verifierOf(p.Key.JWT, verifiers); err != nil {
-			return nil, fmt.Errorf("policy %s: key.jwt: %w", p.Name, err)
-		}
-		if c := p.Cost; c != nil {
-			cp.rule.Weighted = true
-			if c.Request != nil {
-				cp.reqCost = compileRequestCost(c.Request)
-			}
-			if rc := c.Response; rc != nil {
-				spec := respcost.Spec{Header: rc.Header, JSONFields: rc.JSONFields, Default: rc.Default}
-				if cp.respCost, err = respcost.Compile(spec); err != nil {
-					return nil, fmt.Errorf("policy %s: cost.response: %w", p.Name, err)
-				}
-			}
-		}
-		cp.policyItem = ratelimitheader.PolicyItem(cp.nameItem, p.Limit, cp.rule.Window)
 		st.policies = append(st.policies, cp)
 	}
 	return st, nil
+}
+
+// compilePolicy builds the state of one policy; verifiers holds the JWT
+// verifiers already built, shared by the policies of the same settings.
+func compilePolicy(p *sidecarconfig.Policy, verifiers map[string]*jwtverify.Verifier) (*policy, error) {
+	var err error
+	cp := &policy{
+		name: p.Name,
+		rule: limiter.Rule{
+			ID:        p.ID,
+			Limit:     p.Limit,
+			Window:    time.Duration(p.WindowMillis) * time.Millisecond,
+			Algorithm: limiter.Algorithm(p.Algorithm),
+			FailMode:  limiter.FailMode(p.FailMode),
+			Replicas:  int(p.Replicas),
+			Durable:   p.Durability == sidecarconfig.DurabilityReplicated,
+		},
+		dryRun:    p.Mode == sidecarconfig.ModeDryRun,
+		methods:   compileMethods(p.Match.Methods),
+		prefixes:  slices.Clone(p.Match.PathPrefixes),
+		foldCase:  p.Match.PathCase == sidecarconfig.PathCaseInsensitive,
+		source:    p.Key.Source,
+		keyName:   p.Key.Name,
+		onMissing: p.Key.OnMissing,
+		forwarded: forwardedModeOf(p.Key.ForwardedHeader),
+		ipv6Bits:  p.Key.IPv6Prefix(),
+		nameItem:  ratelimitheader.String(p.Name),
+	}
+	if cp.foldCase {
+		for i, pre := range cp.prefixes {
+			cp.prefixes[i] = foldCase(pre)
+		}
+	}
+	if cp.source == sidecarconfig.SourceHeader {
+		cp.keyName = http.CanonicalHeaderKey(cp.keyName)
+	}
+	if cp.jwt, err = verifierOf(p.Key.JWT, verifiers); err != nil {
+		return nil, fmt.Errorf("policy %s: key.jwt: %w", p.Name, err)
+	}
+	if c := p.Cost; c != nil {
+		cp.rule.Weighted = true
+		if c.Request != nil {
+			cp.reqCost = compileRequestCost(c.Request)
+		}
+		if rc := c.Response; rc != nil {
+			spec := respcost.Spec{Header: rc.Header, JSONFields: rc.JSONFields, Default: rc.Default}
+			if cp.respCost, err = respcost.Compile(spec); err != nil {
+				return nil, fmt.Errorf("policy %s: cost.response: %w", p.Name, err)
+			}
+		}
+	}
+	cp.policyItem = ratelimitheader.PolicyItem(cp.nameItem, p.Limit, cp.rule.Window)
+	return cp, nil
 }
 
 // verifierOf is the verifier of j (nil for nil), shared through built

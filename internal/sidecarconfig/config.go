@@ -348,56 +348,80 @@ func (p *Policy) validate() error {
 	if p.Cost != nil {
 		errs = append(errs, p.Cost.validate()...)
 	}
-	switch p.Key.Source {
+	errs = append(errs, p.Key.validate()...)
+	errs = append(errs, p.Match.validate()...)
+	errs = append(errs, p.Selector.validate()...)
+	return errors.Join(errs...)
+}
+
+// validate checks a policy's key.
+func (k *Key) validate() []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch k.Source {
 	case SourceHeader:
-		if !headerName.MatchString(p.Key.Name) {
-			add("key.name %q is not a valid header name", p.Key.Name)
+		if !headerName.MatchString(k.Name) {
+			add("key.name %q is not a valid header name", k.Name)
 		}
 	case SourceQueryParameter, SourceJWTClaim:
-		if p.Key.Name == "" || len(p.Key.Name) > 256 {
-			add("key.name is required for %s (at most 256 bytes)", p.Key.Source)
+		if k.Name == "" || len(k.Name) > 256 {
+			add("key.name is required for %s (at most 256 bytes)", k.Source)
 		}
 	case SourceRemoteAddress, SourceGlobal:
 	default:
-		add("key.source %q is unknown", p.Key.Source)
+		add("key.source %q is unknown", k.Source)
 	}
-	switch p.Key.OnMissing {
+	switch k.OnMissing {
 	case MissingDeny, MissingAllow, MissingRemoteAddress:
 	default:
-		add("key.onMissing %q is not Deny, Allow or RemoteAddress", p.Key.OnMissing)
+		add("key.onMissing %q is not Deny, Allow or RemoteAddress", k.OnMissing)
 	}
-	switch p.Key.ForwardedHeader {
+	switch k.ForwardedHeader {
 	case "", ForwardedXFF, ForwardedRFC7239:
 	default:
-		add("key.forwardedHeader %q is not %s or %s", p.Key.ForwardedHeader, ForwardedXFF, ForwardedRFC7239)
+		add("key.forwardedHeader %q is not %s or %s", k.ForwardedHeader, ForwardedXFF, ForwardedRFC7239)
 	}
-	if p.Key.IPv6PrefixLength < 0 || p.Key.IPv6PrefixLength > 128 {
-		add("key.ipv6PrefixLength %d is outside 1..128", p.Key.IPv6PrefixLength)
+	if k.IPv6PrefixLength < 0 || k.IPv6PrefixLength > 128 {
+		add("key.ipv6PrefixLength %d is outside 1..128", k.IPv6PrefixLength)
 	}
-	if j := p.Key.JWT; j != nil {
-		if p.Key.Source != SourceJWTClaim {
+	if j := k.JWT; j != nil {
+		if k.Source != SourceJWTClaim {
 			add("key.jwt applies to the source %s only", SourceJWTClaim)
 		}
 		if err := j.validate(); err != nil {
 			add("key.jwt: %w", err)
 		}
 	}
-	switch p.Match.PathCase {
+	return errs
+}
+
+// validate checks a policy's request match.
+func (m *Match) validate() []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch m.PathCase {
 	case "", PathCaseSensitive, PathCaseInsensitive:
 	default:
-		add("match.pathCase %q is not %s or %s", p.Match.PathCase, PathCaseSensitive, PathCaseInsensitive)
+		add("match.pathCase %q is not %s or %s", m.PathCase, PathCaseSensitive, PathCaseInsensitive)
 	}
-	for _, m := range p.Match.Methods {
+	for _, m := range m.Methods {
 		if !httpMethod.MatchString(m) {
 			add("match.methods: %q is not an upper-case HTTP method", m)
 		}
 	}
-	for _, pp := range p.Match.PathPrefixes {
+	for _, pp := range m.PathPrefixes {
 		if !strings.HasPrefix(pp, "/") {
 			add("match.pathPrefixes: %q does not start with /", pp)
 		}
 	}
-	for _, r := range p.Selector.MatchExpressions {
+	return errs
+}
+
+// validate checks a policy's pod selector.
+func (sel *Selector) validate() []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	for _, r := range sel.MatchExpressions {
 		switch r.Operator {
 		case "In", "NotIn":
 			if len(r.Values) == 0 {
@@ -411,5 +435,5 @@ func (p *Policy) validate() error {
 			add("selector: operator %q is unknown", r.Operator)
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
