@@ -17,7 +17,7 @@ limitations under the License.
 package policystatus
 
 // The status logic as tables of plain Go values, no API server: one table
-// per function (Desired, countPods, bypassingServices, unprotectedWhy,
+// per function (Desired, CountPods, BypassingServices, UnprotectedWhy,
 // DesiredService). A new status behaviour gets a row in the table of the
 // function that decides it; the envtest tests only check that the reconcile
 // wires these functions to the cluster.
@@ -325,7 +325,7 @@ func TestDesiredStatusIsStable(t *testing.T) {
 }
 
 // specPod is a pod of an app serving ports http (8080) and grpc (9090),
-// as the controller's cache holds it (trimPod); sidecar is the port name
+// as the controller's cache holds it (TrimPod); sidecar is the port name
 // its injected sidecar takes over (inject.Inject, as the webhook does), ""
 // for none.
 func specPod(t *testing.T, name string, labels map[string]string, sidecar string) corev1.Pod {
