@@ -17,18 +17,15 @@ limitations under the License.
 package controllers
 
 import (
-	"context"
-
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/kubecache"
 	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
@@ -39,15 +36,16 @@ import (
 // list and watch to that name) and by label; Pods only while they have not
 // finished (unfinishedPods), trimmed to what the status reads (TrimPod).
 // Managed fields are dropped to save memory. The manager's own credentials
-// Secret is read through a cache of its own (SetupWithManager), scoped to
-// its namespace and name.
+// Secret, the slidegate-jwks ConfigMaps and the rate limit service's
+// objects are read through caches of their own (internal/kubecache), built
+// by internal/manager.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{v1alpha1.ManagedByLabel: v1alpha1.ManagedByValue})
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: managed, Field: nameSelector(sidecarconfig.ConfigMapName)},
-			&corev1.Secret{}:    {Label: managed, Field: nameSelector(v1alpha1.RedisCredentialsSecretName)},
+			&corev1.ConfigMap{}: {Label: managed, Field: kubecache.NameSelector(sidecarconfig.ConfigMapName)},
+			&corev1.Secret{}:    {Label: managed, Field: kubecache.NameSelector(v1alpha1.RedisCredentialsSecretName)},
 			&corev1.Pod{}:       {Field: unfinishedPods, Transform: policystatus.TrimPod},
 			// All of them: another one that admits the app's port undoes
 			// ours (policystatus.Guards.ReopeningPolicies). Their annotations are not read
@@ -66,43 +64,3 @@ var unfinishedPods = fields.AndSelectors(
 	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
 	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
 )
-
-// nameSelector selects the objects of one name.
-func nameSelector(name string) fields.Selector {
-	return fields.OneTermEqualSelector("metadata.name", name)
-}
-
-// scopedCache is a cache, beside the manager's, of only the objects that
-// byObject selects (in one namespace, by name or label), so that RBAC can
-// grant list and watch on those alone. Its informers exist before the
-// manager starts, so the manager starts it with its own caches, and the
-// controllers wait for both to sync.
-func scopedCache(ctx context.Context, mgr ctrl.Manager, byObject map[client.Object]cache.ByObject) (cache.Cache, error) {
-	c, err := cache.New(mgr.GetConfig(), cache.Options{
-		Scheme:           mgr.GetScheme(),
-		Mapper:           mgr.GetRESTMapper(),
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject:         byObject,
-	})
-	if err != nil {
-		return nil, err
-	}
-	for obj := range byObject {
-		if _, err := c.GetInformer(ctx, obj); err != nil {
-			return nil, err
-		}
-	}
-	return c, mgr.Add(managerCache{c})
-}
-
-// namedIn selects the object named key.Name in namespace key.Namespace.
-func namedIn(key types.NamespacedName) cache.ByObject {
-	return cache.ByObject{Namespaces: map[string]cache.Config{key.Namespace: {FieldSelector: nameSelector(key.Name)}}}
-}
-
-// managerCache makes the manager run a cache with its own caches: started
-// before the controllers, and synced before they run.
-type managerCache struct{ cache.Cache }
-
-// GetCache hands the manager the cache to start and wait for.
-func (c managerCache) GetCache() cache.Cache { return c.Cache }

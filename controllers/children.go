@@ -34,18 +34,10 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/clienthash"
+	"github.com/slidegate/slidegate/internal/owned"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
-
-// childLabels are the labels of every object the controller creates.
-func childLabels(component string) map[string]string {
-	return map[string]string{
-		v1alpha1.ManagedByLabel:       v1alpha1.ManagedByValue,
-		"app.kubernetes.io/name":      "slidegate",
-		"app.kubernetes.io/component": component,
-	}
-}
 
 // applyConfigMap makes the namespace's sidecar ConfigMap hold data, unless
 // the cached copy already matches.
@@ -59,7 +51,7 @@ func (r *RateLimitPolicyReconciler) applyConfigMap(ctx context.Context, ns strin
 // matches (so an unchanged render writes nothing).
 func applyConfigMap(ctx context.Context, c client.Client, reader client.Reader, key types.NamespacedName, fileName, component string,
 	data []byte, revision string, owners []metav1.OwnerReference) error {
-	lbls := childLabels(component)
+	lbls := owned.Labels(component)
 	annotations := map[string]string{v1alpha1.RevisionAnnotation: revision}
 
 	var cur corev1.ConfigMap
@@ -77,13 +69,13 @@ func applyConfigMap(ctx context.Context, c client.Client, reader client.Reader, 
 		WithAnnotations(annotations).
 		WithOwnerReferences(ownerReferenceApplyConfigs(owners)...).
 		WithData(map[string]string{fileName: string(data)})
-	if err := c.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	if err := c.Apply(ctx, ac, client.FieldOwner(owned.FieldOwner), client.ForceOwnership); err != nil {
 		if namespaceTerminating(err) {
 			return nil // its policies are going too; the next reconcile cleans up
 		}
 		return fmt.Errorf("applying ConfigMap %s: %w", key, err)
 	}
-	writesCounter.WithLabelValues("configmap", "apply").Inc()
+	owned.Wrote("configmap", "apply")
 	logf.FromContext(ctx).Info("applied the configuration", "configMap", klog.KRef(key.Namespace, key.Name), "revision", revision)
 	return nil
 }
@@ -189,7 +181,7 @@ func deleteManaged(ctx context.Context, c client.Client, reader client.Reader, k
 	if err := c.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting %s %s: %w", resource, key, err)
 	}
-	writesCounter.WithLabelValues(resource, "delete").Inc()
+	owned.Wrote(resource, "delete")
 	logf.FromContext(ctx).Info("deleted: "+why, resource, klog.KRef(key.Namespace, key.Name))
 	return nil
 }

@@ -32,7 +32,8 @@ limitations under the License.
 //   - the Secret slidegate-redis-credentials
 //     (v1alpha1.RedisCredentialsSecretName), only in namespaces labelled for
 //     injection and while a sidecar policy there needs it: the namespace's
-//     own Redis identity (identity.go, docs/security.md section 1) or, in
+//     own Redis identity (internal/redisidentity, docs/security.md
+//     section 1) or, in
 //     the shared mode, the keys of the credentials Secret configured on the
 //     manager (--redis-secret-name, in the manager's namespace).
 //
@@ -64,21 +65,25 @@ limitations under the License.
 // What is pure lives outside: the rendering in internal/render (its two
 // entry points, render.Namespace and render.Service) and the statuses in
 // internal/policystatus (the facts about pods, Services and
-// NetworkPolicies, and each condition from its named checks). This package
-// reads the cluster, calls them, and writes what they return.
+// NetworkPolicies, and each condition from its named checks). What a
+// namespace's credentials Secret holds, and the Redis identities behind
+// it, are decided by internal/redisidentity; what the manager writes is
+// marked by internal/owned. This package reads the cluster, calls them,
+// and writes what they return. internal/manager builds both reconcilers
+// with what they read through besides the manager's cache (the caches of
+// internal/kubecache, the key set fetcher, the identities' periodic pass);
+// SetupWithManager only declares the watches.
 //
 // The files, by phase, shared by both reconcilers where they can be:
 // facts.go (gather: what one reconcile of a namespace works from),
 // policies.go (the live policies of a namespace), statuswrite.go (writing
-// the statuses that changed), children.go (the ConfigMap, the Secrets,
-// deleteManaged and the owner references), identity.go, identitysync.go,
-// legacypassword.go and credentials.go (the Redis identities and
-// credentials; internal/manager builds RedisIdentities from its flags), networkpolicy.go, jwks.go and clienthash.go
-// (the other children), memory.go (the namespaces' Redis memory budget);
-// setup.go and caches.go (the watches and the caches of only the objects
-// each reads); ratelimitpolicy_controller.go and
+// the statuses that changed), children.go (the ConfigMap, deleteManaged
+// and the owner references), credentials.go (the namespace's
+// slidegate-redis-credentials Secret), networkpolicy.go and jwks.go (the
+// other children, and the key sets); setup.go and caches.go (the watches,
+// and what the manager's cache holds); ratelimitpolicy_controller.go and
 // ratelimitservice_controller.go are the two reconcilers' sequences. The
 // rate limit service's reconciler keeps its other phases beside it:
 // rlsservers.go (asking each ready server what it loaded) and rlssetup.go
-// (its watches).
+// (its caches' objects and its watches).
 package controllers

@@ -25,7 +25,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -38,6 +37,7 @@ import (
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisidentity"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
@@ -72,8 +72,8 @@ func redisUser(name string) bool {
 // inNamespaceMode runs the rest of the test with the namespace identity
 // mode, the default of a new install.
 func inNamespaceMode(t *testing.T) {
-	identities.setMode(IdentityNamespace)
-	t.Cleanup(func() { identities.setMode(IdentityShared) })
+	identities.SetMode(redisidentity.Namespace)
+	t.Cleanup(func() { identities.SetMode(redisidentity.Shared) })
 }
 
 // TestNoCredentialsWithoutInjectionLabel: a namespace that is not labelled
@@ -89,7 +89,7 @@ func TestNoCredentialsWithoutInjectionLabel(t *testing.T) {
 	eventually(t, "the policy reconciled", func() error { return settled(p, readyAccepted) })
 	// A reconcile that mirrored would have done it by now; a few more
 	// passes of the identity loop too.
-	time.Sleep(3 * identities.interval())
+	time.Sleep(3 * identities.Interval)
 	if _, err := credentialsOf(ns); !apierrors.IsNotFound(err) {
 		t.Fatalf("a namespace without the injection label has credentials: %v", err)
 	}
@@ -322,12 +322,8 @@ func TestRLSNamespaceGetsNoIdentity(t *testing.T) {
 // counts it and an event on the manager's Pod says so.
 func TestOpenRedisReported(t *testing.T) {
 	eventually(t, "the open node counted", func() error {
-		var m dto.Metric
-		if err := unauthenticatedGauge.Write(&m); err != nil {
-			return err
-		}
-		if m.GetGauge().GetValue() != 1 {
-			return fmt.Errorf("slidegate_redis_unauthenticated = %v", m.GetGauge().GetValue())
+		if v := gathered(t, "slidegate_redis_unauthenticated", ""); v != 1 {
+			return fmt.Errorf("slidegate_redis_unauthenticated = %v", v)
 		}
 		return nil
 	})

@@ -25,7 +25,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -33,6 +32,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/jwtverify"
+	"github.com/slidegate/slidegate/internal/kubecache"
 	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/render"
 )
@@ -61,24 +61,22 @@ func jwksURL(obj client.Object) []string {
 	return []string{p.Spec.Key.JWT.JWKS.URL}
 }
 
-// jwksConfigMapCache is a cache of the ConfigMaps named slidegate-jwks, in
-// every namespace, and of no other (the field selector is what lets RBAC
+// KeySetObjects are the objects of the cache of key sets
+// (RateLimitPolicyReconciler.KeySets): the ConfigMaps named slidegate-jwks,
+// in every namespace, and no other (the field selector is what lets RBAC
 // restrict the list and watch to that name).
-func jwksConfigMapCache(ctx context.Context, mgr ctrl.Manager) (cache.Cache, error) {
-	return scopedCache(ctx, mgr, map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}: {Field: nameSelector(v1alpha1.JWKSConfigMapName)},
-	})
+func KeySetObjects() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Field: kubecache.NameSelector(v1alpha1.JWKSConfigMapName)}}
 }
 
-// newFetcher builds the fetcher of key set URLs from r.JWKSFetch: it asks
-// the policy index whether a URL is still named, and on a change sends the
-// namespaces whose policies name the URL to events.
-func (r *RateLimitPolicyReconciler) newFetcher(mgr ctrl.Manager, events chan<- event.TypedGenericEvent[client.Object]) *jwksfetch.Fetcher {
-	opts := r.JWKSFetch
-	opts.Log = mgr.GetLogger().WithName("jwks")
+// NewKeySetFetcher builds the fetcher of key set URLs from opts: it asks
+// the policy index (through policies, the manager's client) whether a URL
+// is still named, and on a change sends the namespaces whose policies name
+// the URL to wake. It runs on the leader only, as the controller does.
+func NewKeySetFetcher(opts jwksfetch.Options, policies client.Reader, wake chan<- event.TypedGenericEvent[client.Object]) *jwksfetch.Fetcher {
 	namespaces := func(url string) ([]string, error) {
 		var list v1alpha1.RateLimitPolicyList
-		if err := r.Client.List(context.Background(), &list, client.MatchingFields{jwksURLIndex: url}, client.UnsafeDisableDeepCopy); err != nil {
+		if err := policies.List(context.Background(), &list, client.MatchingFields{jwksURLIndex: url}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, err
 		}
 		var out []string
@@ -95,8 +93,8 @@ func (r *RateLimitPolicyReconciler) newFetcher(mgr ctrl.Manager, events chan<- e
 		for _, n := range ns {
 			obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: n}}
 			select {
-			case events <- event.TypedGenericEvent[client.Object]{Object: obj}:
-			case <-ctx.Done(): // the manager stops: nobody reads events any more
+			case wake <- event.TypedGenericEvent[client.Object]{Object: obj}:
+			case <-ctx.Done(): // the manager stops: nobody reads wake any more
 				return
 			}
 		}
@@ -148,9 +146,9 @@ func (r *RateLimitPolicyReconciler) keySets(ctx context.Context, ns string, poli
 // jwksConfigMap reads the namespace's slidegate-jwks ConfigMap; nil when
 // there is none.
 func (r *RateLimitPolicyReconciler) jwksConfigMap(ctx context.Context, ns string) (*corev1.ConfigMap, error) {
-	reader := r.jwksReader
-	if reader == nil {
-		reader = r.Client
+	var reader client.Reader = r.Client
+	if r.KeySets != nil {
+		reader = r.KeySets
 	}
 	cm := &corev1.ConfigMap{}
 	err := reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.JWKSConfigMapName}, cm)
@@ -187,10 +185,10 @@ func configMapKeySet(cm *corev1.ConfigMap, ns, key string) ([]byte, string) {
 // last fetched, or why there is none; note says that the last refresh
 // failed while older keys render.
 func (r *RateLimitPolicyReconciler) fetchedKeySet(url, ns string) (keys []byte, why, note string) {
-	if r.fetcher == nil {
+	if r.Fetcher == nil {
 		return nil, "this manager fetches no key set URLs (its controller was set up without the fetcher)", ""
 	}
-	res, done := r.fetcher.Get(url, ns)
+	res, done := r.Fetcher.Get(url, ns)
 	switch {
 	case !done:
 		return nil, fmt.Sprintf("fetching the key set from %s (first fetch under way)", url), ""

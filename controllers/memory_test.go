@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/redisadmin"
@@ -45,13 +46,8 @@ func TestMemoryBudget(t *testing.T) {
 	ctx := context.Background()
 	inNamespaceMode(t)
 	const budget = 256 << 10
-	identities.MemoryBudget = budget
-	t.Cleanup(func() {
-		identities.mu.Lock()
-		identities.over = nil
-		identities.mu.Unlock()
-		identities.MemoryBudget = 0
-	})
+	identities.SetMemoryBudget(budget)
+	t.Cleanup(func() { identities.SetMemoryBudget(0) })
 	tenant, bystander := newNamespace(t), newNamespace(t)
 	p := newPolicy(tenant, "p")
 	create(t, p)
@@ -96,18 +92,18 @@ func TestMemoryBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := recorder.count()
-	exceeded := testutil.ToFloat64(memoryBudgetExceededCounter)
+	exceeded := gathered(t, "slidegate_redis_memory_budget_exceeded_total", "")
 
-	reconciler.checkMemory(ctx)
+	identities.CheckMemory(ctx)
 
-	measured := testutil.ToFloat64(namespaceMemoryGauge.WithLabelValues(tenant))
+	measured := gathered(t, "slidegate_redis_namespace_memory_bytes", tenant)
 	if measured < 640<<10 {
 		t.Errorf("slidegate_redis_namespace_memory_bytes{namespace=%s} = %v, want at least the 640 KiB written", tenant, measured)
 	}
-	if got := testutil.ToFloat64(memoryBudgetExceededCounter) - exceeded; got != 1 {
+	if got := gathered(t, "slidegate_redis_memory_budget_exceeded_total", "") - exceeded; got != 1 {
 		t.Errorf("slidegate_redis_memory_budget_exceeded_total rose by %v, want 1", got)
 	}
-	if n := testutil.CollectAndCount(overBudgetGauge); n != 1 || testutil.ToFloat64(overBudgetGauge.WithLabelValues(tenant)) != 1 {
+	if n := series(t, overBudgetMetric); n != 1 || gathered(t, overBudgetMetric, tenant) != 1 {
 		t.Errorf("slidegate_redis_namespace_over_memory_budget: %d series, want 1 of 1 for %s", n, tenant)
 	}
 	if err := rdb.Ping(ctx).Err(); err == nil {
@@ -131,7 +127,7 @@ func TestMemoryBudget(t *testing.T) {
 		t.Errorf("no RedisMemoryBudgetExceeded event on the manager's Pod naming %s: %q", tenant, recorder.since(events))
 	}
 	// The periodic pass sets every user as desired: it keeps this one off.
-	time.Sleep(3 * identities.interval())
+	time.Sleep(3 * identities.Interval)
 	if got, _ := redisServer.Do("ACL", "GETUSER", user); !strings.Contains(got, "\noff\n") {
 		t.Errorf("the tenant's user after three periodic passes: %q, want off", got)
 	}
@@ -143,7 +139,7 @@ func TestMemoryBudget(t *testing.T) {
 	if _, err := redisServer.Do("DEL", junk); err != nil {
 		t.Fatal(err)
 	}
-	reconciler.checkMemory(ctx)
+	identities.CheckMemory(ctx)
 	readyIs(t, p, metav1.ConditionTrue, v1alpha1.ReasonPublished, "")
 	eventually(t, "the tenant's credentials open Redis again", func() error {
 		c, err := conn(tenant)
@@ -152,7 +148,45 @@ func TestMemoryBudget(t *testing.T) {
 		}
 		return c.Close()
 	})
-	if n := testutil.CollectAndCount(overBudgetGauge); n != 0 {
+	if n := series(t, overBudgetMetric); n != 0 {
 		t.Errorf("slidegate_redis_namespace_over_memory_budget: %d series after the switch on, want none", n)
 	}
+}
+
+// overBudgetMetric is the gauge of the namespaces switched off.
+const overBudgetMetric = "slidegate_redis_namespace_over_memory_budget"
+
+// series is how many series of metric the manager's registry holds.
+func series(t *testing.T, metric string) int {
+	t.Helper()
+	n, err := testutil.GatherAndCount(ctrlmetrics.Registry, metric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// gathered is the value of metric's series for namespace ns (any series
+// when ns is ""), 0 when there is none.
+func gathered(t *testing.T, metric, ns string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if ns != "" && !hasLabel(m, "namespace", ns) {
+				continue
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

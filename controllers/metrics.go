@@ -54,55 +54,11 @@ var (
 		Name: "slidegate_rls_unclaimed_domain_policies",
 		Help: "Accepted policies for the rate limit service on a domain that no namespace claims in ConfigMap slidegate-rls-domains, so that policies of any namespace may limit that domain.",
 	})
-
-	unauthenticatedGauge = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "slidegate_redis_unauthenticated",
-		Help: "Redis nodes that answered a command sent without AUTH at the manager's last check: anything that reaches them bypasses every identity (alert SlidegateRedisOpen).",
-	})
-	libraryLoadsCounter = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "slidegate_redis_library_loads_total",
-		Help: "Times the manager loaded the slidegate Functions library on a Redis master that lacked it (the first time, after a restart without persistence, an empty replica promoted).",
-	})
-	identitySyncCounter = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "slidegate_redis_identity_syncs_total",
-		Help: "Periodic passes that brought every Redis node to the desired library and identities.",
-	})
-	identitySyncErrorsCounter = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "slidegate_redis_identity_sync_errors_total",
-		Help: "Periodic passes that could not bring every Redis node to the desired library and identities (see the manager's log).",
-	})
-	identityModeGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "slidegate_redis_identity_mode",
-		Help: "1 for the Redis identity mode new sidecars get (--redis-identity): namespace, or shared, which isolates nothing inside Redis.",
-	}, []string{"mode"})
-
-	namespaceMemoryGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "slidegate_redis_namespace_memory_bytes",
-		Help: "Memory the keys of a namespace's Redis user hold, summed over the masters, at the manager's last check (with --redis-namespace-memory-budget).",
-	}, []string{"namespace"})
-	overBudgetGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "slidegate_redis_namespace_over_memory_budget",
-		Help: "1 for a namespace whose Redis user is switched off because its keys held more than --redis-namespace-memory-budget (its sidecars follow their fail mode); absent otherwise.",
-	}, []string{"namespace"})
-	memoryBudgetExceededCounter = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "slidegate_redis_memory_budget_exceeded_total",
-		Help: "Times a namespace's Redis user was switched off for its memory.",
-	})
-	memoryCheckErrorsCounter = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "slidegate_redis_memory_check_errors_total",
-		Help: "Checks of the namespaces' Redis memory that failed in part or whole (see the manager's log).",
-	})
-
-	writesCounter = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "slidegate_controller_writes_total",
-		Help: "API writes by the RateLimitPolicy controller, by resource and operation; flat when nothing changes.",
-	}, []string{"resource", "operation"})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(policiesGauge, rejectedPoliciesGauge, unprotectedPodsGauge, notEnforcedGauge, writesCounter,
-		unclaimedDomainPoliciesGauge, unauthenticatedGauge, libraryLoadsCounter, identitySyncCounter, identitySyncErrorsCounter, identityModeGauge,
-		namespaceMemoryGauge, overBudgetGauge, memoryBudgetExceededCounter, memoryCheckErrorsCounter,
+	ctrlmetrics.Registry.MustRegister(policiesGauge, rejectedPoliciesGauge, unprotectedPodsGauge, notEnforcedGauge,
+		unclaimedDomainPoliciesGauge,
 		buildinfo.Collector("manager"))
 }
 

@@ -131,14 +131,8 @@ func TestLegacyPasswordKept(t *testing.T) {
 	ctx := context.Background()
 	inNamespaceMode(t)
 	const grace = 10 * time.Second
-	identities.mu.Lock()
-	identities.legacyGrace = grace
-	identities.mu.Unlock()
-	t.Cleanup(func() {
-		identities.mu.Lock()
-		identities.legacyGrace = 0
-		identities.mu.Unlock()
-	})
+	identities.SetLegacyGrace(grace)
+	t.Cleanup(func() { identities.SetLegacyGrace(0) })
 	ns := newNamespace(t)
 	user := redisadmin.NamespaceUser(ns)
 	auth := func(password string) error {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/owned"
 	"github.com/slidegate/slidegate/internal/render"
 )
 
@@ -65,7 +66,7 @@ func (r *RateLimitPolicyReconciler) networkPolicyOptions() render.NetworkPolicyO
 // An unchanged one is not written.
 func (r *RateLimitPolicyReconciler) applyNetworkPolicies(ctx context.Context, ns string, policies []v1alpha1.RateLimitPolicy) error {
 	var cur networkingv1.NetworkPolicyList
-	if err := r.Client.List(ctx, &cur, client.InNamespace(ns), client.MatchingLabels(childLabels(networkPolicyComponent))); err != nil {
+	if err := r.Client.List(ctx, &cur, client.InNamespace(ns), client.MatchingLabels(owned.Labels(networkPolicyComponent))); err != nil {
 		return fmt.Errorf("listing the NetworkPolicies of namespace %s: %w", ns, err)
 	}
 	have := map[string]*networkingv1.NetworkPolicy{}
@@ -78,7 +79,7 @@ func (r *RateLimitPolicyReconciler) applyNetworkPolicies(ctx context.Context, ns
 		if want == nil {
 			continue
 		}
-		want.Labels = childLabels(networkPolicyComponent)
+		want.Labels = owned.Labels(networkPolicyComponent)
 		want.OwnerReferences = []metav1.OwnerReference{{
 			APIVersion: v1alpha1.GroupVersion.String(), Kind: "RateLimitPolicy",
 			Name: policies[i].Name, UID: policies[i].UID, Controller: ptr.To(true),
@@ -97,7 +98,7 @@ func (r *RateLimitPolicyReconciler) applyNetworkPolicies(ctx context.Context, ns
 		if err := r.Client.Delete(ctx, stale, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting NetworkPolicy %s: %w", klog.KObj(stale), err)
 		}
-		writesCounter.WithLabelValues("networkpolicy", "delete").Inc()
+		owned.Wrote("networkpolicy", "delete")
 		logf.FromContext(ctx).Info("deleted: no policy asks for it", "networkPolicy", klog.KObj(stale))
 	}
 	return nil
@@ -126,13 +127,13 @@ func (r *RateLimitPolicyReconciler) applyNetworkPolicy(ctx context.Context, np *
 	if err := json.Unmarshal(raw, ac); err != nil {
 		return err
 	}
-	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(owned.FieldOwner), client.ForceOwnership); err != nil {
 		if namespaceTerminating(err) {
 			return nil
 		}
 		return fmt.Errorf("applying NetworkPolicy %s: %w", klog.KObj(np), err)
 	}
-	writesCounter.WithLabelValues("networkpolicy", "apply").Inc()
+	owned.Wrote("networkpolicy", "apply")
 	logf.FromContext(ctx).Info("applied the NetworkPolicy", "networkPolicy", klog.KObj(np))
 	return nil
 }

@@ -19,7 +19,6 @@ package controllers
 import (
 	"context"
 	"net/netip"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,13 +33,11 @@ import (
 	"github.com/slidegate/slidegate/internal/jwksfetch"
 	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/redisadmin"
+	"github.com/slidegate/slidegate/internal/redisidentity"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
-
-// FieldOwner is the server-side apply field manager of everything the
-// controller writes.
-const FieldOwner = "slidegate-controller"
 
 // conflictRetryDelay is how long to wait before retrying a status write that
 // conflicted: enough for the cache to catch up with the policy.
@@ -61,9 +58,6 @@ type RateLimitPolicyReconciler struct {
 	// Redis hold (render.CheckFootprint; the manager's --max-client-bytes);
 	// a policy over it is not accepted. 0: no bound.
 	MaxClientBytes int64
-	// RedisCredentials is the Secret to mirror into namespaces with policies
-	// (--redis-secret-name in the manager's namespace); empty Name: none.
-	RedisCredentials types.NamespacedName
 	// CredentialsGrace is how long missing credentials are progress before
 	// the policies report Stalled (0: one minute).
 	CredentialsGrace time.Duration
@@ -76,41 +70,27 @@ type RateLimitPolicyReconciler struct {
 	// not enforced (policystatus.Guards). Empty: any image.
 	SidecarImage string
 
-	// JWKSFetch configures the fetcher of the key sets policies name by
-	// URL (key.jwt.jwks.url); its zero value takes jwksfetch's defaults.
-	// Changed and InUse are set by SetupWithManager.
-	JWKSFetch jwksfetch.Options
+	// Identities decides what each namespace's slidegate-redis-credentials
+	// Secret holds, and sets up the namespaces' own Redis identities
+	// (internal/redisidentity); required.
+	Identities *redisidentity.Identities
 
-	// Identities sets up the namespaces' own Redis identities (identity.go);
-	// nil: the shared identity of RedisCredentials only.
-	Identities *RedisIdentities
-
-	// InstallSecret holds the install's client hash key (clienthash.go;
-	// clienthash.InstallSecretName in the manager's namespace); empty Name:
-	// no key is mirrored, and the sidecars hash with keys of their own.
-	InstallSecret types.NamespacedName
-
-	// credentials reads RedisCredentials: a cache of that one Secret, set
-	// up by SetupWithManager.
-	credentials client.Reader
-	// jwksReader reads the namespaces' slidegate-jwks ConfigMaps (a cache
-	// of that name only) and fetcher fetches key set URLs; both set up by
-	// SetupWithManager.
-	jwksReader client.Reader
-	fetcher    *jwksfetch.Fetcher
-	// wake reconciles a namespace (a generic event naming it): the
-	// fetcher's key set changes, the memory checks' switches. Set up by
-	// SetupWithManager.
-	wake chan<- event.TypedGenericEvent[client.Object]
-	// uncached reads the API server (the install Secret), set up by
-	// SetupWithManager.
-	uncached client.Reader
-	// install is the install key, read once (installRead) under installMu;
-	// installErr the last failure to read it, as logged.
-	installMu   sync.Mutex
-	installRead bool
-	install     []byte
-	installErr  string
+	// What the controller reads besides the manager's cache, built by
+	// internal/manager (SetupWithManager declares the watches on them):
+	//
+	// SharedSecretCache holds the manager's credentials Secret
+	// (Identities.SharedSecret) alone: a change re-mirrors it into every
+	// namespace with policies. nil: not watched.
+	SharedSecretCache cache.Cache
+	// KeySets holds the namespaces' slidegate-jwks ConfigMaps alone
+	// (KeySetObjects); nil: none is read.
+	KeySets cache.Cache
+	// Fetcher fetches the key sets that policies name by URL
+	// (NewKeySetFetcher); nil: none is fetched.
+	Fetcher *jwksfetch.Fetcher
+	// Wake reconciles the namespace a generic event names: the fetcher's
+	// key set changes and the memory checks' switches. nil: none.
+	Wake <-chan event.TypedGenericEvent[client.Object]
 }
 
 // RBAC (docs/operations.md, "Permissions", explains each verb). The
@@ -192,7 +172,7 @@ func (r *RateLimitPolicyReconciler) requeue(conflicted, credentialsMissing bool)
 	if credentialsMissing {
 		sooner(r.credentialsGrace())
 	}
-	if r.administered() {
+	if r.Identities.Administered() {
 		if next := redisadmin.NextRotation(r.Identities.Rotation, time.Now()); !next.IsZero() {
 			sooner(time.Until(next) + time.Second)
 		}
@@ -209,15 +189,6 @@ func recordNamespace(ns string, policies []v1alpha1.RateLimitPolicy, desired ren
 	recordEnforcement(ns, policies)
 }
 
-// credentialsReader reads the credentials Secret: its own cache once
-// SetupWithManager ran, else (a reconciler driven by hand) the client.
-func (r *RateLimitPolicyReconciler) credentialsReader() client.Reader {
-	if r.credentials != nil {
-		return r.credentials
-	}
-	return r.Client
-}
-
 // cleanup removes the children of a namespace that has no policy left. Only
 // objects labelled as slidegate's are removed, never the manager's own
 // credentials Secret.
@@ -232,9 +203,9 @@ func (r *RateLimitPolicyReconciler) cleanup(ctx context.Context, ns string) erro
 	if err := r.deleteManaged(ctx, types.NamespacedName{Namespace: ns, Name: sidecarconfig.ConfigMapName}, cm, "configmap"); err != nil {
 		return err
 	}
-	r.removeIdentity(ctx, ns)
+	r.Identities.Remove(ctx, ns)
 	secret := types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}
-	if secret == r.RedisCredentials {
+	if secret == r.Identities.SharedSecret {
 		return nil
 	}
 	return r.deleteManaged(ctx, secret, &corev1.Secret{}, "secret")

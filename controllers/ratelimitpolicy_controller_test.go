@@ -42,6 +42,7 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/inject"
+	"github.com/slidegate/slidegate/internal/owned"
 	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -267,9 +268,9 @@ func TestCreateRendersThePolicy(t *testing.T) {
 		t.Errorf("owner references %+v, want one non-controller reference to policy a", cm.OwnerReferences)
 	}
 	if !slices.ContainsFunc(cm.ManagedFields, func(f metav1.ManagedFieldsEntry) bool {
-		return f.Manager == FieldOwner && f.Operation == metav1.ManagedFieldsOperationApply
+		return f.Manager == owned.FieldOwner && f.Operation == metav1.ManagedFieldsOperationApply
 	}) {
-		t.Errorf("ConfigMap not applied by field owner %s: %+v", FieldOwner, cm.ManagedFields)
+		t.Errorf("ConfigMap not applied by field owner %s: %+v", owned.FieldOwner, cm.ManagedFields)
 	}
 	if got.Status.ObservedGeneration != 1 {
 		t.Errorf("observedGeneration %d, want 1", got.Status.ObservedGeneration)
@@ -678,8 +679,8 @@ func TestPodCounts(t *testing.T) {
 			owners = append(owners, mf.Manager)
 		}
 	}
-	if !slices.Equal(owners, []string{FieldOwner}) {
-		t.Errorf("status field managers %v, want [%s]", owners, FieldOwner)
+	if !slices.Equal(owners, []string{owned.FieldOwner}) {
+		t.Errorf("status field managers %v, want [%s]", owners, owned.FieldOwner)
 	}
 	// Zero is stored, not left out: `kubectl get -o wide` shows 0, not a blank.
 	raw := &unstructured.Unstructured{}

@@ -36,6 +36,7 @@ import (
 	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
 // RateLimitServiceControllerName names the controller of the policies for
@@ -82,14 +83,11 @@ type RateLimitServiceReconciler struct {
 	// asked again (0: 10 s).
 	Recheck time.Duration
 
-	// local reads the objects of Namespace this controller owns or watches
-	// (the ConfigMap, the EndpointSlices): a cache of its own, scoped to
-	// them, set up by SetupWithManager; nil: Client.
-	local client.Reader
-	// domains reads the platform team's ConfigMap of domain owners
-	// (render.RLSDomainsConfigMapName): a cache of that one object; nil:
-	// Client.
-	domains client.Reader
+	// Local reads the objects of Namespace this controller owns or watches
+	// (the ConfigMap, the EndpointSlices), Domains the platform team's
+	// ConfigMap of domain owners (render.RLSDomainsConfigMapName): caches
+	// of only them (CacheObjects), built by internal/manager.
+	Local, Domains cache.Cache
 	// MaxClientBytes: as RateLimitPolicyReconciler's.
 	MaxClientBytes int64
 
@@ -213,9 +211,9 @@ func (r *RateLimitServiceReconciler) serviceName() string {
 // retry fixes (the ConfigMap's change brings the next reconcile), reported
 // as a Warning event on the ConfigMap.
 func (r *RateLimitServiceReconciler) domainOwners(ctx context.Context) (*render.DomainOwners, error) {
-	rd := r.domains
-	if rd == nil {
-		rd = r.Client
+	var rd client.Reader = r.Client
+	if r.Domains != nil {
+		rd = r.Domains
 	}
 	var cm corev1.ConfigMap
 	err := rd.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: render.RLSDomainsConfigMapName}, &cm)
@@ -242,11 +240,11 @@ func (r *RateLimitServiceReconciler) domainOwners(ctx context.Context) (*render.
 	return nil, reconcile.TerminalError(err)
 }
 
-// reader reads the objects of Namespace: the controller's own cache once
-// SetupWithManager ran, else (a reconciler driven by hand) the client.
+// reader reads the objects of Namespace: the controller's own cache, or
+// (a reconciler driven by hand) the client.
 func (r *RateLimitServiceReconciler) reader() client.Reader {
-	if r.local != nil {
-		return r.local
+	if r.Local != nil {
+		return r.Local
 	}
 	return r.Client
 }

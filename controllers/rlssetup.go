@@ -35,36 +35,36 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/kubecache"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
-// SetupWithManager registers the controller and its cache of the objects
-// of Namespace it reads: the ConfigMap (by name) and the EndpointSlices of
-// the RLS Service (by label), so RBAC can stay scoped to them.
-func (r *RateLimitServiceReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if r.Namespace == "" {
-		return fmt.Errorf("the rate limit service controller needs the manager's namespace")
-	}
-	local, err := scopedCache(ctx, mgr, map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}: namedIn(types.NamespacedName{Namespace: r.Namespace, Name: rlsconfig.ConfigMapName}),
+// CacheObjects are the objects of Namespace the controller reads through
+// caches of its own (Local and Domains, built by internal/manager), so
+// that RBAC can stay scoped to them: the ConfigMap (by name) and the
+// EndpointSlices of the RLS Service (by label); and the domain owners'
+// ConfigMap, a second cache since one cache selects a type's objects in a
+// namespace by one field selector.
+func (r *RateLimitServiceReconciler) CacheObjects() (local, domains map[client.Object]cache.ByObject) {
+	local = map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: kubecache.NamedIn(types.NamespacedName{Namespace: r.Namespace, Name: rlsconfig.ConfigMapName}),
 		&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{r.Namespace: {
 			LabelSelector: labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: r.serviceName()}),
 		}}},
-	})
-	if err != nil {
-		return fmt.Errorf("creating the cache of the rate limit service's objects: %w", err)
 	}
-	r.local = local
-	// The domain owners are a second ConfigMap, so a second cache: one
-	// cache selects a type's objects in a namespace by one field selector.
-	domains, err := scopedCache(ctx, mgr, map[client.Object]cache.ByObject{
-		&corev1.ConfigMap{}: namedIn(types.NamespacedName{Namespace: r.Namespace, Name: render.RLSDomainsConfigMapName}),
-	})
-	if err != nil {
-		return fmt.Errorf("creating the cache of the domain owners' ConfigMap: %w", err)
+	domains = map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: kubecache.NamedIn(types.NamespacedName{Namespace: r.Namespace, Name: render.RLSDomainsConfigMapName}),
 	}
-	r.domains = domains
+	return local, domains
+}
+
+// SetupWithManager declares the controller's watches: the policies, and
+// through Local and Domains (CacheObjects) its own objects.
+func (r *RateLimitServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Namespace == "" || r.Local == nil || r.Domains == nil {
+		return fmt.Errorf("the rate limit service controller needs the manager's namespace and its caches (CacheObjects)")
+	}
 	always := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{rlsRequest}
 	})
@@ -75,10 +75,10 @@ func (r *RateLimitServiceReconciler) SetupWithManager(ctx context.Context, mgr c
 		Watches(&v1alpha1.RateLimitPolicy{}, always, builder.WithPredicates(rlsPolicyChanged)).
 		// The ConfigMap: drift to repair, or our own write to confirm. The
 		// EndpointSlices: servers coming, going, turning ready.
-		WatchesRawSource(source.Kind[client.Object](local, &corev1.ConfigMap{}, always)).
-		WatchesRawSource(source.Kind[client.Object](local, &discoveryv1.EndpointSlice{}, always)).
+		WatchesRawSource(source.Kind[client.Object](r.Local, &corev1.ConfigMap{}, always)).
+		WatchesRawSource(source.Kind[client.Object](r.Local, &discoveryv1.EndpointSlice{}, always)).
 		// The platform team's list of domain owners.
-		WatchesRawSource(source.Kind[client.Object](domains, &corev1.ConfigMap{}, always)).
+		WatchesRawSource(source.Kind[client.Object](r.Domains, &corev1.ConfigMap{}, always)).
 		Complete(r)
 }
 

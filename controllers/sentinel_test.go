@@ -30,7 +30,7 @@ func TestSentinelCredentials(t *testing.T) {
 		Password: "sentinel-admin",
 		Users:    []string{"slidegate-discovery on >discovery-pw " + redisadmin.SentinelDiscoveryACL},
 	})
-	identities.setSentinel(redisadmin.NewSentinelCheck(redisconn.Config{Mode: redisconn.Sentinel, Addrs: []string{s.Addr}, MasterName: "mymaster"}, 100*time.Millisecond))
+	identities.SetSentinel(redisadmin.NewSentinelCheck(redisconn.Config{Mode: redisconn.Sentinel, Addrs: []string{s.Addr}, MasterName: "mymaster"}, 100*time.Millisecond))
 	setSentinelIdentity := func(user, password string) {
 		t.Helper()
 		var src corev1.Secret
@@ -47,7 +47,7 @@ func TestSentinelCredentials(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() {
-		identities.setSentinel(nil)
+		identities.SetSentinel(nil)
 		setSentinelIdentity("", "sentinel-s3cret")
 	})
 

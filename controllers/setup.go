@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -85,19 +84,25 @@ func selectorKeys(obj client.Object) []string {
 	return []string{slices.Min(keys)}
 }
 
-// SetupWithManager registers what the controller reads through (prepare)
-// and declares its watches. The manager's cache must be built with
-// CacheOptions.
+// SetupWithManager declares the controller's watches, and the field
+// indexes of the policies the pod handler and the key set fetcher ask.
+// The manager's cache must be built with CacheOptions; what the controller
+// reads besides it (SharedSecretCache, KeySets, Fetcher, Wake) is built by
+// internal/manager, which also runs Identities and Fetcher.
 func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	sources, err := r.prepare(ctx, mgr)
-	if err != nil {
-		return err
+	if r.Identities == nil {
+		return fmt.Errorf("the RateLimitPolicy controller needs its Redis identities (redisidentity.Identities)")
+	}
+	for name, index := range map[string]client.IndexerFunc{policySelectorKeysIndex: selectorKeys, jwksURLIndex: jwksURL} {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RateLimitPolicy{}, name, index); err != nil {
+			return err
+		}
 	}
 	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
 	})
 	b := ctrl.NewControllerManagedBy(mgr)
-	for _, src := range sources {
+	for _, src := range r.rawSources(byNamespace) {
 		b = b.WatchesRawSource(src)
 	}
 	return b.
@@ -135,54 +140,22 @@ func (r *RateLimitPolicyReconciler) SetupWithManager(ctx context.Context, mgr ct
 		Complete(r)
 }
 
-// prepare builds what the controller reads through besides the manager's
-// cache, and returns their sources of events: the field indexes of the
-// policies, the uncached reader, the Redis identities' runnable (leader
-// only), the scoped cache of the manager's credentials Secret (a change
-// re-mirrors it into every namespace with policies), the cache of the
-// slidegate-jwks ConfigMaps and the key set fetcher, whose changes arrive
-// through r.wake (as the memory budget's do).
-func (r *RateLimitPolicyReconciler) prepare(ctx context.Context, mgr ctrl.Manager) ([]source.Source, error) {
-	for name, index := range map[string]client.IndexerFunc{policySelectorKeysIndex: selectorKeys, jwksURLIndex: jwksURL} {
-		if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.RateLimitPolicy{}, name, index); err != nil {
-			return nil, err
-		}
-	}
-	byNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{namespaceRequest(o.GetNamespace())}
-	})
-	r.uncached = mgr.GetAPIReader()
-	identityModeGauge.Reset()
-	identityModeGauge.WithLabelValues(string(r.mode())).Set(1)
-	wake := make(chan event.TypedGenericEvent[client.Object], 1024)
-	r.wake = wake
-	if r.administered() {
-		if err := mgr.Add(identityRunnable{r}); err != nil {
-			return nil, err
-		}
-	}
+// rawSources are the watches on what the controller reads besides the
+// manager's cache: the manager's credentials Secret (re-mirrored into
+// every namespace with policies), the slidegate-jwks ConfigMaps, and Wake
+// (key set changes, memory switches).
+func (r *RateLimitPolicyReconciler) rawSources(byNamespace handler.EventHandler) []source.Source {
 	var sources []source.Source
-	if r.RedisCredentials.Name != "" {
-		// One Secret: the manager needs no right on the other Secrets of
-		// its namespace.
-		c, err := scopedCache(ctx, mgr, map[client.Object]cache.ByObject{&corev1.Secret{}: namedIn(r.RedisCredentials)})
-		if err != nil {
-			return nil, fmt.Errorf("creating the cache of the Redis credentials Secret: %w", err)
-		}
-		r.credentials = c
-		sources = append(sources, source.Kind[client.Object](c, &corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.credentialsToNamespaces)))
+	if r.SharedSecretCache != nil {
+		sources = append(sources, source.Kind[client.Object](r.SharedSecretCache, &corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.credentialsToNamespaces)))
 	}
-	// The fetcher runs on the leader only, as the controller does.
-	jwks, err := jwksConfigMapCache(ctx, mgr)
-	if err != nil {
-		return nil, fmt.Errorf("creating the cache of the %s ConfigMaps: %w", v1alpha1.JWKSConfigMapName, err)
+	if r.KeySets != nil {
+		sources = append(sources, source.Kind[client.Object](r.KeySets, &corev1.ConfigMap{}, byNamespace))
 	}
-	r.jwksReader = jwks
-	r.fetcher = r.newFetcher(mgr, wake)
-	if err := mgr.Add(r.fetcher); err != nil {
-		return nil, err
+	if r.Wake != nil {
+		sources = append(sources, source.Channel(r.Wake, byNamespace))
 	}
-	return append(sources, source.Kind[client.Object](jwks, &corev1.ConfigMap{}, byNamespace), source.Channel(wake, byNamespace)), nil
+	return sources
 }
 
 // namespaceRequest is the request of the policy controller for namespace ns.
@@ -227,7 +200,7 @@ func (r *RateLimitPolicyReconciler) secretToNamespaces(_ context.Context, o clie
 // credentialsToNamespaces maps the manager's credentials Secret to every
 // namespace that has policies.
 func (r *RateLimitPolicyReconciler) credentialsToNamespaces(ctx context.Context, o client.Object) []reconcile.Request {
-	if client.ObjectKeyFromObject(o) != r.RedisCredentials {
+	if client.ObjectKeyFromObject(o) != r.Identities.SharedSecret {
 		return nil
 	}
 	var list v1alpha1.RateLimitPolicyList

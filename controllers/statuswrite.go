@@ -33,6 +33,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/owned"
 )
 
 // emitTransitions emits one event for the conditions whose status or reason
@@ -122,10 +123,10 @@ func writeStatus(ctx context.Context, c client.Client, rec events.EventRecorder,
 	// Under our own field manager, like the applied children: managedFields
 	// then name slidegate, not the binary ("manager").
 	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
-	if err := c.Status().Patch(ctx, p, patch, client.FieldOwner(FieldOwner)); err != nil {
+	if err := c.Status().Patch(ctx, p, patch, client.FieldOwner(owned.FieldOwner)); err != nil {
 		return fmt.Errorf("writing the status of %s: %w", klog.KObj(p), err)
 	}
-	writesCounter.WithLabelValues("ratelimitpolicies/status", "patch").Inc()
+	owned.Wrote("ratelimitpolicies/status", "patch")
 	if !quiet {
 		emitTransitions(rec, orig, p)
 	}

@@ -47,8 +47,10 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -57,8 +59,10 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/jwksfetch"
+	"github.com/slidegate/slidegate/internal/kubecache"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisidentity"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -85,7 +89,7 @@ var (
 	redisServer *testsupport.Redis
 	// identities is the reconciler's administration of it: the shared mode
 	// with an administrative identity, which prepares the namespaces' own.
-	identities *RedisIdentities
+	identities *redisidentity.Identities
 )
 
 // managerPod names the manager's own Pod, which events about Redis are
@@ -128,8 +132,9 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer admin.Close()
-	identities = &RedisIdentities{Mode: IdentityShared, Admin: admin, Interval: 300 * time.Millisecond,
-		RLSSecret: types.NamespacedName{Namespace: redisSecret.Namespace, Name: RLSCredentialsSecretName}, Pod: managerPod}
+	identities = &redisidentity.Identities{Mode: redisidentity.Shared, Admin: admin, Interval: 300 * time.Millisecond,
+		RLSSecret: types.NamespacedName{Namespace: redisSecret.Namespace, Name: redisidentity.RLSCredentialsSecretName}, Pod: managerPod,
+		SharedSecret: redisSecret}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -193,20 +198,21 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 	}
 	cached = mgr.GetClient()
 	reconciler = &RateLimitPolicyReconciler{
-		Client:           mgr.GetClient(),
-		Recorder:         recorder,
-		TrustedProxies:   nil,
-		RedisCredentials: redisSecret,
-		InstallSecret:    types.NamespacedName{Namespace: redisSecret.Namespace, Name: clienthash.InstallSecretName},
-		Identities:       identities,
+		Client:         mgr.GetClient(),
+		Recorder:       recorder,
+		TrustedProxies: nil,
+		Identities:     identities,
 		// Short, so that the credentials test sees Stalled come and go.
 		CredentialsGrace: 2 * time.Second,
-		// The key set URLs of the tests are httptest TLS servers on
-		// loopback (one certificate for all), refreshed quickly; those on
-		// 127.0.0.2 (internalIssuer) stand for internal hosts.
-		JWKSFetch: jwksfetch.Options{Refresh: 300 * time.Millisecond, Retry: 100 * time.Millisecond, Timeout: 5 * time.Second,
-			RootCAs: httptestRoots(), AllowAddr: func(a netip.Addr) bool { return a.IsLoopback() },
-			Internal: func(a netip.Addr) bool { return a == internalIssuerAddr }},
+	}
+	// The key set URLs of the tests are httptest TLS servers on loopback
+	// (one certificate for all), refreshed quickly; those on 127.0.0.2
+	// (internalIssuer) stand for internal hosts.
+	fetch := jwksfetch.Options{Refresh: 300 * time.Millisecond, Retry: 100 * time.Millisecond, Timeout: 5 * time.Second,
+		RootCAs: httptestRoots(), AllowAddr: func(a netip.Addr) bool { return a.IsLoopback() },
+		Internal: func(a netip.Addr) bool { return a == internalIssuerAddr }}
+	if err := policyDependencies(ctx, mgr, reconciler, fetch); err != nil {
+		return nil, err
 	}
 	if err := reconciler.SetupWithManager(ctx, mgr); err != nil {
 		return nil, err
@@ -221,7 +227,14 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		// policies rather than thousands.
 		maxBytes: rlsTestMaxBytes,
 	}
-	if err := rlsReconciler.SetupWithManager(ctx, mgr); err != nil {
+	local, domains := rlsReconciler.CacheObjects()
+	if rlsReconciler.Local, err = kubecache.Scoped(ctx, mgr, local); err != nil {
+		return nil, err
+	}
+	if rlsReconciler.Domains, err = kubecache.Scoped(ctx, mgr, domains); err != nil {
+		return nil, err
+	}
+	if err := rlsReconciler.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	stopped := make(chan struct{})
@@ -235,6 +248,34 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		return nil, fmt.Errorf("the manager's cache did not sync")
 	}
 	return stopped, nil
+}
+
+// policyDependencies builds what the reconciler reads through besides the
+// manager's cache as internal/manager.PolicyDependencies does (which this
+// package's tests cannot import: it imports this package), with the
+// install key in redisSecret's namespace.
+func policyDependencies(ctx context.Context, mgr ctrl.Manager, r *RateLimitPolicyReconciler, fetch jwksfetch.Options) error {
+	ri := r.Identities
+	ri.Client, ri.Recorder = mgr.GetClient(), r.Recorder
+	ri.Key = &redisidentity.InstallKey{Secret: types.NamespacedName{Namespace: redisSecret.Namespace, Name: clienthash.InstallSecretName},
+		Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()}
+	wake := make(chan event.TypedGenericEvent[client.Object], 1024)
+	r.Wake, ri.Wake = wake, wake
+	ri.RecordMode()
+	c, err := kubecache.Scoped(ctx, mgr, map[client.Object]cache.ByObject{&corev1.Secret{}: kubecache.NamedIn(ri.SharedSecret)})
+	if err != nil {
+		return err
+	}
+	ri.SharedReader, r.SharedSecretCache = c, c
+	if err := mgr.Add(ri); err != nil {
+		return err
+	}
+	if r.KeySets, err = kubecache.Scoped(ctx, mgr, KeySetObjects()); err != nil {
+		return err
+	}
+	fetch.Log = mgr.GetLogger().WithName("jwks")
+	r.Fetcher = NewKeySetFetcher(fetch, mgr.GetClient(), wake)
+	return mgr.Add(r.Fetcher)
 }
 
 // httptestRoots trusts the certificate of httptest's TLS servers (one for

@@ -413,24 +413,7 @@ func (e Env) complete(ctx context.Context, args []string) error {
 		case takesValue(fs, prev):
 			// A value that cannot be listed here (a namespace, a context).
 		case cmd != "convert":
-			fs.ParseErrorsAllowlist.UnknownFlags = true
-			if fs.Parse(args[1:]) != nil || fs.NArg() > 0 {
-				break // a POLICY is given already
-			}
-			c, ns, err := e.connect(a)
-			if err != nil {
-				break
-			}
-			if a.allNamespaces {
-				break // names repeat across namespaces
-			}
-			sts, err := c.Status(ctx, ns, "")
-			if err != nil {
-				break
-			}
-			for _, st := range sts {
-				cands = append(cands, st.Name)
-			}
+			cands = e.policyNames(ctx, fs, &a, args[1:])
 		}
 	}
 	for _, c := range cands {
@@ -442,6 +425,30 @@ func (e Env) complete(ctx context.Context, args []string) error {
 	}
 	_, err := fmt.Fprintf(e.Stdout, ":%d\n", directive)
 	return err
+}
+
+// policyNames are the candidates for a command's POLICY argument after
+// the words args, parsed by fs into a: the names of the policies of the
+// namespace they name; none when a POLICY is given already, across all
+// namespaces (names repeat), or when the API server cannot be asked.
+func (e Env) policyNames(ctx context.Context, fs *pflag.FlagSet, a *cmdArgs, args []string) []string {
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	if fs.Parse(args) != nil || fs.NArg() > 0 || a.allNamespaces {
+		return nil
+	}
+	c, ns, err := e.connect(*a)
+	if err != nil {
+		return nil
+	}
+	sts, err := c.Status(ctx, ns, "")
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(sts))
+	for _, st := range sts {
+		names = append(names, st.Name)
+	}
+	return names
 }
 
 // takesValue reports whether word is a flag of fs, without "=", that takes

@@ -36,7 +36,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -50,9 +49,9 @@ import (
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
 	"github.com/slidegate/slidegate/internal/cli"
-	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/inject"
 	"github.com/slidegate/slidegate/internal/jwksfetch"
+	"github.com/slidegate/slidegate/internal/redisidentity"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/version"
 	"github.com/slidegate/slidegate/internal/webhook"
@@ -178,7 +177,7 @@ func (o *options) run(ctx context.Context, proxies []netip.Prefix, namespace str
 	log.Info("starting the manager",
 		"trustedProxies", len(proxies), "redisMode", o.redis.Config.Mode, "redisCredentialsSecret", o.redis.CredentialsSecret.String(),
 		"redisIdentity", o.redis.Identity, "redisAdminCredentials", o.redis.AdminCredentialsDir != "")
-	if o.redis.Identity == controllers.IdentityShared {
+	if o.redis.Identity == redisidentity.Shared {
 		log.Info("WARNING: --redis-identity=shared: every namespace's sidecars authenticate as one Redis user that reaches every namespace's keys and may run any script; " +
 			"this isolates nothing inside Redis (docs/security.md, boundary 1)")
 	}
@@ -300,49 +299,6 @@ func newManager(o options, namespace string) (ctrl.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		WebhookServer:                 ctrlwebhook.NewServer(ctrlwebhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhook.CertDir}),
 	})
-}
-
-// addControllers adds the RateLimitPolicy and the rate limit service
-// controllers to mgr.
-func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []netip.Prefix, namespace string) error {
-	allowed, err := parseCIDRs(o.jwksAllowedCIDRs) // checked by setup
-	if err != nil {
-		return fmt.Errorf("--jwks-allowed-cidrs: %w", err)
-	}
-	r := &controllers.RateLimitPolicyReconciler{
-		Client:           mgr.GetClient(),
-		Recorder:         mgr.GetEventRecorder("slidegate-controller"),
-		TrustedProxies:   proxies,
-		MaxClientBytes:   o.maxClientBytes,
-		RedisCredentials: o.redis.CredentialsSecret,
-		// The NetworkPolicies of spec.networkPolicy admit the ports the
-		// injector gives the sidecar.
-		SidecarListenPort: o.webhook.Inject.ListenPort,
-		SidecarAdminPort:  o.webhook.Inject.AdminPort,
-		SidecarImage:      o.webhook.Inject.Image,
-		JWKSFetch:         jwksfetch.Options{Refresh: o.jwksRefresh, AllowedPrefixes: allowed, MaxURLsPerNamespace: o.jwksPerNamespace},
-		InstallSecret:     types.NamespacedName{Namespace: namespace, Name: clienthash.InstallSecretName},
-	}
-	identities, err := o.redis.Identities(namespace, types.NamespacedName{Namespace: namespace, Name: os.Getenv("POD_NAME")})
-	if err != nil {
-		return err
-	}
-	r.Identities = identities
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("setting up the RateLimitPolicy controller: %w", err)
-	}
-	rls := &controllers.RateLimitServiceReconciler{
-		Client:      mgr.GetClient(),
-		Recorder:    mgr.GetEventRecorder("slidegate-controller"),
-		Namespace:   namespace,
-		ServiceName: o.rlsService,
-		// The same bound: one Redis holds both.
-		MaxClientBytes: o.maxClientBytes,
-	}
-	if err := rls.SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("setting up the rate limit service controller: %w", err)
-	}
-	return nil
 }
 
 // addWebhook adds the injection webhook and the probes to mgr: ready once

@@ -26,9 +26,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/slidegate/slidegate/controllers"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisidentity"
 )
 
 // redisOptions are the manager's --redis-* flags: how the sidecars reach the
@@ -46,7 +46,7 @@ type redisOptions struct {
 	CredentialsSecret types.NamespacedName
 
 	// Identity is the Redis identity new sidecars get (--redis-identity).
-	Identity controllers.IdentityMode
+	Identity redisidentity.Mode
 	// AdminCredentialsDir is where the administrative identity's Secret is
 	// mounted (username, password; with TLS, ca.crt and tls.crt/tls.key):
 	// the manager sets up the library and the identities with it. Empty:
@@ -58,7 +58,7 @@ type redisOptions struct {
 	// identities' passwords (0: never).
 	IdentityInterval, PasswordRotation time.Duration
 	// MemoryBudget is the most memory one namespace's keys may hold in
-	// Redis before its user is switched off (controllers/memory.go); 0: not measured.
+	// Redis before its user is switched off (internal/redisidentity/memory.go); 0: not measured.
 	MemoryBudget resource.Quantity
 	// MemoryCheckInterval is how often the namespaces' memory is measured.
 	MemoryCheckInterval time.Duration
@@ -77,13 +77,13 @@ func (c *redisOptions) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Config.TLS, redisconn.FlagTLS, false, "Connect to Redis with TLS, verified against ca.crt in the Redis Secret, else the system roots.")
 	fs.StringVar(&c.Config.TLSServerName, redisconn.FlagTLSServerName, "",
 		"With --redis-tls: the name to verify in every Redis certificate, instead of the host dialled (Cluster and Sentinel dial the addresses the nodes announce, often IPs).")
-	c.Identity = controllers.IdentityNamespace
+	c.Identity = redisidentity.Namespace
 	fs.Func("redis-identity", "Redis identity of new sidecars: namespace (each namespace labelled for injection authenticates as a Redis ACL user of its own, "+
 		"which the manager sets up and which may call the slidegate Functions library on the namespace's keys only) or shared (every sidecar authenticates as the user of --redis-secret-name "+
 		"and runs the scripts: isolates nothing inside Redis). Default namespace.", func(v string) error {
-		switch controllers.IdentityMode(v) {
-		case controllers.IdentityNamespace, controllers.IdentityShared:
-			c.Identity = controllers.IdentityMode(v)
+		switch redisidentity.Mode(v) {
+		case redisidentity.Namespace, redisidentity.Shared:
+			c.Identity = redisidentity.Mode(v)
 			return nil
 		}
 		return fmt.Errorf("%q is not namespace or shared", v)
@@ -91,7 +91,7 @@ func (c *redisOptions) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminCredentialsDir, "redis-admin-credentials-dir", "",
 		"Directory of the mounted Secret of the administrative Redis identity (files username and password; with --redis-tls, ca.crt and tls.crt/tls.key), "+
 			"with which the manager loads the Functions library and sets up the identities on every node; it never leaves the manager's namespace. Empty: no credentials.")
-	fs.DurationVar(&c.IdentityInterval, "redis-identity-interval", controllers.DefaultIdentityInterval,
+	fs.DurationVar(&c.IdentityInterval, "redis-identity-interval", redisidentity.DefaultInterval,
 		"How often the manager brings every Redis node to the desired library and identities: a node that restarted without persistence or was replaced has them back within it.")
 	fs.DurationVar(&c.PasswordRotation, "redis-password-rotation", defaultPasswordRotation,
 		"Rotate the identities' passwords this often (the previous one stays valid for one more period, while the kubelet updates the mounted Secrets); 0: never.")
@@ -104,7 +104,7 @@ func (c *redisOptions) BindFlags(fs *flag.FlagSet) {
 		c.MemoryBudget = q
 		return nil
 	})
-	fs.DurationVar(&c.MemoryCheckInterval, "redis-memory-check-interval", controllers.DefaultMemoryCheckInterval,
+	fs.DurationVar(&c.MemoryCheckInterval, "redis-memory-check-interval", redisidentity.DefaultMemoryCheckInterval,
 		"With --redis-namespace-memory-budget: how often the manager measures the namespaces' keys (SCAN and MEMORY USAGE of every slidegate key, on every master).")
 	fs.StringVar(&c.CredentialsSecret.Name, "redis-secret-name", "",
 		"Secret in the manager's namespace with the shared Redis identity (keys username and password: the identity of --redis-identity=shared, and of sidecars of earlier releases) and, with --redis-tls, "+
@@ -137,7 +137,7 @@ func (c *redisOptions) Validate() error {
 	if c.MemoryBudget.Sign() > 0 && c.MemoryCheckInterval > 0 && c.MemoryCheckInterval < 10*time.Second {
 		errs = append(errs, fmt.Errorf("--redis-memory-check-interval=%v: at least 10s (each check reads every slidegate key)", c.MemoryCheckInterval))
 	}
-	if c.MemoryBudget.Sign() > 0 && c.Identity == controllers.IdentityShared {
+	if c.MemoryBudget.Sign() > 0 && c.Identity == redisidentity.Shared {
 		errs = append(errs, errors.New("--redis-namespace-memory-budget needs --redis-identity=namespace: with the shared identity no namespace has a user of its own to switch off"))
 	}
 	if c.PasswordRotation > 0 && c.PasswordRotation < 10*time.Minute {
@@ -155,7 +155,7 @@ func (c *redisOptions) Validate() error {
 // shared mode without AdminCredentialsDir): an Admin of the deployment with the administrative identity's credentials (and TLS
 // files) from AdminCredentialsDir, the RLS Secret in the manager's
 // namespace, and pod, the manager's own Pod for events.
-func (c *redisOptions) Identities(managerNamespace string, pod types.NamespacedName) (*controllers.RedisIdentities, error) {
+func (c *redisOptions) Identities(managerNamespace string, pod types.NamespacedName) (*redisidentity.Identities, error) {
 	cfg := c.Config
 	cfg.CredentialsDir = c.AdminCredentialsDir
 	if cfg.TLS && c.AdminCredentialsDir != "" {
@@ -165,25 +165,27 @@ func (c *redisOptions) Identities(managerNamespace string, pod types.NamespacedN
 	if cfg.Mode == redisconn.Sentinel {
 		sentinel = redisadmin.NewSentinelCheck(cfg, 0)
 	}
-	if c.Identity == controllers.IdentityShared && c.AdminCredentialsDir == "" {
+	if c.Identity == redisidentity.Shared && c.AdminCredentialsDir == "" {
 		// The shared mode without an administrative identity: a managed
 		// Redis that refuses ACL SETUSER or FUNCTION LOAD, where every
 		// periodic pass would fail (SlidegateRedisIdentitiesFailing for
 		// good). Nothing is administered, and no open Redis is looked for.
-		return &controllers.RedisIdentities{Mode: c.Identity, Sentinel: sentinel}, nil
+		return &redisidentity.Identities{Mode: c.Identity, Sentinel: sentinel, SharedSecret: c.CredentialsSecret}, nil
 	}
 	admin, err := redisadmin.New(redisadmin.Options{Redis: cfg})
 	if err != nil {
 		return nil, fmt.Errorf("the Redis administration: %w", err)
 	}
-	return &controllers.RedisIdentities{
+	return &redisidentity.Identities{
 		Mode:      c.Identity,
 		Admin:     admin,
 		Interval:  c.IdentityInterval,
 		Rotation:  c.PasswordRotation,
-		RLSSecret: types.NamespacedName{Namespace: managerNamespace, Name: controllers.RLSCredentialsSecretName},
+		RLSSecret: types.NamespacedName{Namespace: managerNamespace, Name: redisidentity.RLSCredentialsSecretName},
 		Pod:       pod,
 		Sentinel:  sentinel,
+
+		SharedSecret: c.CredentialsSecret,
 
 		MemoryBudget:   c.MemoryBudget.Value(),
 		MemoryInterval: c.MemoryCheckInterval,

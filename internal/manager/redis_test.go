@@ -22,9 +22,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/slidegate/slidegate/internal/redisidentity"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/slidegate/slidegate/controllers"
 )
 
 // TestRedisFlags: the --redis-* flags, parsed and checked as the manager
@@ -85,14 +84,14 @@ func TestRedisFlags(t *testing.T) {
 // it, and every periodic pass would fail there.
 func TestRedisIdentitiesAdministered(t *testing.T) {
 	for _, tt := range []struct {
-		mode controllers.IdentityMode
+		mode redisidentity.Mode
 		dir  string
 		want bool
 	}{
-		{controllers.IdentityNamespace, "", true},
-		{controllers.IdentityNamespace, "/etc/slidegate/redis-admin", true},
-		{controllers.IdentityShared, "/etc/slidegate/redis-admin", true},
-		{controllers.IdentityShared, "", false},
+		{redisidentity.Namespace, "", true},
+		{redisidentity.Namespace, "/etc/slidegate/redis-admin", true},
+		{redisidentity.Shared, "/etc/slidegate/redis-admin", true},
+		{redisidentity.Shared, "", false},
 	} {
 		c := redisOptions{Identity: tt.mode, AdminCredentialsDir: tt.dir}
 		c.Config.Addrs = []string{"127.0.0.1:1"}

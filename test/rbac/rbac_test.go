@@ -56,11 +56,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
-	"github.com/slidegate/slidegate/controllers"
 	"github.com/slidegate/slidegate/internal/clienthash"
 	"github.com/slidegate/slidegate/internal/manager"
 	"github.com/slidegate/slidegate/internal/redisadmin"
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisidentity"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -397,7 +397,7 @@ func TestManagerRunsWithInstallRBAC(t *testing.T) {
 	}
 	eventually(t, "the rate limit service's Redis credentials", func() error {
 		var s corev1.Secret
-		err := admin.Get(ctx, types.NamespacedName{Namespace: systemNS, Name: controllers.RLSCredentialsSecretName}, &s)
+		err := admin.Get(ctx, types.NamespacedName{Namespace: systemNS, Name: redisidentity.RLSCredentialsSecretName}, &s)
 		if err == nil && string(s.Data["username"]) != redisadmin.RLSUser {
 			err = fmt.Errorf("username %q", s.Data["username"])
 		}

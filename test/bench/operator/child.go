@@ -36,6 +36,9 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/controllers"
+	"github.com/slidegate/slidegate/internal/jwksfetch"
+	"github.com/slidegate/slidegate/internal/manager"
+	"github.com/slidegate/slidegate/internal/redisidentity"
 )
 
 // The two manager processes the bench measures. Each is this program run
@@ -122,12 +125,17 @@ func runManager(role, credentials string, events bool) error {
 	switch role {
 	case roleController:
 		r := &controllers.RateLimitPolicyReconciler{
-			Client:           mgr.GetClient(),
-			Recorder:         mgr.GetEventRecorder("slidegate-controller"),
-			RedisCredentials: creds,
+			Client:     mgr.GetClient(),
+			Recorder:   mgr.GetEventRecorder("slidegate-controller"),
+			Identities: &redisidentity.Identities{Mode: redisidentity.Shared, SharedSecret: creds},
 		}
 		if !events {
 			r.Recorder = nil
+		}
+		// No install key (namespace ""): the Secrets mirror the
+		// credentials alone, as the baseline's do.
+		if err := manager.PolicyDependencies(ctx, mgr, r, "", jwksfetch.Options{}); err != nil {
+			return err
 		}
 		if err := r.SetupWithManager(ctx, mgr); err != nil {
 			return err

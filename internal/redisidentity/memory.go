@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package controllers
+package redisidentity
 
 import (
 	"context"
@@ -57,7 +57,7 @@ const DefaultMemoryCheckInterval = time.Minute
 // namespace near it is not switched on and off at every check.
 const memoryBudgetResume = 0.9
 
-func (ri *RedisIdentities) memoryInterval() time.Duration {
+func (ri *Identities) memoryInterval() time.Duration {
 	if ri.MemoryInterval > 0 {
 		return ri.MemoryInterval
 	}
@@ -66,7 +66,7 @@ func (ri *RedisIdentities) memoryInterval() time.Duration {
 
 // overBudget reports whether namespace ns's user is switched off for its
 // memory, and what its keys held at the last check.
-func (ri *RedisIdentities) overBudget(ns string) (bytes int64, off bool) {
+func (ri *Identities) overBudget(ns string) (bytes int64, off bool) {
 	ri.mu.Lock()
 	defer ri.mu.Unlock()
 	bytes, off = ri.over[ns]
@@ -75,7 +75,7 @@ func (ri *RedisIdentities) overBudget(ns string) (bytes int64, off bool) {
 
 // budgetProblem is the problem of namespace ns's policies while its user
 // is switched off.
-func (ri *RedisIdentities) budgetProblem(ns string, bytes int64) *policystatus.Problem {
+func (ri *Identities) budgetProblem(ns string, bytes int64) *policystatus.Problem {
 	return policystatus.New(v1alpha1.ReasonRedisMemoryBudgetExceeded, fmt.Sprintf(
 		"the namespace's keys hold %s in Redis, over its budget of %s (the manager's --redis-namespace-memory-budget): its Redis user %s is switched off, so its sidecars follow their fail mode; "+
 			"it is switched on again once they hold at most %s (windows expire by themselves; keys written around slidegate, without expiry, stay until the platform team deletes them)",
@@ -86,11 +86,11 @@ func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI
 
 // runMemoryChecks checks the namespaces' memory every interval until ctx
 // ends.
-func (r *RateLimitPolicyReconciler) runMemoryChecks(ctx context.Context) {
-	t := time.NewTicker(r.Identities.memoryInterval())
+func (ri *Identities) runMemoryChecks(ctx context.Context) {
+	t := time.NewTicker(ri.memoryInterval())
 	defer t.Stop()
 	for {
-		r.checkMemory(ctx)
+		ri.CheckMemory(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -99,16 +99,15 @@ func (r *RateLimitPolicyReconciler) runMemoryChecks(ctx context.Context) {
 	}
 }
 
-// checkMemory measures what each namespace's keys hold and switches the
+// CheckMemory measures what each namespace's keys hold and switches the
 // users of those over the budget off, and back on below the resume mark.
 // A measure that failed on some master is a lower bound: it may switch a
 // namespace off, never on.
-func (r *RateLimitPolicyReconciler) checkMemory(ctx context.Context) {
+func (ri *Identities) CheckMemory(ctx context.Context) {
 	log := logf.FromContext(ctx).WithName("redis-memory")
-	ri := r.Identities
 	ctx, cancel := context.WithTimeout(ctx, ri.memoryInterval())
 	defer cancel()
-	users, err := r.desiredUsers(ctx)
+	users, err := ri.desiredUsers(ctx)
 	if err != nil {
 		memoryCheckErrorsCounter.Inc()
 		log.Error(err, "the namespaces' Redis users are not known; memory not checked")
@@ -128,12 +127,12 @@ func (r *RateLimitPolicyReconciler) checkMemory(ctx context.Context) {
 		log.Error(err, "switching namespaces' Redis users for their memory; the next periodic pass retries")
 	}
 	for _, u := range changed {
-		r.reportMemorySwitch(log, u, usage.Bytes[u.Name])
+		ri.reportMemorySwitch(log, u, usage.Bytes[u.Name])
 		// The namespace's policies say it (namespaceIdentity).
-		if r.wake != nil {
+		if ri.Wake != nil {
 			obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: strings.TrimPrefix(u.Name, redisadmin.NamespaceUserPrefix)}}
 			select {
-			case r.wake <- event.TypedGenericEvent[client.Object]{Object: obj}:
+			case ri.Wake <- event.TypedGenericEvent[client.Object]{Object: obj}:
 			case <-ctx.Done():
 				return
 			}
@@ -145,7 +144,7 @@ func (r *RateLimitPolicyReconciler) checkMemory(ctx context.Context) {
 // their users' keys hold (usage) and the gauges that say it, and returns
 // the users to switch: off when over the budget, on again when at most
 // memoryBudgetResume of it and the measure is complete.
-func (ri *RedisIdentities) switchesFor(users []redisadmin.User, usage redisadmin.Usage, partial bool) (changed []redisadmin.User) {
+func (ri *Identities) switchesFor(users []redisadmin.User, usage redisadmin.Usage, partial bool) (changed []redisadmin.User) {
 	ri.mu.Lock()
 	defer ri.mu.Unlock()
 	if ri.over == nil {
@@ -193,28 +192,25 @@ func (ri *RedisIdentities) switchesFor(users []redisadmin.User, usage redisadmin
 
 // reportMemorySwitch logs, counts and records as an event on the manager
 // that user u was switched off (or on) for its keys' bytes.
-func (r *RateLimitPolicyReconciler) reportMemorySwitch(log logr.Logger, u redisadmin.User, bytes int64) {
-	ri := r.Identities
+func (ri *Identities) reportMemorySwitch(log logr.Logger, u redisadmin.User, bytes int64) {
 	ns := strings.TrimPrefix(u.Name, redisadmin.NamespaceUserPrefix)
 	if u.Off {
 		memoryBudgetExceededCounter.Inc()
 		log.Info("namespace over its Redis memory budget: its user is switched off", "namespace", ns, "bytes", bytes, "budget", ri.MemoryBudget)
-		r.eventOnManager(corev1.EventTypeWarning, string(v1alpha1.ReasonRedisMemoryBudgetExceeded), "CheckRedisMemory",
+		ri.eventOnManager(corev1.EventTypeWarning, string(v1alpha1.ReasonRedisMemoryBudgetExceeded), "CheckRedisMemory",
 			fmt.Sprintf("namespace %s: its keys hold %s in Redis, over the budget of %s; its Redis user %s is switched off", ns, quantity(bytes), quantity(ri.MemoryBudget), u.Name))
 		return
 	}
 	log.Info("namespace back under its Redis memory budget: its user is switched on", "namespace", ns, "bytes", bytes, "budget", ri.MemoryBudget)
-	r.eventOnManager(corev1.EventTypeNormal, "RedisMemoryBudgetRestored", "CheckRedisMemory",
+	ri.eventOnManager(corev1.EventTypeNormal, "RedisMemoryBudgetRestored", "CheckRedisMemory",
 		fmt.Sprintf("namespace %s: its keys hold %s in Redis, under the budget of %s; its Redis user %s is switched on", ns, quantity(bytes), quantity(ri.MemoryBudget), u.Name))
 }
 
-// eventOnManager records an event about Redis itself on the manager's Pod,
-// where the platform team looks (none without a Pod name).
-func (r *RateLimitPolicyReconciler) eventOnManager(eventType, reason, action, msg string) {
-	pod := r.Identities.Pod
-	if pod.Name == "" || r.Recorder == nil {
-		return
-	}
-	regarding := &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
-	r.Recorder.Eventf(regarding, nil, eventType, reason, action, "%s", msg)
+// SetMemoryBudget changes MemoryBudget while the manager runs, and forgets
+// which namespaces were over the last one (tests).
+func (ri *Identities) SetMemoryBudget(b int64) {
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	ri.MemoryBudget = b
+	ri.over = nil
 }

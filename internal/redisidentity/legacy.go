@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package controllers
+package redisidentity
 
 import (
 	"context"
@@ -40,9 +40,9 @@ const LegacyPasswordGrace = 5 * time.Minute
 // keep using until the kubelet brings them the new one: it stays valid for
 // LegacyPasswordGrace. Only a Secret the namespace holds counts, and the
 // note is by UID, so a namespace created again under the name gets none.
-func (r *RateLimitPolicyReconciler) keepLegacyPassword(ctx context.Context, install []byte, ns string, uid types.UID, now time.Time) {
+func (ri *Identities) keepLegacyPassword(ctx context.Context, install []byte, ns string, uid types.UID, now time.Time) {
 	var cur corev1.Secret
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &cur); err != nil {
+	if err := ri.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: v1alpha1.RedisCredentialsSecretName}, &cur); err != nil {
 		return
 	}
 	held := string(cur.Data[redisconn.SecretNamespacePasswordKey])
@@ -51,12 +51,11 @@ func (r *RateLimitPolicyReconciler) keepLegacyPassword(ctx context.Context, inst
 	}
 	// An earlier release derived it from the name, with this rotation
 	// period or (its default) none.
-	_, legacy := redisadmin.Passwords(install, redisadmin.NamespaceUser(ns), "", r.Identities.Rotation, now)
+	_, legacy := redisadmin.Passwords(install, redisadmin.NamespaceUser(ns), "", ri.Rotation, now)
 	_, unrotated := redisadmin.Passwords(install, redisadmin.NamespaceUser(ns), "", 0, now)
 	if !slices.Contains(legacy, held) && !slices.Contains(unrotated, held) {
 		return
 	}
-	ri := r.Identities
 	ri.mu.Lock()
 	defer ri.mu.Unlock()
 	if _, seen := ri.legacy[uid]; seen {
@@ -65,7 +64,7 @@ func (r *RateLimitPolicyReconciler) keepLegacyPassword(ctx context.Context, inst
 	if ri.legacy == nil {
 		ri.legacy = map[types.UID]legacyPassword{}
 	}
-	grace := ri.legacyGrace
+	grace := ri.LegacyGrace
 	if grace <= 0 {
 		grace = LegacyPasswordGrace
 	}
@@ -81,11 +80,18 @@ type legacyPassword struct {
 
 // legacyPasswords is what keepLegacyPassword keeps valid for the namespace
 // of UID uid at now.
-func (ri *RedisIdentities) legacyPasswords(uid types.UID, now time.Time) []string {
+func (ri *Identities) legacyPasswords(uid types.UID, now time.Time) []string {
 	ri.mu.Lock()
 	defer ri.mu.Unlock()
 	if l, ok := ri.legacy[uid]; ok && now.Before(l.until) {
 		return []string{l.password}
 	}
 	return nil
+}
+
+// SetLegacyGrace changes LegacyGrace while the manager runs (tests).
+func (ri *Identities) SetLegacyGrace(d time.Duration) {
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	ri.LegacyGrace = d
 }
