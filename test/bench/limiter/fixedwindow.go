@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidegate/slidegate/internal/redisconn"
+	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
 
@@ -18,10 +19,14 @@ import (
 // INCRBY + EXPIRE per decision (envoyproxy/ratelimit's), behind a client
 // that batches as the limiter does (fwInflight pipelines in flight, up to
 // fwMaxBatch decisions each), so that Redis CPU per decision compares
-// what the two ask of Redis, not how they send it.
+// what the two ask of Redis, not how they send it. With packed, the same
+// client sends each batch as one call of issue 39's packed log
+// (redisschema.PackedBatchScript: exact, one string per client), as the
+// limiter sends its decide batch.
 type fixedWindow struct {
-	rdb   *redis.Client
-	queue chan *fwReq
+	rdb    *redis.Client
+	queue  chan *fwReq
+	packed *redis.Script
 }
 
 type fwReq struct {
@@ -36,8 +41,11 @@ const (
 	fwMaxBatch = 256 // limiter.Options.MaxBatch's default
 )
 
-func newFixedWindow(ctx context.Context, rdb *redis.Client) *fixedWindow {
+func newFixedWindow(ctx context.Context, rdb *redis.Client, packed bool) *fixedWindow {
 	f := &fixedWindow{rdb: rdb, queue: make(chan *fwReq, 16*fwMaxBatch)}
+	if packed {
+		f.packed = redis.NewScript(redisschema.PackedBatchScript())
+	}
 	for range fwInflight {
 		go f.flusher(ctx)
 	}
@@ -63,6 +71,14 @@ func (f *fixedWindow) flusher(ctx context.Context) {
 				break fill
 			}
 		}
+		if f.packed != nil {
+			err := f.sendPacked(ctx, batch)
+			for _, r := range batch {
+				r.err = err
+				r.done <- struct{}{}
+			}
+			continue
+		}
 		pipe := f.rdb.Pipeline()
 		incr := make([]*redis.IntCmd, len(batch))
 		for i, r := range batch {
@@ -80,20 +96,42 @@ func (f *fixedWindow) flusher(ctx context.Context) {
 	}
 }
 
+// packedRule is the arguments of every decision of a packed batch: one
+// key, limit, window, a count log, one hit.
+var packedRule = []any{"1", "1", strconv.Itoa(benchLimit), strconv.FormatInt(benchWindow.Microseconds(), 10), "0", "1"}
+
+// sendPacked decides batch in one call of the packed log, with the decide
+// batch call's arguments (the members are not read).
+func (f *fixedWindow) sendPacked(ctx context.Context, batch []*fwReq) error {
+	keys := make([]string, len(batch))
+	args := make([]any, 0, 1+7*len(batch))
+	args = append(args, "1000") // the expiry margin, ms
+	for i, r := range batch {
+		keys[i] = r.key
+		args = append(args, "m")
+		args = append(args, packedRule...)
+	}
+	return f.packed.Run(ctx, f.rdb, keys, args...).Err()
+}
+
 // decide counts one hit for client in the current fixed window. (The
 // client compares the count with the limit, which costs Redis nothing; the
 // bench leaves it out.)
 func (f *fixedWindow) decide(client string) error {
-	w := time.Now().UnixNano() / int64(benchWindow)
-	r := &fwReq{key: "fw:" + client + ":" + strconv.FormatInt(w, 10), done: make(chan struct{}, 1)}
+	key := "pk:" + client
+	if f.packed == nil {
+		key = "fw:" + client + ":" + strconv.FormatInt(time.Now().UnixNano()/int64(benchWindow), 10)
+	}
+	r := &fwReq{key: key, done: make(chan struct{}, 1)}
 	f.queue <- r
 	<-r.done
 	return r.err
 }
 
-// measureFixedWindow drives the fixed-window client as measureLimiter
-// drives the limiter and reports redis-server's CPU per decision.
-func measureFixedWindow(ctx context.Context, srv *testsupport.Redis, callers int, d time.Duration) (point, error) {
+// measureFixedWindow drives the fixed-window client (the packed log's,
+// with packed) as measureLimiter drives the limiter and reports
+// redis-server's CPU per decision.
+func measureFixedWindow(ctx context.Context, srv *testsupport.Redis, callers int, d time.Duration, packed bool) (point, error) {
 	if err := flush(srv); err != nil {
 		return point{}, err
 	}
@@ -105,7 +143,7 @@ func measureFixedWindow(ctx context.Context, srv *testsupport.Redis, callers int
 	defer func() { _ = rdb.Close() }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	f := newFixedWindow(ctx, rdb)
+	f := newFixedWindow(ctx, rdb, packed)
 	if err := f.decide("warmup"); err != nil {
 		return point{}, fmt.Errorf("fixed window: %w", err)
 	}

@@ -122,6 +122,9 @@ type row struct {
 	// fixed is a fixed-window client batching as the limiter does
 	// (measureFixedWindow). Both right after fcall.
 	perCall, fixed point
+	// packed is the same client deciding through issue 39's packed log
+	// (SlidingLog rows only), right after fixed.
+	packed point
 }
 
 // durableRow compares, at one concurrency, the limiter on a master with a
@@ -159,8 +162,13 @@ func run(out string, dur time.Duration, ceilN int, callers []int) error {
 			if r.perCall, err = measureLimiter(ctx, srv, alg, c, dur, false, limiter.Options{Functions: true, CallPerDecision: true}); err != nil {
 				return err
 			}
-			if r.fixed, err = measureFixedWindow(ctx, srv, c, dur); err != nil {
+			if r.fixed, err = measureFixedWindow(ctx, srv, c, dur, false); err != nil {
 				return err
+			}
+			if alg == limiter.SlidingLog {
+				if r.packed, err = measureFixedWindow(ctx, srv, c, dur, true); err != nil {
+					return err
+				}
 			}
 			if r.textbook, err = measureTextbook(ctx, srv, alg, c, dur); err != nil {
 				return err
@@ -181,6 +189,11 @@ func run(out string, dur time.Duration, ceilN int, callers []int) error {
 	if err != nil {
 		return err
 	}
+	packedMem, err := measurePackedMemory(ctx, srv)
+	if err != nil {
+		return err
+	}
+	mem = append(mem, packedMem...)
 	cost, err := measureCost(ctx, srv)
 	if err != nil {
 		return err
@@ -368,6 +381,51 @@ func measureCeiling(srv *testsupport.Redis, bin string, alg limiter.Algorithm, c
 }
 
 // memRow is the Redis memory of one client's key, full at its limit.
+// packedLog names the packed log's rows of the memory table.
+const packedLog limiter.Algorithm = "packed log (issue 39)"
+
+// measurePackedMemory fills 200 clients' packed logs to each limit (window
+// 1h), one call per client deciding limit times on its key, and measures
+// them as measureMemory does.
+func measurePackedMemory(ctx context.Context, srv *testsupport.Redis) ([]memRow, error) {
+	const tracked = 200
+	script := redis.NewScript(redisschema.PackedBatchScript())
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer func() { _ = rdb.Close() }()
+	var rows []memRow
+	for _, limit := range []int64{10, 100, 1000} {
+		if err := flush(srv); err != nil {
+			return nil, err
+		}
+		usedBefore := usedMemory(srv)
+		var sum float64
+		for c := range tracked {
+			key := "pk:client-" + strconv.Itoa(c)
+			keys := make([]string, limit)
+			args := []any{"1000"}
+			for i := range keys {
+				keys[i] = key
+				args = append(args, "m", "1", "1", limit, time.Hour.Microseconds(), "0", "1")
+			}
+			if err := script.Run(ctx, rdb, keys, args...).Err(); err != nil {
+				return nil, fmt.Errorf("filling %s: %w", key, err)
+			}
+		}
+		used := (usedMemory(srv) - usedBefore) / tracked
+		for c := range tracked {
+			v, err := srv.Do("MEMORY", "USAGE", "pk:client-"+strconv.Itoa(c), "SAMPLES", "0")
+			if err != nil {
+				return nil, err
+			}
+			n, _ := strconv.ParseFloat(v, 64)
+			sum += n
+		}
+		rows = append(rows, memRow{alg: packedLog, limit: limit, bytes: sum / tracked, used: used})
+		fmt.Fprintf(os.Stderr, "memory %-20s limit=%-4d %8.0f B/client\n", packedLog, limit, sum/tracked)
+	}
+	return rows, nil
+}
+
 type memRow struct {
 	alg   limiter.Algorithm
 	limit int64
@@ -531,6 +589,22 @@ func write(out string, rows []row, durable []durableRow, mem []memRow, cost cost
 		p("- Goal (issue 25) %s at 64 callers ≤ %.0f µs of Redis CPU per decision: %.2f µs with FCALL (%s), %.2f µs with EVALSHA (%s).\n",
 			r.alg, goal, cpu(r.fcall), met(cpu(r.fcall) <= goal), cpu(r.lim), met(cpu(r.lim) <= goal))
 	}
+	p("\n### The packed log (issue 39)\n\n")
+	p("The exact count log packed in one string per client (`redisschema.PackedBatchScript`: the admit instants, 7 bytes each; GET, then SET PX on an admit), sent by the fixed window's client, one EVALSHA per batch as the limiter sends its decide batch, right after the fixed window at each point. The limiter does not call it yet (its replay, cancel, weighted keys and the move from the sorted sets are not built).\n\n")
+	p("| callers | packed log dec/s | Redis CPU µs/dec | fixed window Redis CPU µs/dec | packed ÷ fixed window | sorted sets (batch) ÷ fixed window |\n")
+	p("|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		if r.alg == limiter.SlidingLog {
+			p("| %d | %.0f | %.2f | %.2f | %.2f | %.2f |\n", r.callers, r.packed.dps, cpu(r.packed), cpu(r.fixed),
+				cpu(r.packed)/max(0.01, cpu(r.fixed)), cpu(r.fcall)/max(0.01, cpu(r.fixed)))
+		}
+	}
+	for _, r := range rows {
+		if r.alg == limiter.SlidingLog && r.callers == 64 {
+			p("\n- Goal (issue 39) an exact SlidingLog decision at 64 callers ≤ 1.5 × a fixed window's Redis CPU: the packed log %.2f × (%s); the limiter's sorted sets %.2f × (%s).\n",
+				cpu(r.packed)/max(0.01, cpu(r.fixed)), met(cpu(r.packed) <= 1.5*cpu(r.fixed)), cpu(r.fcall)/max(0.01, cpu(r.fixed)), met(cpu(r.fcall) <= 1.5*cpu(r.fixed)))
+		}
+	}
 	p("\n### Goal at 64 callers: ≥ 0.5 × ceiling and ≥ 3 × textbook\n\n")
 	for _, r := range rows {
 		if r.callers != 64 {
@@ -555,7 +629,7 @@ func write(out string, rows []row, durable []durableRow, mem []memRow, cost cost
 	p("\n### Redis memory per tracked client\n\n")
 	p("A client's key filled to the limit (window 1h, nothing expires), `MEMORY USAGE <key> SAMPLES 0` averaged over 200 clients; in brackets the growth of `used_memory` per client.\n\n")
 	p("| algorithm | limit 10 | limit 100 | limit 1000 |\n|---|---:|---:|---:|\n")
-	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter} {
+	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindowCounter, packedLog} {
 		p("| %s |", alg)
 		for _, m := range mem {
 			if m.alg == alg {
@@ -564,7 +638,18 @@ func write(out string, rows []row, durable []durableRow, mem []memRow, cost cost
 		}
 		p("\n")
 	}
-	p("\nSlidingLog keeps one sorted-set member per admit in the window (a listpack up to 128 members, then a skiplist); SlidingWindowCounter keeps one small hash whatever the limit.\n")
+	p("\nSlidingLog keeps one sorted-set member per admit in the window (a listpack up to 128 members, then a skiplist); SlidingWindowCounter keeps one small hash whatever the limit; the packed log (issue 39, not yet called by the limiter) one string of 7 bytes per admit.\n\n")
+	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, packedLog} {
+		var per []string
+		ok := true
+		for _, m := range mem {
+			if m.alg == alg {
+				per = append(per, fmt.Sprintf("%.1f", m.bytes/float64(m.limit)))
+				ok = ok && (m.limit < 100 || m.bytes/float64(m.limit) <= 9)
+			}
+		}
+		p("- Goal (issue 39) ≤ 9 B per admitted request at limits up to 1,000 (100 and 1,000 here; at 10 the key's own overhead dominates): %s %s B per admit at limits 10, 100, 1,000 (%s).\n", alg, strings.Join(per, ", "), met(ok))
+	}
 	writeCost(p, cost)
 	writeDenyCache(p, dc)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {

@@ -1,0 +1,158 @@
+package redisschema
+
+// The packed log (issue 39's data model, not yet called by the limiter):
+// an exact count log of one key in one Redis string, the admit instants
+// oldest first, 7 bytes each (µs since ScoreEpoch, big-endian: 2^56 µs
+// last two thousand years), strictly increasing (max(now, newest+1)), so
+// that the order of the bytes is the order of the admits whatever the
+// clock. A key holds no member strings and no skiplist: 7 bytes per live
+// admit against about 21 (a listpack) to 100 (a skiplist, past 128
+// members) for the sorted set.
+//
+// A decision reads the string once (GET), finds the first live admit by
+// binary search (the instants are sorted), and admits iff the live ones
+// leave room for its hits; an admit writes the live admits and its own
+// back with the key's expiry (SET PX: the window and the margin past the
+// newest admit), dropping those that left; a denial writes nothing. The
+// answers are exact: remaining is the limit less the live admits, and the
+// retry the moment the admit whose leaving makes room leaves. Two commands
+// per admit, one per denial, whatever the limit; the work in Lua grows with
+// log2 of the live admits, the bytes copied with their number.
+//
+// Not yet designed here (issue 39): the replay of a decision whose reply
+// was lost (the sorted set finds its member; the string has no members),
+// the cancel's placeholder, weighted keys and the checkpoints, durable
+// admits, and the move of a running fleet from the sorted sets.
+
+// packedLogLua holds the packed log's functions; now is Redis's clock, in
+// µs since ScoreEpoch, passed in so that one body serves the decide and
+// the tests that drive the clock.
+const packedLogLua = `
+local pw = 7
+
+local function pat(s, i) return (struct.unpack('>I7', s, pw * i + 1)) end
+
+-- pfirst is the index (0-based) of the first instant of s above cut, and
+-- the number of instants in s. At a steady rate an admit finds one or two
+-- instants gone from the front: those are stepped over one by one, and
+-- only a deeper cut searched by halves.
+local function pfirst(s, cut)
+  local c = #s / pw
+  local lo = 0
+  while lo < c and lo < 3 do
+    if pat(s, lo) > cut then return lo, c end
+    lo = lo + 1
+  end
+  local hi = c
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if pat(s, mid) <= cut then lo = mid + 1 else hi = mid end
+  end
+  return lo, c
+end
+
+-- pexpiry is the expiry, in ms as sent, of a key of window w: its window
+-- and the margin past the newest admit; formatted once per window.
+local pexp = {}
+local function pexpiry(w, margin)
+  local e = pexp[w]
+  if not e then
+    e = string.format('%d', math.ceil(w / 1000) + margin)
+    pexp[w] = e
+  end
+  return e
+end
+
+-- pdecide decides h hits under limit l over window w (µs) on key at now,
+-- and admits them when commit: allowed, remaining, retry and reset in µs,
+-- and the instant of the first hit admitted (0 if none).
+local function pdecide(key, l, w, h, commit, margin, now)
+  local s = redis.call('GET', key) or ''
+  local lo, c = pfirst(s, now - w)
+  local live = c - lo
+  if live + h > l then
+    local retry, reset = w, 0
+    if h <= l then retry = pat(s, lo + live + h - l - 1) + w - now end
+    if live > 0 then reset = pat(s, c - 1) + w - now end
+    return 0, l - live, retry, reset, 0
+  end
+  local t = now
+  if c > 0 then t = math.max(now, pat(s, c - 1) + 1) end
+  if commit then
+    local v = struct.pack('>I7', t)
+    if h > 1 then
+      local add = {v}
+      for j = 1, h - 1 do add[j + 1] = struct.pack('>I7', t + j) end
+      v = table.concat(add)
+    end
+    if lo < c then v = string.sub(s, pw * lo + 1) .. v end
+    redis.call('SET', key, v, 'PX', pexpiry(w, margin))
+  end
+  return 1, l - live - h, 0, t + h - 1 + w - now, t
+end
+
+-- pundo takes back the h instants from t of key, those still there: an
+-- admit whose decision failed on another key. Run twice, the second finds
+-- nothing. The expiry stays as the last admit set it.
+local function pundo(key, t, h)
+  local s = redis.call('GET', key)
+  if not s then return 0 end
+  local i = pfirst(s, t - 1)
+  local j = i
+  local c = #s / pw
+  while j < c and pat(s, j) <= t + h - 1 do j = j + 1 end
+  if j == i then return 0 end
+  redis.call('SET', key, string.sub(s, 1, pw * i) .. string.sub(s, pw * j + 1), 'KEEPTTL')
+  return j - i
+end
+`
+
+// packedDecideScript decides one key of the packed log (EVAL form).
+//
+//	KEYS[1]   the key
+//	ARGV      limit, window in µs, hits, "1" to admit ("0" to only
+//	          decide), expiry margin in ms
+//
+// Reply: allowed, remaining, retry-after µs, reset-after µs, the instant
+// of the first hit admitted (for undo; 0 if none).
+const packedDecideScript = commonLua + packedLogLua + `
+local l, w, h, m = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
+if outOfRange(l, w, 0, h) or not m then return redis.error_reply('ERR slidegate: packed decide argument out of range') end
+return {pdecide(KEYS[1], l, w, h, ARGV[4] == '1', m, clock())}
+`
+
+// packedUndoScript takes back an admit of the packed log: KEYS[1] the
+// key, ARGV the first instant and the hits. Reply: the instants removed.
+const packedUndoScript = packedLogLua + `
+local t, h = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not t or not h or h < 1 or h > 1000 then return redis.error_reply('ERR slidegate: packed undo argument out of range') end
+return pundo(KEYS[1], t, h)
+`
+
+// PackedBatchScript is the packed log deciding the arguments of a
+// decide batch call (DecideBatch's, one count key per decision, its reply
+// shape), for test/bench/luaab to weigh against the sorted sets until the
+// limiter calls it.
+func PackedBatchScript() string {
+	return commonLua + packedLogLua + `
+local margin, now = tonumber(ARGV[1]), clock()
+local out = {now}
+-- The decisions of a call mostly repeat one rule's arguments, the same
+-- strings: converted and checked once.
+local ql, qw, qh, l, w, h
+for i = 1, #KEYS do
+  local b = 2 + 7 * (i - 1)
+  local sl, sw, sh = ARGV[b + 3], ARGV[b + 4], ARGV[b + 6]
+  if sl ~= ql or sw ~= qw or sh ~= qh then
+    l, w, h = tonumber(sl), tonumber(sw), tonumber(sh)
+    if outOfRange(l, w, 0, h) then return redis.error_reply('ERR slidegate: packed batch argument out of range') end
+    ql, qw, qh = sl, sw, sh
+  end
+  if ARGV[b + 5] ~= '0' or ARGV[b + 2] ~= '1' then return redis.error_reply('ERR slidegate: packed batch: one count log key per decision') end
+  local ok, rem, retry, reset = pdecide(KEYS[i], l, w, h, ARGV[b + 1] == '1', margin, now)
+  local o = #out
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = ok, ok, rem, retry, reset, 0
+end
+return out
+`
+}
