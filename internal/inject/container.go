@@ -13,31 +13,11 @@ import (
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 )
 
+// sidecar is the injected container for the pod's status st: a native
+// sidecar (restartPolicy Always) that proxies st's port to the app,
+// with the Pod Security restricted profile's security context.
 func sidecar(o Options, st Status) corev1.Container {
-	args := []string{
-		"--listen-address=:" + strconv.Itoa(int(o.ListenPort)),
-		"--admin-address=:" + strconv.Itoa(int(o.AdminPort)),
-		"--debug-address=127.0.0.1:" + strconv.Itoa(int(o.DebugPort)),
-		upstreamFlag + strconv.Itoa(int(st.AppPort)),
-		"--config-file=" + ConfigDir + "/" + sidecarconfig.FileName,
-		"--pod-labels-file=" + PodInfoDir + "/" + podLabelsFile,
-		"--fallback-replicas=" + strconv.Itoa(int(o.FallbackReplicas)),
-		"--client-hash-key-file=" + ClientHashKeyDir + "/" + clienthash.SecretDataKey,
-	}
-	// The connection as the manager has it, with the sidecar's own paths:
-	// the TLS material and the credentials from files of the namespace's
-	// Secret, read for every new connection (a rotation needs no restart).
-	conn := redisconn.Config{
-		Mode: o.Redis.Mode, Addrs: o.Redis.Addrs, MasterName: o.Redis.MasterName,
-		TLS: o.Redis.TLS, TLSServerName: o.Redis.TLSServerName, CredentialsDir: RedisCredentialsDir,
-	}
-	if conn.TLS {
-		conn.TLSDir = RedisTLSDir
-	}
-	args = append(args, conn.Args()...)
-	if o.RedisIdentity == v1alpha1.RedisIdentityNamespace {
-		args = append(args, "--redis-functions")
-	}
+	args := sidecarArgs(o, st)
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(AdminPortName)}},
@@ -87,6 +67,35 @@ func sidecar(o Options, st Status) corev1.Container {
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
+}
+
+// sidecarArgs are the sidecar's command-line arguments.
+func sidecarArgs(o Options, st Status) []string {
+	args := []string{
+		"--listen-address=:" + strconv.Itoa(int(o.ListenPort)),
+		"--admin-address=:" + strconv.Itoa(int(o.AdminPort)),
+		"--debug-address=127.0.0.1:" + strconv.Itoa(int(o.DebugPort)),
+		upstreamFlag + strconv.Itoa(int(st.AppPort)),
+		"--config-file=" + ConfigDir + "/" + sidecarconfig.FileName,
+		"--pod-labels-file=" + PodInfoDir + "/" + podLabelsFile,
+		"--fallback-replicas=" + strconv.Itoa(int(o.FallbackReplicas)),
+		"--client-hash-key-file=" + ClientHashKeyDir + "/" + clienthash.SecretDataKey,
+	}
+	// The connection as the manager has it, with the sidecar's own paths:
+	// the TLS material and the credentials from files of the namespace's
+	// Secret, read for every new connection (a rotation needs no restart).
+	conn := redisconn.Config{
+		Mode: o.Redis.Mode, Addrs: o.Redis.Addrs, MasterName: o.Redis.MasterName,
+		TLS: o.Redis.TLS, TLSServerName: o.Redis.TLSServerName, CredentialsDir: RedisCredentialsDir,
+	}
+	if conn.TLS {
+		conn.TLSDir = RedisTLSDir
+	}
+	args = append(args, conn.Args()...)
+	if o.RedisIdentity == v1alpha1.RedisIdentityNamespace {
+		args = append(args, "--redis-functions")
+	}
+	return args
 }
 
 // sidecarIndex is the index of the container named like the sidecar, or -1.

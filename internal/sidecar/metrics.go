@@ -62,6 +62,29 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		Help: "Requests being handled, upgraded connections included.",
 	})
 	fallback := enforce.NewFallbackGauge(sub, "reject", fallbackActive)
+	m.newConfigMetrics(ns, sub)
+	replicas := replicasCollector{
+		desc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "policy_replicas"),
+			"Sidecars that enforce the policy, as last counted through Redis (else --fallback-replicas): while Redis is away a fail-open policy admits ceil(limit / this) here.",
+			[]string{"policy"}, nil),
+		each: policyReplicas,
+	}
+	m.reg.MustRegister(m.decisions.Collectors()...)
+	m.reg.MustRegister(m.reloads.Collectors()...)
+	m.reg.MustRegister(
+		m.jwtTokens, m.responses,
+		m.upstreamErrors, m.inflight, m.costCharged, fallback, replicas, m.revision,
+		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig,
+		buildinfo.Collector("sidecar"),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// newConfigMetrics makes the metrics of the config in force: its
+// reloads, revision and policies.
+func (m *metrics) newConfigMetrics(ns, sub string) {
 	m.reloads = enforce.NewReloadMetrics(sub, "config or labels file", "sidecar")
 	m.revision = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "config_revision_info",
@@ -83,23 +106,6 @@ func newMetrics(fallbackActive func() float64, policyReplicas func(yield func(po
 		Namespace: ns, Subsystem: sub, Name: "policies_in_config",
 		Help: "Policies in the namespace's config.",
 	})
-	replicas := replicasCollector{
-		desc: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "policy_replicas"),
-			"Sidecars that enforce the policy, as last counted through Redis (else --fallback-replicas): while Redis is away a fail-open policy admits ceil(limit / this) here.",
-			[]string{"policy"}, nil),
-		each: policyReplicas,
-	}
-	m.reg.MustRegister(m.decisions.Collectors()...)
-	m.reg.MustRegister(m.reloads.Collectors()...)
-	m.reg.MustRegister(
-		m.jwtTokens, m.responses,
-		m.upstreamErrors, m.inflight, m.costCharged, fallback, replicas, m.revision,
-		m.lastReloadTime, m.configLoaded, m.policiesActive, m.policiesInConfig,
-		buildinfo.Collector("sidecar"),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
-	return m
 }
 
 // TokenVerified is the result label of a token that verified.
