@@ -9,15 +9,15 @@ package redisschema
 // admit against about 21 (a listpack) to 100 (a skiplist, past 128
 // members) for the sorted set.
 //
-// A decision reads the string once (GET), finds the first live admit by
-// binary search (the instants are sorted), and admits iff the live ones
-// leave room for its hits; an admit writes the live admits and its own
-// back with the key's expiry (SET PX: the window and the margin past the
-// newest admit), dropping those that left; a denial writes nothing. The
-// answers are exact: remaining is the limit less the live admits, and the
-// retry the moment the admit whose leaving makes room leaves. Two commands
-// per admit, one per denial, whatever the limit; the work in Lua grows with
-// log2 of the live admits, the bytes copied with their number.
+// A decision reads the string once (GET), finds the first live admit (the
+// instants are sorted), and admits iff the live ones leave room for its
+// hits; an admit writes its instants into empty slots (SETRANGE), or
+// about once a window writes the live admits and its own anew with the
+// key's expiry (SET PX), dropping those that left (pdecide); a denial
+// writes nothing. The answers
+// are exact: remaining is the limit less the live admits, and the retry
+// the moment the admit whose leaving makes room leaves. Two commands per
+// admit, one per denial, whatever the limit. docs/design/packed-log.md.
 //
 // Not yet designed here (issue 39): the replay of a decision whose reply
 // was lost (the sorted set finds its member; the string has no members),
@@ -30,79 +30,106 @@ package redisschema
 const packedLogLua = `
 local pw = 7
 
-local function pat(s, i) return (struct.unpack('>I7', s, pw * i + 1)) end
+-- A packed log key: a header, the moment (µs since ScoreEpoch) the key's
+-- expiry as last set runs out; then slots of 7 bytes, the admit instants
+-- oldest first, then empty slots (zero) that later admits fill in place.
+local function pat(s, i) return (struct.unpack('>I7', s, pw * (i + 1) + 1)) end
 
--- pfirst is the index (0-based) of the first instant of s above cut, and
--- the number of instants in s. At a steady rate an admit finds one or two
--- instants gone from the front: those are stepped over one by one, and
--- only a deeper cut searched by halves.
-local function pfirst(s, cut)
-  local c = #s / pw
-  local lo = 0
-  while lo < c and lo < 3 do
-    if pat(s, lo) > cut then return lo, c end
-    lo = lo + 1
-  end
-  local hi = c
+-- pcount is the number of admit instants of s and its slots.
+local function pcount(s)
+  local c = #s / pw - 1
+  if c == 0 or pat(s, c - 1) ~= 0 then return c, c end
+  local lo, hi = 0, c - 1
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    if pat(s, mid) <= cut then lo = mid + 1 else hi = mid end
+    if pat(s, mid) ~= 0 then lo = mid + 1 else hi = mid end
   end
   return lo, c
 end
 
--- pexpiry is the expiry, in ms as sent, of a key of window w: its window
--- and the margin past the newest admit; formatted once per window.
-local pexp = {}
-local function pexpiry(w, margin)
-  local e = pexp[w]
-  if not e then
-    e = string.format('%d', math.ceil(w / 1000) + margin)
-    pexp[w] = e
+-- pfirst is the index (0-based) of the first of the n instants of s above
+-- cut. At a steady rate an admit finds one or two instants gone from the
+-- front: those are stepped over one by one, and only a deeper cut
+-- searched by halves.
+local function pfirst(s, n, cut)
+  local lo = 0
+  while lo < n and lo < 3 do
+    if pat(s, lo) > cut then return lo end
+    lo = lo + 1
   end
-  return e
+  local hi = n
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if pat(s, mid) <= cut then lo = mid + 1 else hi = mid end
+  end
+  return lo
 end
 
 -- pdecide decides h hits under limit l over window w (µs) on key at now,
 -- and admits them when commit: allowed, remaining, retry and reset in µs,
--- and the instant of the first hit admitted (0 if none).
+-- and the instant of the first hit admitted (0 if none). margin is in ms.
+--
+-- An admit writes its instants into the empty slots (SETRANGE inside the
+-- value: nothing of the key is copied, nor its allocation grown) while
+-- they hold them, the key lives long enough and the admits that left hold
+-- at most a quarter of the instants. Else it writes the key anew (SET
+-- PX): the live admits and its own, empty slots for a sixteenth more (at
+-- least 8, never past the limit), and an expiry of two windows and the
+-- margin past its newest admit, which the header records. So the key is
+-- written whole about once a window or every sixteenth of its admits,
+-- holds at most a quarter of dead admits and a sixteenth of empty slots
+-- beyond its live ones, and outlives its newest admit by a window and the
+-- margin.
 local function pdecide(key, l, w, h, commit, margin, now)
-  local s = redis.call('GET', key) or ''
-  local lo, c = pfirst(s, now - w)
-  local live = c - lo
+  local s = redis.call('GET', key)
+  local lo, n, c, upto = 0, 0, 0, 0
+  if s then
+    n, c = pcount(s)
+    lo = pfirst(s, n, now - w)
+    upto = struct.unpack('>I7', s, 1)
+  end
+  local live = n - lo
   if live + h > l then
     local retry, reset = w, 0
     if h <= l then retry = pat(s, lo + live + h - l - 1) + w - now end
-    if live > 0 then reset = pat(s, c - 1) + w - now end
+    if live > 0 then reset = pat(s, n - 1) + w - now end
     return 0, l - live, retry, reset, 0
   end
   local t = now
-  if c > 0 then t = math.max(now, pat(s, c - 1) + 1) end
+  if n > 0 then t = math.max(now, pat(s, n - 1) + 1) end
+  local last = t + h - 1
   if commit then
-    local v = struct.pack('>I7', t)
+    local add = struct.pack('>I7', t)
     if h > 1 then
-      local add = {v}
-      for j = 1, h - 1 do add[j + 1] = struct.pack('>I7', t + j) end
-      v = table.concat(add)
+      local hs = {add}
+      for j = 1, h - 1 do hs[j + 1] = struct.pack('>I7', t + j) end
+      add = table.concat(hs)
     end
-    if lo < c then v = string.sub(s, pw * lo + 1) .. v end
-    redis.call('SET', key, v, 'PX', pexpiry(w, margin))
+    if n + h <= c and upto >= last + w + 1000 * margin and lo * 4 <= n then
+      redis.call('SETRANGE', key, pw * (n + 1), add)
+    else
+      upto = last + 2 * w + 1000 * margin
+      local slack = math.min(l - live - h, math.max(8, math.ceil((live + h) / 16)))
+      local v = {struct.pack('>I7', upto), '', add, string.rep('\0', pw * slack)}
+      if lo < n then v[2] = string.sub(s, pw * (lo + 1) + 1, pw * (n + 1)) end
+      redis.call('SET', key, table.concat(v), 'PX', string.format('%d', math.ceil((upto - now) / 1000)))
+    end
   end
-  return 1, l - live - h, 0, t + h - 1 + w - now, t
+  return 1, l - live - h, 0, last + w - now, t
 end
 
 -- pundo takes back the h instants from t of key, those still there: an
 -- admit whose decision failed on another key. Run twice, the second finds
--- nothing. The expiry stays as the last admit set it.
+-- nothing. The expiry and the slots stay as they were.
 local function pundo(key, t, h)
   local s = redis.call('GET', key)
   if not s then return 0 end
-  local i = pfirst(s, t - 1)
+  local n = pcount(s)
+  local i = pfirst(s, n, t - 1)
   local j = i
-  local c = #s / pw
-  while j < c and pat(s, j) <= t + h - 1 do j = j + 1 end
+  while j < n and pat(s, j) <= t + h - 1 do j = j + 1 end
   if j == i then return 0 end
-  redis.call('SET', key, string.sub(s, 1, pw * i) .. string.sub(s, pw * j + 1), 'KEEPTTL')
+  redis.call('SET', key, string.sub(s, 1, pw * (i + 1)) .. string.sub(s, pw * (j + 1) + 1) .. string.rep('\0', pw * (j - i)), 'KEEPTTL')
   return j - i
 end
 `
@@ -131,7 +158,7 @@ return pundo(KEYS[1], t, h)
 
 // PackedBatchScript is the packed log deciding the arguments of a
 // decide batch call (DecideBatch's, one count key per decision, its reply
-// shape), for test/bench/luaab to weigh against the sorted sets until the
+// shape), for test/bench/luaab to weigh against the sorted sets upto the
 // limiter calls it.
 func PackedBatchScript() string {
 	return commonLua + packedLogLua + `

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -183,9 +184,9 @@ func boolArg(b bool) string {
 	return "0"
 }
 
-// TestPackedLogMemory: the packed log holds 7 bytes per live admit (the
-// value), and what Redis holds for the key beside it, against the sorted
-// set's per member, at limits 10, 100 and 1000 filled.
+// TestPackedLogMemory: the packed log holds 7 bytes per live admit and a
+// 7-byte header (the value), and what Redis holds for the key beside it,
+// at limits 10, 100 and 1000 filled.
 func TestPackedLogMemory(t *testing.T) {
 	t.Parallel()
 	r := testsupport.StartRedis(t)
@@ -206,8 +207,8 @@ func TestPackedLogMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n != 7*l {
-			t.Errorf("limit %d filled: %d bytes of value, want %d", l, n, 7*l)
+		if n != 7*(l+1) {
+			t.Errorf("limit %d filled: %d bytes of value, want %d (a header and %d instants)", l, n, 7*(l+1), l)
 		}
 		usage, err := rdb.MemoryUsage(ctx, key, 0).Result()
 		if err != nil {
@@ -217,5 +218,58 @@ func TestPackedLogMemory(t *testing.T) {
 		if per := float64(usage) / float64(l); l >= 100 && per > 9 {
 			t.Errorf("limit %d: %.1f B per admit, want at most 9 (issue 39)", l, per)
 		}
+	}
+}
+
+// TestPackedLogExpiry: on Redis's own clock, a key outlives its newest
+// admit by its window and the margin after every admit, whether the admit
+// wrote in place (the expiry left as it was) or wrote the key anew. The
+// tolerance is the time the test itself took between the decide call and
+// the PTTL's answer, measured.
+func TestPackedLogExpiry(t *testing.T) {
+	t.Parallel()
+	r := testsupport.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	decide := redis.NewScript(packedDecideScript)
+	const (
+		window = 300 * time.Millisecond
+		margin = 50 // ms
+	)
+	inPlace, prev := 0, time.Duration(0)
+	start := time.Now()
+	// At these times (in windows), the admit at 1.1 finds one dead admit
+	// of five and room in place, but the expiry the first write set too
+	// short for it: written in place it would leave the key to expire
+	// under its live admits (checked: the test fails without the expiry's
+	// rule).
+	for _, at := range []float64{0, 0.5, 0.6, 0.7, 0.9, 1.1, 1.2, 1.4, 1.6, 1.9, 2.1, 2.2, 2.25, 2.3} {
+		time.Sleep(time.Until(start.Add(time.Duration(at * float64(window)))))
+		before := time.Now()
+		vals, err := decide.Run(ctx, rdb, []string{"e"}, 1000, window.Microseconds(), 1, "1", margin).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ttl, err := rdb.PTTL(ctx, "e").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(before)
+		if vals[0] != 1 {
+			t.Fatalf("denied at limit 1000: %v", vals)
+		}
+		// reset is the newest admit's leaving, in µs from the call.
+		need := time.Duration(vals[3])*time.Microsecond + margin*time.Millisecond
+		if ttl+took < need {
+			t.Fatalf("after an admit the key lives %v more (%v passed since the call), want at least %v: its newest admit and the margin", ttl, took, need)
+		}
+		if ttl < prev {
+			inPlace++ // the expiry was not renewed: written in place
+		}
+		prev = ttl
+	}
+	if inPlace == 0 {
+		t.Error("no admit was written in place: the test did not see the SETRANGE path")
 	}
 }
