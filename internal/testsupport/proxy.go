@@ -128,6 +128,23 @@ func (p *Proxy) track(c net.Conn, on bool) {
 	}
 }
 
+// link is one client connection through the proxy: c the client's, s the
+// server's, and what the client's bytes armed: poisoned (DropAfter
+// matched: the server's next bytes close c instead) and delayed
+// (DelayAfter matched, or none set: Delay applies).
+type link struct {
+	p                 *Proxy
+	c, s              net.Conn
+	poisoned, delayed atomic.Bool
+}
+
+// chunk is bytes the server sent, read at read, to be delivered at at.
+type chunk struct {
+	b        []byte
+	read, at time.Time
+	delayed  bool
+}
+
 func (p *Proxy) serve(c net.Conn, target string) {
 	p.track(c, true)
 	defer p.track(c, false)
@@ -137,96 +154,107 @@ func (p *Proxy) serve(c net.Conn, target string) {
 		return
 	}
 	defer func() { _ = s.Close() }()
-	var poisoned, delayed atomic.Bool
-	delayed.Store(p.opts.DelayAfter == "")
-	match := bytes.ToLower([]byte(p.opts.DropAfter))
-	delayMatch := bytes.ToLower([]byte(p.opts.DelayAfter))
-	go func() {
-		defer func() { _ = s.Close() }()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := c.Read(buf)
-			if n > 0 {
-				lower := bytes.ToLower(buf[:n])
-				if len(match) > 0 && bytes.Contains(lower, match) && p.armed.CompareAndSwap(true, false) {
-					poisoned.Store(true)
-				}
-				if len(delayMatch) > 0 && bytes.Contains(lower, delayMatch) {
-					delayed.Store(true)
-				}
-				if _, err := s.Write(buf[:n]); err != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	type chunk struct {
-		b        []byte
-		read, at time.Time
-		delayed  bool
-	}
+	l := &link{p: p, c: c, s: s}
+	l.delayed.Store(p.opts.DelayAfter == "")
+	go l.toServer()
 	q := make(chan chunk, 1024)
 	serverGone := make(chan struct{})
-	go func() {
-		defer close(q)
-		var last time.Time
-		for {
-			buf := make([]byte, 32<<10)
-			n, err := s.Read(buf)
-			if n > 0 {
-				if poisoned.Load() {
-					p.dropped.Add(1)
-					_ = c.Close()
-					return
-				}
-				read := time.Now()
-				at := read
-				d := p.opts.Delay != nil && delayed.Load()
-				if d {
-					at = at.Add(p.opts.Delay(at))
-				}
-				at = maxTime(at, last)
-				last = at
-				q <- chunk{b: buf[:n], read: read, at: at, delayed: d}
+	go l.fromServer(q, serverGone)
+	l.deliver(q, serverGone)
+}
+
+// toServer copies the client's bytes to the server, arming poisoned and
+// delayed when they match.
+func (l *link) toServer() {
+	defer func() { _ = l.s.Close() }()
+	match := bytes.ToLower([]byte(l.p.opts.DropAfter))
+	delayMatch := bytes.ToLower([]byte(l.p.opts.DelayAfter))
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := l.c.Read(buf)
+		if n > 0 {
+			lower := bytes.ToLower(buf[:n])
+			if len(match) > 0 && bytes.Contains(lower, match) && l.p.armed.CompareAndSwap(true, false) {
+				l.poisoned.Store(true)
 			}
-			if err != nil {
-				close(serverGone)
+			if len(delayMatch) > 0 && bytes.Contains(lower, delayMatch) {
+				l.delayed.Store(true)
+			}
+			if _, err := l.s.Write(buf[:n]); err != nil {
 				return
 			}
 		}
-	}()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// fromServer reads the server's bytes into q, each with the time it is
+// due (never before the one before it), until the server goes
+// (serverGone) or a poisoned link drops the client.
+func (l *link) fromServer(q chan<- chunk, serverGone chan<- struct{}) {
+	defer close(q)
+	var last time.Time
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := l.s.Read(buf)
+		if n > 0 {
+			if l.poisoned.Load() {
+				l.p.dropped.Add(1)
+				_ = l.c.Close()
+				return
+			}
+			read := time.Now()
+			at := read
+			d := l.p.opts.Delay != nil && l.delayed.Load()
+			if d {
+				at = at.Add(l.p.opts.Delay(at))
+			}
+			at = maxTime(at, last)
+			last = at
+			q <- chunk{b: buf[:n], read: read, at: at, delayed: d}
+		}
+		if err != nil {
+			close(serverGone)
+			return
+		}
+	}
+}
+
+// deliver writes each chunk of q to the client when it is due, and while
+// the proxy holds delayed bytes, not before; with DropHeld, what is still
+// due or held when the server goes is dropped.
+func (l *link) deliver(q <-chan chunk, serverGone <-chan struct{}) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	gone := (<-chan struct{})(serverGone)
+	gone := serverGone
 	for ch := range q {
 		timer.Reset(time.Until(ch.at))
 		select {
 		case <-timer.C:
 		case <-gone:
 			// What was due by now was on its way already.
-			if p.opts.DropHeld && time.Now().Before(ch.at) {
+			if l.p.opts.DropHeld && time.Now().Before(ch.at) {
 				return
 			}
 			<-timer.C
 		}
-		for ch.delayed && p.held.Load() {
+		for ch.delayed && l.p.held.Load() {
 			select {
 			case <-gone:
-				if p.opts.DropHeld {
+				if l.p.opts.DropHeld {
 					return
 				}
 				gone = nil // gone: only the hold matters now
 			case <-time.After(time.Millisecond):
 			}
 		}
-		if _, err := c.Write(ch.b); err != nil {
+		if _, err := l.c.Write(ch.b); err != nil {
 			return
 		}
 		if ch.delayed {
-			p.lastDelivered.Store(ch.read.UnixNano())
+			l.p.lastDelivered.Store(ch.read.UnixNano())
 		}
 	}
 }
