@@ -82,7 +82,15 @@ table() {
 finish() {
 	local rc=$?
 	trap - EXIT
-	local pid
+	local pid name
+	# A background phase that failed while a foreground one ran was never
+	# awaited: its log is shown here, or it would go with $LOGS unread.
+	for name in "${!BG_PID[@]}"; do
+		if awk -F'|' -v n="$name" '$1 == n && $4 != 0 && $5 == "bg" { f = 1 } END { exit !f }' "$TIMES"; then
+			echo "==> $name (failed in the background):" >&2
+			cat "$LOGS/$name.log" >&2
+		fi
+	done
 	for pid in "${BG_PID[@]}"; do kill_tree "$pid"; done
 	table
 	rm -rf "$TIMES" "$LOGS"
