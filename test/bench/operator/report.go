@@ -23,7 +23,7 @@ func report(o options, results []*result, took time.Duration, loadBefore, loadAf
 	if !o.events {
 		events = "**without its event recorder** (-events=false)"
 	}
-	p("**the controller**, the real reconciler set up by `SetupWithManager` on a manager with `CacheOptions()`, as `cmd/manager` does (no webhook; `--redis-secret-name` set, so the credentials are mirrored into each namespace; %s), ", events)
+	p("**the controller**, the real reconciler built by `manager.PolicyDependencies` and set up by `SetupWithManager` on a manager with `CacheOptions()`, as `cmd/manager` does (no webhook; `--redis-secret-name` set, so the credentials are mirrored into each namespace; %s), ", events)
 	p("and **the baseline**, a manager with the same cache options, informers, field index and credentials cache and a controller whose reconciler does nothing. ")
 	p("Both see the same objects at the same moments, the status the controller writes included, so the difference is what reconciling and writing cost, and the machine's noise falls on both. ")
 	p("%d clients create %d policies per namespace (all selecting `app=web`, each on its own path; %s) in namespaces labelled `%s=%s`, as fast as the API server takes them. ",
