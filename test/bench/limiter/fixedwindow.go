@@ -21,8 +21,7 @@ import (
 // fwMaxBatch decisions each), so that Redis CPU per decision compares
 // what the two ask of Redis, not how they send it. With packed, the same
 // client sends each batch as one call of issue 39's packed log
-// (redisschema.PackedBatchScript: exact, one string per client), as the
-// limiter sends its decide batch.
+// (redisschema.PackedCall: exact, one string per client).
 type fixedWindow struct {
 	rdb    *redis.Client
 	queue  chan *fwReq
@@ -44,7 +43,7 @@ const (
 func newFixedWindow(ctx context.Context, rdb *redis.Client, packed bool) *fixedWindow {
 	f := &fixedWindow{rdb: rdb, queue: make(chan *fwReq, 16*fwMaxBatch)}
 	if packed {
-		f.packed = redis.NewScript(redisschema.PackedBatchScript())
+		f.packed = redis.NewScript(redisschema.PackedCallScript())
 	}
 	for range fwInflight {
 		go f.flusher(ctx)
@@ -96,22 +95,25 @@ func (f *fixedWindow) flusher(ctx context.Context) {
 	}
 }
 
-// packedRule is the arguments of every decision of a packed batch: one
-// key, limit, window, a count log, one hit.
-var packedRule = []any{"1", "1", strconv.Itoa(benchLimit), strconv.FormatInt(benchWindow.Microseconds(), 10), "0", "1"}
+// packedRule is the rule of every decision of a packed call.
+var packedRule = redisschema.PackedRule{Limit: benchLimit, Window: benchWindow, Hits: 1}
 
-// sendPacked decides batch in one call of the packed log, with the decide
-// batch call's arguments (the members are not read).
+// sendPacked decides batch in one packed call, and reads its answers (as
+// a limiter would; their count is checked).
 func (f *fixedWindow) sendPacked(ctx context.Context, batch []*fwReq) error {
-	keys := make([]string, len(batch))
-	args := make([]any, 0, 1+7*len(batch))
-	args = append(args, "1000") // the expiry margin, ms
-	for i, r := range batch {
-		keys[i] = r.key
-		args = append(args, "m")
-		args = append(args, packedRule...)
+	call := redisschema.PackedCall{Margin: time.Second}
+	for _, r := range batch {
+		if err := call.Add(r.key, packedRule, true); err != nil {
+			return err
+		}
 	}
-	return f.packed.Run(ctx, f.rdb, keys, args...).Err()
+	keys, args := call.Args()
+	reply, err := f.packed.Run(ctx, f.rdb, keys, args...).Result()
+	if err != nil {
+		return err
+	}
+	_, _, err = call.Decode(reply, make([]redisschema.PackedAnswer, 0, len(batch)))
+	return err
 }
 
 // decide counts one hit for client in the current fixed window. (The

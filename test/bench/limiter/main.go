@@ -389,7 +389,7 @@ const packedLog limiter.Algorithm = "packed log (issue 39)"
 // them as measureMemory does.
 func measurePackedMemory(ctx context.Context, srv *testsupport.Redis) ([]memRow, error) {
 	const tracked = 200
-	script := redis.NewScript(redisschema.PackedBatchScript())
+	script := redis.NewScript(redisschema.PackedCallScript())
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer func() { _ = rdb.Close() }()
 	var rows []memRow
@@ -401,12 +401,13 @@ func measurePackedMemory(ctx context.Context, srv *testsupport.Redis) ([]memRow,
 		var sum float64
 		for c := range tracked {
 			key := "pk:client-" + strconv.Itoa(c)
-			keys := make([]string, limit)
-			args := []any{"1000"}
-			for i := range keys {
-				keys[i] = key
-				args = append(args, "m", "1", "1", limit, time.Hour.Microseconds(), "0", "1")
+			call := redisschema.PackedCall{Margin: time.Second}
+			for range limit {
+				if err := call.Add(key, redisschema.PackedRule{Limit: limit, Window: time.Hour, Hits: 1}, true); err != nil {
+					return nil, err
+				}
 			}
+			keys, args := call.Args()
 			if err := script.Run(ctx, rdb, keys, args...).Err(); err != nil {
 				return nil, fmt.Errorf("filling %s: %w", key, err)
 			}
@@ -590,7 +591,7 @@ func write(out string, rows []row, durable []durableRow, mem []memRow, cost cost
 			r.alg, goal, cpu(r.fcall), met(cpu(r.fcall) <= goal), cpu(r.lim), met(cpu(r.lim) <= goal))
 	}
 	p("\n### The packed log (issue 39)\n\n")
-	p("The exact count log packed in one string per client (`redisschema.PackedBatchScript`, docs/design/packed-log.md: the admit instants, 7 bytes each; GET, then on an admit SETRANGE into empty slots or, about once a window, SET PX), sent by the fixed window's client, one EVALSHA per batch as the limiter sends its decide batch, right after the fixed window at each point. The limiter does not call it yet (its replay, cancel, weighted keys and the move from the sorted sets are not built).\n\n")
+	p("The exact count log packed in one string per client (`redisschema.PackedCall`, docs/design/packed-log.md: the admit instants, 7 bytes each; GET, then on an admit SETRANGE into empty slots or, about once a window, SET PX), sent by the fixed window's client, one EVALSHA per batch in the packed call's format (the rule once per call, a byte per decision, one reply string), right after the fixed window at each point. The limiter does not call it yet (its replay, cancel, weighted keys and the move from the sorted sets are not built).\n\n")
 	p("| callers | packed log dec/s | Redis CPU µs/dec | fixed window Redis CPU µs/dec | packed ÷ fixed window | sorted sets (batch) ÷ fixed window |\n")
 	p("|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {

@@ -20,11 +20,15 @@
 //	go run ./test/bench/luaab now.lua floor:log floor:empty
 //	go run ./test/bench/luaab -counter now.lua floor:counter floor:empty
 //
-// floor:packed is not a floor but issue 39's packed log, a whole exact
-// decision (redisschema.PackedBatchScript), and floor:fixed the fixed
-// window it is to cost no more than 1.5 times:
+// floor:call is not a floor but issue 39's packed log, a whole exact
+// decision in its own call format (redisschema.PackedCall: the rule once
+// per call, one reply string), floor:fixed the fixed window it is to cost
+// no more than 1.5 times, floor:call-empty that call with no command per
+// decision, and call:<file> a Lua file that takes the call's format (e.g.
+// printed with -print-packed and changed); -stats shows each variant's
+// commands and their own µs per decision:
 //
-//	go run ./test/bench/luaab -callers 64 now.lua floor:packed floor:fixed
+//	go run ./test/bench/luaab -stats -callers 64 floor:call call:new.lua floor:fixed floor:call-empty
 package main
 
 import (
@@ -34,6 +38,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,9 +53,10 @@ import (
 
 func main() {
 	print := flag.Bool("print", false, "print this tree's decide batch script and exit")
-	printPacked := flag.Bool("print-packed", false, "print this tree's packed log batch script (floor:packed) and exit")
+	printPacked := flag.Bool("print-packed", false, "print this tree's packed call script (floor:call) and exit")
 	counter := flag.Bool("counter", false, "SlidingWindowCounter keys instead of SlidingLog")
 	rounds := flag.Int("rounds", 10, "rounds of every variant")
+	flag.BoolVar(&stats, "stats", false, "also print each variant's commands per decision and their µs (INFO commandstats)")
 	flag.IntVar(&goroutines, "callers", goroutines, "callers (goroutines), each with one call in flight")
 	flag.IntVar(&clients, "clients", clients, "keys the decisions spread over (fewer: fuller windows)")
 	flag.Parse()
@@ -59,7 +65,7 @@ func main() {
 		return
 	}
 	if *printPacked {
-		fmt.Print(redisschema.PackedBatchScript())
+		fmt.Print(redisschema.PackedCallScript())
 		return
 	}
 	if flag.NArg() == 0 {
@@ -72,8 +78,11 @@ func main() {
 	}
 }
 
-// goroutines is -callers, clients -clients.
-var goroutines, clients = 32, 10000
+// goroutines is -callers, clients -clients, stats -stats.
+var (
+	goroutines, clients = 32, 10000
+	stats               bool
+)
 
 const (
 	perCall = 20
@@ -90,8 +99,15 @@ func run(files []string, counter bool, rounds int) error {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: goroutines})
 	defer func() { _ = rdb.Close() }()
 	shas := make([]string, len(files))
+	lean := make([]bool, len(files))
 	for i, f := range files {
 		src, ok := floors[strings.TrimPrefix(f, "floor:")]
+		if s, isCall := callFloors[strings.TrimPrefix(f, "floor:")]; isCall {
+			src, ok, lean[i] = s, true, true
+		}
+		if path, isCall := strings.CutPrefix(f, "call:"); isCall {
+			lean[i], f = true, path
+		}
 		if !ok || !strings.HasPrefix(f, "floor:") {
 			b, err := os.ReadFile(f)
 			if err != nil {
@@ -121,8 +137,28 @@ func run(files []string, counter bool, rounds int) error {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 1)) //nolint:gosec // load, not secrecy
 			args := make([]any, 0, 4+8*perCall)
+			call := redisschema.PackedCall{Margin: time.Second}
 			for !stop.Load() {
 				v := cur.Load()
+				if lean[v] {
+					call.Reset()
+					for range perCall {
+						_ = call.Add(redisschema.Key("", "bench/luaab/"+strconv.Itoa(int(v)), strconv.Itoa(rng.IntN(clients))), packedRule, true)
+					}
+					keys, cargs := call.Args()
+					args = append(args[:0], "evalsha", shas[v], len(keys))
+					for _, k := range keys {
+						args = append(args, k)
+					}
+					args = append(args, cargs...)
+					if err := rdb.Do(ctx, args...).Err(); err != nil {
+						firstErr.CompareAndSwap(nil, fmt.Errorf("%s: %w", files[v], err))
+						stop.Store(true)
+						return
+					}
+					counts[v].Add(perCall)
+					continue
+				}
 				args = append(args[:0], "evalsha", shas[v], perCall)
 				for range perCall {
 					args = append(args, redisschema.Key("", "bench/luaab/"+strconv.Itoa(int(v)), strconv.Itoa(rng.IntN(clients))))
@@ -145,10 +181,18 @@ func run(files []string, counter bool, rounds int) error {
 	time.Sleep(2 * time.Second) // the keys fill to their steady size
 	cpu := make([]time.Duration, len(files))
 	decisions := make([]int64, len(files))
+	cmds := make([]map[string]cmdStat, len(files))
+	for v := range cmds {
+		cmds[v] = map[string]cmdStat{}
+	}
 	for range rounds {
 		for v := range files {
 			cur.Store(int32(v)) //nolint:gosec // a handful of files
 			time.Sleep(50 * time.Millisecond)
+			s0, err := commandStats(ctx, rdb)
+			if err != nil {
+				return err
+			}
 			c0, err := srv.CPUTime()
 			if err != nil {
 				return err
@@ -161,6 +205,16 @@ func run(files []string, counter bool, rounds int) error {
 			}
 			cpu[v] += c1 - c0
 			decisions[v] += counts[v].Load() - n0
+			s1, err := commandStats(ctx, rdb)
+			if err != nil {
+				return err
+			}
+			for name, b := range s1 {
+				a := cmds[v][name]
+				a.calls += b.calls - s0[name].calls
+				a.usec += b.usec - s0[name].usec
+				cmds[v][name] = a
+			}
 		}
 	}
 	stop.Store(true)
@@ -173,8 +227,61 @@ func run(files []string, counter bool, rounds int) error {
 		first := float64(cpu[0]) / float64(max(1, decisions[0]))
 		fmt.Printf("%-32s Redis CPU %6.2f µs/decision (%.2f× %s)  %8.0f decisions/s\n", f, per,
 			float64(cpu[v])/float64(max(1, decisions[v]))/first, files[0], float64(decisions[v])/(turn.Seconds()*float64(rounds)))
+		if stats {
+			printStats(cmds[v], decisions[v])
+		}
 	}
 	return nil
+}
+
+// cmdStat is one command's line of INFO commandstats.
+type cmdStat struct{ calls, usec int64 }
+
+// commandStats reads INFO commandstats: calls and µs per command, those
+// a script ran counted too (the µs are the command's own, not the
+// script's around it).
+func commandStats(ctx context.Context, rdb *redis.Client) (map[string]cmdStat, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]cmdStat{}
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd {
+			continue
+		}
+		var c cmdStat
+		for kv := range strings.SplitSeq(rest, ",") {
+			k, val, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				c.calls, _ = strconv.ParseInt(val, 10, 64)
+			case "usec":
+				c.usec, _ = strconv.ParseInt(val, 10, 64)
+			}
+		}
+		out[name] = c
+	}
+	return out, nil
+}
+
+// printStats prints the commands of one variant that ran at least once
+// per hundred decisions: per decision, calls and µs.
+func printStats(cmds map[string]cmdStat, decisions int64) {
+	names := make([]string, 0, len(cmds))
+	for name, c := range cmds {
+		if c.calls*100 >= decisions && name != "info" {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		c := cmds[name]
+		fmt.Printf("    %-14s %5.2f calls/decision %6.2f µs/decision (its own time)\n", name,
+			float64(c.calls)/float64(max(1, decisions)), float64(c.usec)/float64(max(1, decisions)))
+	}
 }
 
 // floorHead reads Redis's clock as the batch call does.
@@ -226,9 +333,6 @@ for i = 1, #KEYS do
   end
 end
 return out`,
-	// The exact count log packed in one string (issue 39's data model,
-	// redisschema.PackedBatchScript): not a floor, a whole decision.
-	"packed": redisschema.PackedBatchScript(),
 	"counter": floorHead + `
 local x = math.floor(now / w)
 local xs, ps = string.format('%d', x), string.format('%d', x - 1)
@@ -247,6 +351,28 @@ for i = 1, #KEYS do
   end
 end
 return out`,
+}
+
+// packedRule is the rule of every decision of a call: run's, one hit
+// under 1000 per 1 s.
+var packedRule = redisschema.PackedRule{Limit: 1000, Window: time.Second, Hits: 1}
+
+// callFloors take the packed call's arguments (redisschema.PackedCall:
+// the rule once per call, a byte per decision) and answer in its shape,
+// as does a Lua file named call:<path>.
+var callFloors = map[string]string{
+	// The packed log in its own call format (redisschema.PackedCallScript).
+	"call": redisschema.PackedCallScript(),
+	// The packed call with no command per decision: its arguments read,
+	// TIME and its reply.
+	"call-empty": floorHead + `
+local sel, l = ARGV[2], tonumber(ARGV[3])
+local out = {struct.pack('>I7', now)}
+for i = 1, #KEYS do
+  local b = string.byte(sel, i)
+  out[i + 1] = struct.pack('>Bi4I6I6I7', 1, l - 1, 0, w, b)
+end
+return table.concat(out)`,
 }
 
 func logFloor(expire bool) string {

@@ -1,0 +1,166 @@
+package redisschema
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// The packed log's call (issue 39): many decisions in one EVALSHA, in a
+// format of its own, because the decide batch's (seven arguments and six
+// reply values per decision) costs Redis about 2 µs per decision before
+// any command runs (test/bench/luaab's floor:empty), as much as a fixed
+// window's whole decision. A call's decisions mostly share a few rules, so
+// each rule is sent once, a decision is one byte beside its key, and the
+// reply is one string of fixed-width answers.
+
+// packedCallScript decides a packed call.
+//
+//	KEYS      one key per decision
+//	ARGV[1]   the expiry margin, ms
+//	ARGV[2]   one byte per key: its rule's index (0-based), plus 128 when
+//	          the decision only decides (admits nothing)
+//	ARGV[3:]  the rules, three arguments each: limit, window µs, hits
+//
+// Reply: one string, Redis's clock (µs since ScoreEpoch, 7 bytes) and
+// then packedAnswerSize bytes per decision (PackedCall.Decode).
+const packedCallScript = commonLua + packedLogLua + `
+local margin, now = tonumber(ARGV[1]), clock()
+local sel, rules = ARGV[2], {}
+if not margin or not sel or #sel ~= #KEYS or #ARGV % 3 ~= 2 then return redis.error_reply('ERR slidegate: packed call arguments malformed') end
+for r = 1, (#ARGV - 2) / 3 do
+  local l, w, h = tonumber(ARGV[3 * r]), tonumber(ARGV[3 * r + 1]), tonumber(ARGV[3 * r + 2])
+  if outOfRange(l, w, 0, h) then return redis.error_reply('ERR slidegate: packed call rule out of range') end
+  rules[r] = {l, w, h}
+end
+local out = {struct.pack('>I7', now)}
+for i = 1, #KEYS do
+  local b = string.byte(sel, i)
+  local r = rules[b % 128 + 1]
+  if not r then return redis.error_reply('ERR slidegate: packed call names no such rule') end
+  local ok, rem, retry, reset, t = pdecide(KEYS[i], r[1], r[2], r[3], b < 128, margin, now)
+  out[i + 1] = struct.pack('>Bi4I6I6I7', ok, rem, retry, reset, t)
+end
+return table.concat(out)
+`
+
+// PackedCallScript is the source of the packed call, for the benches.
+func PackedCallScript() string { return packedCallScript }
+
+// packedAnswerSize is the bytes of one decision's answer in a packed
+// call's reply: allowed 1, remaining 4 (signed: a lowered limit leaves
+// more live admits than it), retry-after and reset-after 6 each (µs, up
+// to 8 years), the first instant admitted 7.
+const packedAnswerSize = 1 + 4 + 6 + 6 + 7
+
+// maxPackedRules is how many rules one packed call names: a decision's
+// byte holds its rule's index below 128.
+const maxPackedRules = 128
+
+// PackedRule is the rule a packed call decides a key under.
+type PackedRule struct {
+	Limit  int64
+	Window time.Duration
+	Hits   int64
+}
+
+// PackedAnswer is one decision's answer.
+type PackedAnswer struct {
+	Allowed    bool
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+	// Instant is the first admitted hit's instant (µs since ScoreEpoch),
+	// what takes the admit back; 0 if none.
+	Instant int64
+}
+
+// PackedCall gathers the decisions of one packed call. The zero value,
+// with Margin set, is ready; Reset makes it ready again.
+type PackedCall struct {
+	// Margin is how long a key outlives its newest admit's window.
+	Margin time.Duration
+	keys   []string
+	sel    []byte
+	rules  []PackedRule
+}
+
+// ErrPackedCallFull is Add's error when the call names maxPackedRules
+// rules already and the decision's is not one of them: send the call and
+// Reset it.
+var ErrPackedCallFull = errors.New("redisschema: a packed call names 128 rules")
+
+// Add appends a decision of rule on key; commit admits its hits when
+// allowed.
+func (c *PackedCall) Add(key string, rule PackedRule, commit bool) error {
+	i := 0
+	for i < len(c.rules) && c.rules[i] != rule {
+		i++
+	}
+	if i == len(c.rules) {
+		if i == maxPackedRules {
+			return ErrPackedCallFull
+		}
+		c.rules = append(c.rules, rule)
+	}
+	b := byte(i)
+	if !commit {
+		b |= 0x80
+	}
+	c.keys = append(c.keys, key)
+	c.sel = append(c.sel, b)
+	return nil
+}
+
+// Len is the number of decisions added.
+func (c *PackedCall) Len() int { return len(c.keys) }
+
+// Reset empties the call, keeping its storage and Margin.
+func (c *PackedCall) Reset() {
+	c.keys, c.sel, c.rules = c.keys[:0], c.sel[:0], c.rules[:0]
+}
+
+// Args is the call's KEYS and ARGV. The keys slice is the call's own:
+// valid until the next Add or Reset.
+func (c *PackedCall) Args() (keys []string, args []any) {
+	args = make([]any, 0, 2+3*len(c.rules))
+	args = append(args, strconv.FormatInt(c.Margin.Milliseconds(), 10), string(c.sel))
+	for _, r := range c.rules {
+		args = append(args, strconv.FormatInt(r.Limit, 10), strconv.FormatInt(r.Window.Microseconds(), 10), strconv.FormatInt(r.Hits, 10))
+	}
+	return c.keys, args
+}
+
+// Decode reads a packed call's reply into answers (one per decision, in
+// the order added), and returns Redis's clock at the call.
+func (c *PackedCall) Decode(reply any, answers []PackedAnswer) (now int64, _ []PackedAnswer, err error) {
+	s, ok := reply.(string)
+	if !ok {
+		return 0, answers, fmt.Errorf("redisschema: packed call replied %T, want a string", reply)
+	}
+	if len(s) != 7+packedAnswerSize*len(c.keys) {
+		return 0, answers, fmt.Errorf("redisschema: packed call replied %d bytes for %d decisions, want %d", len(s), len(c.keys), 7+packedAnswerSize*len(c.keys))
+	}
+	now = beUint(s[:7])
+	for i := range c.keys {
+		a := s[7+packedAnswerSize*i:]
+		answers = append(answers, PackedAnswer{
+			Allowed:    a[0] == 1,
+			Remaining:  int64(int32(beUint(a[1:5]))), //nolint:gosec // the script packs it signed, 4 bytes
+			RetryAfter: time.Duration(beUint(a[5:11])) * time.Microsecond,
+			ResetAfter: time.Duration(beUint(a[11:17])) * time.Microsecond,
+			Instant:    beUint(a[17:24]),
+		})
+	}
+	return now, answers, nil
+}
+
+// beUint reads up to 8 bytes of s as a big-endian unsigned number.
+func beUint(s string) int64 {
+	var v uint64
+	for i := range len(s) {
+		v = v<<8 | uint64(s[i])
+	}
+	return int64(v) //nolint:gosec // at most 7 bytes
+}
