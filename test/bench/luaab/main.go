@@ -24,11 +24,14 @@
 // decision in its own call format (redisschema.PackedCall: the rule once
 // per call, one reply string), floor:fixed the fixed window it is to cost
 // no more than 1.5 times, floor:call-empty that call with no command per
-// decision, and call:<file> a Lua file that takes the call's format (e.g.
+// decision, floor:call-commands its GET and SETRANGE with no Lua to
+// speak of, floor:pipelined-fixed the fixed window without Lua (INCRBY
+// and EXPIRE pipelined, 20 decisions a pipeline; the bar of make bench),
+// and call:<file> a Lua file that takes the call's format (e.g.
 // printed with -print-packed and changed); -stats shows each variant's
 // commands and their own µs per decision:
 //
-//	go run ./test/bench/luaab -stats -callers 64 floor:call call:new.lua floor:fixed floor:call-empty
+//	go run ./test/bench/luaab -stats -callers 64 floor:call call:new.lua floor:call-commands floor:pipelined-fixed
 package main
 
 import (
@@ -100,7 +103,12 @@ func run(files []string, counter bool, rounds int) error {
 	defer func() { _ = rdb.Close() }()
 	shas := make([]string, len(files))
 	lean := make([]bool, len(files))
+	pipe := make([]bool, len(files))
 	for i, f := range files {
+		if f == "floor:pipelined-fixed" {
+			pipe[i] = true
+			continue
+		}
 		src, ok := floors[strings.TrimPrefix(f, "floor:")]
 		if s, isCall := callFloors[strings.TrimPrefix(f, "floor:")]; isCall {
 			src, ok, lean[i] = s, true, true
@@ -140,6 +148,22 @@ func run(files []string, counter bool, rounds int) error {
 			call := redisschema.PackedCall{Margin: time.Second}
 			for !stop.Load() {
 				v := cur.Load()
+				if pipe[v] {
+					p := rdb.Pipeline()
+					x := strconv.FormatInt(time.Now().Unix(), 10)
+					for range perCall {
+						key := redisschema.Key("", "bench/luaab/"+strconv.Itoa(int(v)), strconv.Itoa(rng.IntN(clients))) + ":" + x
+						p.IncrBy(ctx, key, 1)
+						p.Expire(ctx, key, 2*time.Second)
+					}
+					if _, err := p.Exec(ctx); err != nil {
+						firstErr.CompareAndSwap(nil, fmt.Errorf("%s: %w", files[v], err))
+						stop.Store(true)
+						return
+					}
+					counts[v].Add(perCall)
+					continue
+				}
 				if lean[v] {
 					call.Reset()
 					for range perCall {
@@ -363,6 +387,22 @@ var packedRule = redisschema.PackedRule{Limit: 1000, Window: time.Second, Hits: 
 var callFloors = map[string]string{
 	// The packed log in its own call format (redisschema.PackedCallScript).
 	"call": redisschema.PackedCallScript(),
+	// The packed call's two commands (GET, and SETRANGE into the value)
+	// with next to no Lua around them: what the packed log's commands cost
+	// in a script, the least any exact layout that reads a key and
+	// writes it in place costs.
+	"call-commands": floorHead + `
+local out = {struct.pack('>I7', now)}
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  if redis.call('GET', key) then
+    redis.call('SETRANGE', key, 7, struct.pack('>I7', now))
+  else
+    redis.call('SET', key, string.rep('\0', 70), 'PX', '2000')
+  end
+  out[i + 1] = struct.pack('>Bi4I6I6I7', 1, 999, 0, w, now)
+end
+return table.concat(out)`,
 	// The packed call with no command per decision: its arguments read,
 	// TIME and its reply.
 	"call-empty": floorHead + `
