@@ -62,6 +62,7 @@ func main() {
 	flag.BoolVar(&stats, "stats", false, "also print each variant's commands per decision and their µs (INFO commandstats)")
 	flag.IntVar(&goroutines, "callers", goroutines, "callers (goroutines), each with one call in flight")
 	flag.IntVar(&clients, "clients", clients, "keys the decisions spread over (fewer: fuller windows)")
+	flag.IntVar(&perCall, "per-call", perCall, "decisions per call (or pipeline)")
 	flag.Parse()
 	if *print {
 		fmt.Print(redisschema.DecideBatch.Script())
@@ -81,14 +82,15 @@ func main() {
 	}
 }
 
-// goroutines is -callers, clients -clients, stats -stats.
+// goroutines is -callers, clients -clients, perCall -per-call, stats
+// -stats.
 var (
 	goroutines, clients = 32, 10000
+	perCall             = 20
 	stats               bool
 )
 
 const (
-	perCall = 20
 	turn    = 700 * time.Millisecond
 )
 
@@ -161,7 +163,7 @@ func run(files []string, counter bool, rounds int) error {
 						stop.Store(true)
 						return
 					}
-					counts[v].Add(perCall)
+					counts[v].Add(int64(perCall))
 					continue
 				}
 				if lean[v] {
@@ -180,7 +182,7 @@ func run(files []string, counter bool, rounds int) error {
 						stop.Store(true)
 						return
 					}
-					counts[v].Add(perCall)
+					counts[v].Add(int64(perCall))
 					continue
 				}
 				args = append(args[:0], "evalsha", shas[v], perCall)
@@ -198,7 +200,7 @@ func run(files []string, counter bool, rounds int) error {
 					stop.Store(true)
 					return
 				}
-				counts[v].Add(perCall)
+				counts[v].Add(int64(perCall))
 			}
 		}()
 	}
