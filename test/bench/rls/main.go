@@ -88,6 +88,8 @@ type side struct {
 	// CPU per counted decision: this process (limiter, server, and the
 	// gRPC-go clients on that side), redis-server, and h2load.
 	self, redis, client time.Duration
+	// perTrip is the decisions a round trip to Redis carried.
+	perTrip float64
 }
 
 type row struct {
@@ -115,6 +117,10 @@ type slice struct {
 	lat       []time.Duration
 	elapsed   time.Duration
 	clientCPU time.Duration // of a child process (h2load)
+	// decided and trips are the limiter's decisions with Redis and its
+	// round trips to Redis over the slice (limiter.Stats): how many
+	// decisions a round trip carried.
+	decided, trips int64
 }
 
 // phase drives callers for d; n numbers the slice.
@@ -143,6 +149,8 @@ func (t *tally) run(redisPid, callers, n int, d time.Duration, f phase) error {
 	t.lat = append(t.lat, s.lat...)
 	t.elapsed += s.elapsed
 	t.clientCPU += s.clientCPU
+	t.decided += s.decided
+	t.trips += s.trips
 	t.self += closedloop.SelfCPU() - s0
 	t.redis += r1 - r0
 	return nil
@@ -150,7 +158,8 @@ func (t *tally) run(redisPid, callers, n int, d time.Duration, f phase) error {
 
 func (t *tally) result() side {
 	n := time.Duration(max(len(t.lat), 1))
-	return side{Point: closedloop.Summarize(t.lat, t.elapsed), self: t.self / n, redis: t.redis / n, client: t.clientCPU / n}
+	return side{Point: closedloop.Summarize(t.lat, t.elapsed), self: t.self / n, redis: t.redis / n, client: t.clientCPU / n,
+		perTrip: float64(t.decided) / float64(max(t.trips, 1))}
 }
 
 func main() { os.Exit(mainCode()) }
@@ -285,7 +294,13 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 	defer closeMcs()
 
 	sides := []phase{
-		func(c, _ int, d time.Duration) (slice, error) { return measureLimiter(ctx, lim, c, d), nil },
+		func(c, _ int, d time.Duration) (slice, error) {
+			before := lim.Stats()
+			s := measureLimiter(ctx, lim, c, d)
+			after := lim.Stats()
+			s.decided, s.trips = after.Redis-before.Redis, after.RoundTrips-before.RoundTrips
+			return s, nil
+		},
 		func(c, n int, d time.Duration) (slice, error) {
 			return sv.counted(c, func() (slice, error) { return measureH2load(ctx, tmp, "http://"+sv.addr, c, n, d) })
 		},
@@ -319,6 +334,8 @@ func run(out string, dur time.Duration, rounds int, callers []int) error {
 		fmt.Fprintf(os.Stderr, "callers=%-3d limiter %6.0f/s  h2load→RLS %6.0f/s (%.2f)  gRPC-go→RLS %6.0f/s (%.2f)  µs CPU/decision (self+redis+h2load): %.1f+%.1f, %.1f+%.1f+%.1f, %.1f+%.1f\n",
 			c, r.lim.DPS, r.h2.DPS, r.ratio(r.h2), r.goc.DPS, r.ratio(r.goc),
 			us(r.lim.self), us(r.lim.redis), us(r.h2.self), us(r.h2.redis), us(r.h2.client), us(r.goc.self), us(r.goc.redis))
+		fmt.Fprintf(os.Stderr, "            decisions per Redis round trip: limiter %.1f, h2load→RLS %.1f, gRPC-go→RLS %.1f\n",
+			r.lim.perTrip, r.h2.perTrip, r.goc.perTrip)
 		fmt.Fprintf(os.Stderr, "            TLS: h2load→RLS %6.0f/s (%.2f of h2c)  gRPC-go→RLS mTLS %6.0f/s (%.2f of h2c)\n",
 			r.h2tls.DPS, of(r.h2tls.DPS, r.h2.DPS), r.gomtls.DPS, of(r.gomtls.DPS, r.goc.DPS))
 		fmt.Fprintf(os.Stderr, "            floor: h2load→RLS asking nothing %6.0f/s (%.2f of the limiter), %.1f+%.1f µs CPU/answer (self+h2load)\n",
@@ -498,6 +515,7 @@ func (sv *server) counted(callers int, f func() (slice, error)) (slice, error) {
 	before := sv.lim.Stats()
 	s, err := f()
 	after := sv.lim.Stats()
+	s.decided, s.trips = after.Redis-before.Redis, after.RoundTrips-before.RoundTrips
 	switch {
 	case err != nil:
 	case after.Fallback-before.Fallback+after.FailedClosed-before.FailedClosed > int64(callers):
@@ -696,11 +714,13 @@ func write(out string, rows []row, dur time.Duration, rounds int, took time.Dura
 	}
 	b.WriteString("\nCPU per counted decision, µs: this process (limiter; with the RLS server; with\n")
 	b.WriteString("server and gRPC-go clients) + redis-server (+ h2load). With two cores, the sum\n")
-	b.WriteString("bounds the rate.\n\n")
-	b.WriteString("| callers | limiter | h2load → RLS | gRPC-go → RLS |\n|---:|---|---|---|\n")
+	b.WriteString("bounds the rate. Per trip: the decisions one round trip to Redis carried\n")
+	b.WriteString("(limiter.Stats: decisions with Redis ÷ round trips), on each side.\n\n")
+	b.WriteString("| callers | limiter | h2load → RLS | gRPC-go → RLS | per trip: limiter | h2load → RLS | gRPC-go → RLS |\n|---:|---|---|---|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %d | %.1f + %.1f | %.1f + %.1f + %.1f | %.1f + %.1f |\n", r.callers,
-			us(r.lim.self), us(r.lim.redis), us(r.h2.self), us(r.h2.redis), us(r.h2.client), us(r.goc.self), us(r.goc.redis))
+		fmt.Fprintf(&b, "| %d | %.1f + %.1f | %.1f + %.1f + %.1f | %.1f + %.1f | %.1f | %.1f | %.1f |\n", r.callers,
+			us(r.lim.self), us(r.lim.redis), us(r.h2.self), us(r.h2.redis), us(r.h2.client), us(r.goc.self), us(r.goc.redis),
+			r.lim.perTrip, r.h2.perTrip, r.goc.perTrip)
 	}
 	b.WriteString("\nThe floor, same run: h2load → the RLS server asking nothing (answers/s; CPU per\n")
 	b.WriteString("answer of this process, the server alone, and of h2load).\n\n")
