@@ -91,7 +91,7 @@ var (
 )
 
 const (
-	turn    = 700 * time.Millisecond
+	turn = 700 * time.Millisecond
 )
 
 func run(files []string, counter bool, rounds int) error {
