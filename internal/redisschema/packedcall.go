@@ -21,16 +21,17 @@ import (
 //	ARGV[1]   the expiry margin, ms
 //	ARGV[2]   one byte per key: its rule's index (0-based), plus 128 when
 //	          the decision only decides (admits nothing)
-//	ARGV[3:]  the rules, three arguments each: limit, window µs, hits
+//	ARGV[3]   8 bytes per key: its decision's member
+//	ARGV[4:]  the rules, three arguments each: limit, window µs, hits
 //
 // Reply: one string, Redis's clock (µs since ScoreEpoch, 7 bytes) and
 // then packedAnswerSize bytes per decision (PackedCall.Decode).
 const packedCallScript = commonLua + packedLogLua + `
 local margin, now = tonumber(ARGV[1]), clock()
-local sel, rules = ARGV[2], {}
-if not margin or not sel or #sel ~= #KEYS or #ARGV % 3 ~= 2 then return redis.error_reply('ERR slidegate: packed call arguments malformed') end
-for r = 1, (#ARGV - 2) / 3 do
-  local l, w, h = tonumber(ARGV[3 * r]), tonumber(ARGV[3 * r + 1]), tonumber(ARGV[3 * r + 2])
+local sel, ms, rules = ARGV[2], ARGV[3], {}
+if not margin or not sel or #sel ~= #KEYS or not ms or #ms ~= 8 * #KEYS or #ARGV % 3 ~= 0 then return redis.error_reply('ERR slidegate: packed call arguments malformed') end
+for r = 1, (#ARGV - 3) / 3 do
+  local l, w, h = tonumber(ARGV[3 * r + 1]), tonumber(ARGV[3 * r + 2]), tonumber(ARGV[3 * r + 3])
   if outOfRange(l, w, 0, h) then return redis.error_reply('ERR slidegate: packed call rule out of range') end
   rules[r] = {l, w, h}
 end
@@ -39,7 +40,7 @@ for i = 1, #KEYS do
   local b = string.byte(sel, i)
   local r = rules[b % 128 + 1]
   if not r then return redis.error_reply('ERR slidegate: packed call names no such rule') end
-  local ok, rem, retry, reset, t = pdecide(KEYS[i], r[1], r[2], r[3], b < 128, margin, now)
+  local ok, rem, retry, reset, t = pdecide(KEYS[i], r[1], r[2], r[3], b < 128, margin, now, string.sub(ms, 8 * i - 7, 8 * i))
   out[i + 1] = struct.pack('>Bi4I6I6I7', ok, rem, retry, reset, t)
 end
 return table.concat(out)
@@ -80,10 +81,11 @@ type PackedAnswer struct {
 // with Margin set, is ready; Reset makes it ready again.
 type PackedCall struct {
 	// Margin is how long a key outlives its newest admit's window.
-	Margin time.Duration
-	keys   []string
-	sel    []byte
-	rules  []PackedRule
+	Margin  time.Duration
+	keys    []string
+	sel     []byte
+	members []byte
+	rules   []PackedRule
 }
 
 // ErrPackedCallFull is Add's error when the call names maxPackedRules
@@ -91,9 +93,13 @@ type PackedCall struct {
 // Reset it.
 var ErrPackedCallFull = errors.New("redisschema: a packed call names 128 rules")
 
-// Add appends a decision of rule on key; commit admits its hits when
-// allowed.
-func (c *PackedCall) Add(key string, rule PackedRule, commit bool) error {
+// Add appends a decision of rule on key under member (8 bytes: what makes
+// a decision that runs twice admit once, and what a cancel finds); commit
+// admits its hits when allowed.
+func (c *PackedCall) Add(key, member string, rule PackedRule, commit bool) error {
+	if len(member) != 8 {
+		return fmt.Errorf("redisschema: a packed call's member is 8 bytes, not %d", len(member))
+	}
 	i := 0
 	for i < len(c.rules) && c.rules[i] != rule {
 		i++
@@ -110,6 +116,7 @@ func (c *PackedCall) Add(key string, rule PackedRule, commit bool) error {
 	}
 	c.keys = append(c.keys, key)
 	c.sel = append(c.sel, b)
+	c.members = append(c.members, member...)
 	return nil
 }
 
@@ -118,14 +125,14 @@ func (c *PackedCall) Len() int { return len(c.keys) }
 
 // Reset empties the call, keeping its storage and Margin.
 func (c *PackedCall) Reset() {
-	c.keys, c.sel, c.rules = c.keys[:0], c.sel[:0], c.rules[:0]
+	c.keys, c.sel, c.members, c.rules = c.keys[:0], c.sel[:0], c.members[:0], c.rules[:0]
 }
 
 // Args is the call's KEYS and ARGV. The keys slice is the call's own:
 // valid until the next Add or Reset.
 func (c *PackedCall) Args() (keys []string, args []any) {
-	args = make([]any, 0, 2+3*len(c.rules))
-	args = append(args, strconv.FormatInt(c.Margin.Milliseconds(), 10), string(c.sel))
+	args = make([]any, 0, 3+3*len(c.rules))
+	args = append(args, strconv.FormatInt(c.Margin.Milliseconds(), 10), string(c.sel), string(c.members))
 	for _, r := range c.rules {
 		args = append(args, strconv.FormatInt(r.Limit, 10), strconv.FormatInt(r.Window.Microseconds(), 10), strconv.FormatInt(r.Hits, 10))
 	}

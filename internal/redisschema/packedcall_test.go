@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,10 +52,10 @@ func TestPackedCallMatchesBruteForce(t *testing.T) {
 			k := rng.IntN(keys)
 			rule := rules[k%3]
 			if rng.IntN(8) == 0 {
-				rule.Hits = 1 + rng.Int64N(rule.Limit+1) // up to one past the limit
+				rule.Hits = 1 + rng.Int64N(min(rule.Limit+1, 1000)) // up to one past the limit
 			}
 			p := pick{k, rule, rng.IntN(10) > 0}
-			if err := call.Add(fmt.Sprintf("pc%d", k), p.rule, p.commit); err != nil {
+			if err := call.Add(fmt.Sprintf("pc%d", k), fmt.Sprintf("%08x", rng.Uint32()), p.rule, p.commit); err != nil {
 				t.Fatal(err)
 			}
 			picks = append(picks, p)
@@ -105,14 +106,15 @@ func TestPackedCallArguments(t *testing.T) {
 		rule   PackedRule
 		commit bool
 	}{{a, true}, {b, false}, {a, false}, {b, true}} {
-		if err := c.Add("k", d.rule, d.commit); err != nil {
+		if err := c.Add("k", "member-"+strconv.Itoa(len(c.keys)), d.rule, d.commit); err != nil {
 			t.Fatal(err)
 		}
 	}
 	keys, args := c.Args()
 	got := fmt.Sprint(len(keys), args)
-	// Each rule once; a byte per decision, 0x80 on those that only decide.
-	want := fmt.Sprint(4, []any{"1000", "\x00\x81\x80\x01", "10", "1000000", "1", "5", "60000000", "2"})
+	// Each rule once; a byte per decision, 0x80 on those that only
+	// decide; the members, 8 bytes each.
+	want := fmt.Sprint(4, []any{"1000", "\x00\x81\x80\x01", "member-0member-1member-2member-3", "10", "1000000", "1", "5", "60000000", "2"})
 	if got != want {
 		t.Errorf("Args: %q, want %q", got, want)
 	}
@@ -123,15 +125,18 @@ func TestPackedCallArguments(t *testing.T) {
 		t.Error("an integer reply decoded without an error")
 	}
 	c.Reset()
+	if err := c.Add("k", "short", a, true); err == nil {
+		t.Error("a member of 5 bytes was added")
+	}
 	for i := range maxPackedRules {
-		if err := c.Add("k", PackedRule{Limit: int64(i + 1), Window: time.Second, Hits: 1}, true); err != nil {
+		if err := c.Add("k", "12345678", PackedRule{Limit: int64(i + 1), Window: time.Second, Hits: 1}, true); err != nil {
 			t.Fatalf("rule %d: %v", i+1, err)
 		}
 	}
-	if err := c.Add("k", PackedRule{Limit: 1000, Window: time.Second, Hits: 1}, true); !errors.Is(err, ErrPackedCallFull) {
+	if err := c.Add("k", "12345678", PackedRule{Limit: 1000, Window: time.Second, Hits: 1}, true); !errors.Is(err, ErrPackedCallFull) {
 		t.Errorf("a call's 129th rule: %v, want ErrPackedCallFull", err)
 	}
-	if err := c.Add("k", PackedRule{Limit: 1, Window: time.Second, Hits: 1}, true); err != nil {
+	if err := c.Add("k", "12345678", PackedRule{Limit: 1, Window: time.Second, Hits: 1}, true); err != nil {
 		t.Errorf("a rule the full call names already: %v", err)
 	}
 }

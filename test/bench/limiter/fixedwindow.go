@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -103,7 +104,9 @@ var packedRule = redisschema.PackedRule{Limit: benchLimit, Window: benchWindow, 
 func (f *fixedWindow) sendPacked(ctx context.Context, batch []*fwReq) error {
 	call := redisschema.PackedCall{Margin: time.Second}
 	for _, r := range batch {
-		if err := call.Add(r.key, packedRule, true); err != nil {
+		var m [8]byte
+		binary.LittleEndian.PutUint64(m[:], rand.Uint64()) //nolint:gosec // uniqueness, not secrecy
+		if err := call.Add(r.key, string(m[:]), packedRule, true); err != nil {
 			return err
 		}
 	}

@@ -402,8 +402,8 @@ func measurePackedMemory(ctx context.Context, srv *testsupport.Redis) ([]memRow,
 		for c := range tracked {
 			key := "pk:client-" + strconv.Itoa(c)
 			call := redisschema.PackedCall{Margin: time.Second}
-			for range limit {
-				if err := call.Add(key, redisschema.PackedRule{Limit: limit, Window: time.Hour, Hits: 1}, true); err != nil {
+			for i := range limit {
+				if err := call.Add(key, fmt.Sprintf("%08d", i), redisschema.PackedRule{Limit: limit, Window: time.Hour, Hits: 1}, true); err != nil {
 					return nil, err
 				}
 			}

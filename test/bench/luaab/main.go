@@ -169,7 +169,9 @@ func run(files []string, counter bool, rounds int) error {
 				if lean[v] {
 					call.Reset()
 					for range perCall {
-						_ = call.Add(redisschema.Key("", "bench/luaab/"+strconv.Itoa(int(v)), strconv.Itoa(rng.IntN(clients))), packedRule, true)
+						var m [8]byte
+						binary.LittleEndian.PutUint64(m[:], rng.Uint64())
+						_ = call.Add(redisschema.Key("", "bench/luaab/"+strconv.Itoa(int(v)), strconv.Itoa(rng.IntN(clients))), string(m[:]), packedRule, true)
 					}
 					keys, cargs := call.Args()
 					args = append(args[:0], "evalsha", shas[v], len(keys))
@@ -408,7 +410,7 @@ return table.concat(out)`,
 	// The packed call with no command per decision: its arguments read,
 	// TIME and its reply.
 	"call-empty": floorHead + `
-local sel, l = ARGV[2], tonumber(ARGV[3])
+local sel, l = ARGV[2], tonumber(ARGV[4])
 local out = {struct.pack('>I7', now)}
 for i = 1, #KEYS do
   local b = string.byte(sel, i)
