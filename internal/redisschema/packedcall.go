@@ -19,13 +19,17 @@ import (
 //
 //	KEYS      one key per decision
 //	ARGV[1]   the expiry margin, ms
-//	ARGV[2]   one byte per key: its rule's index (0-based), plus 128 when
-//	          the decision only decides (admits nothing)
+//	ARGV[2]   one byte per key: its rule's index (0-based, below 64), plus
+//	          64 when the key belongs to the decision of the key before it,
+//	          plus 128 when the decision only decides (admits nothing)
 //	ARGV[3]   8 bytes per key: its decision's member
 //	ARGV[4:]  the rules, three arguments each: limit, window µs, hits
 //
+// A decision's keys are judged first and written only if all of them
+// allow it (all or nothing, as a decide batch's decision of several keys).
+//
 // Reply: one string, Redis's clock (µs since ScoreEpoch, 7 bytes) and
-// then packedAnswerSize bytes per decision (PackedCall.Decode).
+// then packedAnswerSize bytes per key (PackedCall.Decode).
 const packedCallScript = commonLua + packedLogLua + `
 local margin, now = tonumber(ARGV[1]), clock()
 local sel, ms, rules = ARGV[2], ARGV[3], {}
@@ -35,13 +39,30 @@ for r = 1, (#ARGV - 3) / 3 do
   if outOfRange(l, w, 0, h) then return redis.error_reply('ERR slidegate: packed call rule out of range') end
   rules[r] = {l, w, h}
 end
-local out = {struct.pack('>I7', now)}
-for i = 1, #KEYS do
-  local b = string.byte(sel, i)
-  local r = rules[b % 128 + 1]
-  if not r then return redis.error_reply('ERR slidegate: packed call names no such rule') end
-  local ok, rem, retry, reset, t = pdecide(KEYS[i], r[1], r[2], r[3], b < 128, margin, now, string.sub(ms, 8 * i - 7, 8 * i))
-  out[i + 1] = struct.pack('>Bi4I6I6I7', ok, rem, retry, reset, t)
+local out, judged = {struct.pack('>I7', now)}, {}
+local nk, i = #KEYS, 1
+while i <= nk do
+  local e = i
+  while e < nk and string.byte(sel, e + 1) % 128 >= 64 do e = e + 1 end
+  local commit, all = string.byte(sel, i) < 128, true
+  for x = i, e do
+    local r = rules[string.byte(sel, x) % 64 + 1]
+    if not r then return redis.error_reply('ERR slidegate: packed call names no such rule') end
+    local a = {pjudge(KEYS[x], r[1], r[2], r[3], now, string.sub(ms, 8 * x - 7, 8 * x))}
+    judged[x] = a
+    if a[2] ~= 1 then all = false end
+  end
+  for x = i, e do
+    local a = judged[x]
+    local done = a[1].replay
+    if all and commit then
+      pcommit(a[1], margin, now)
+      done = true
+    end
+    if done then a[2] = a[2] + 2 end
+    out[x + 1] = struct.pack('>Bi4I6I6I7', a[2], a[3], a[4], a[5], a[6])
+  end
+  i = e + 1
 end
 return table.concat(out)
 `
@@ -49,15 +70,15 @@ return table.concat(out)
 // PackedCallScript is the source of the packed call, for the benches.
 func PackedCallScript() string { return packedCallScript }
 
-// packedAnswerSize is the bytes of one decision's answer in a packed
-// call's reply: allowed 1, remaining 4 (signed: a lowered limit leaves
-// more live admits than it), retry-after and reset-after 6 each (µs, up
-// to 8 years), the first instant admitted 7.
+// packedAnswerSize is the bytes of one key's answer in a packed call's
+// reply: allowed and committed 1, remaining 4 (signed: a lowered limit
+// leaves more live admits than it), retry-after and reset-after 6 each
+// (µs, up to 8 years), the first instant 7.
 const packedAnswerSize = 1 + 4 + 6 + 6 + 7
 
-// maxPackedRules is how many rules one packed call names: a decision's
-// byte holds its rule's index below 128.
-const maxPackedRules = 128
+// maxPackedRules is how many rules one packed call names: a key's byte
+// holds its rule's index below 64.
+const maxPackedRules = 64
 
 // PackedRule is the rule a packed call decides a key under.
 type PackedRule struct {
@@ -66,14 +87,20 @@ type PackedRule struct {
 	Hits   int64
 }
 
-// PackedAnswer is one decision's answer.
+// PackedAnswer is one key's answer.
 type PackedAnswer struct {
-	Allowed    bool
+	// Allowed is the key's own answer: its live admits leave room for the
+	// hits (or it was admitted before: a replay).
+	Allowed bool
+	// Committed says the decision's admits are in Redis: every key of the
+	// decision allowed it and it admits (or they were written before, and
+	// this is a replay).
+	Committed  bool
 	Remaining  int64
 	RetryAfter time.Duration
 	ResetAfter time.Duration
-	// Instant is the first admitted hit's instant (µs since ScoreEpoch),
-	// what takes the admit back; 0 if none.
+	// Instant is the first hit's instant (µs since ScoreEpoch), what
+	// takes the admit back once committed; 0 if not allowed.
 	Instant int64
 }
 
@@ -91,15 +118,29 @@ type PackedCall struct {
 // ErrPackedCallFull is Add's error when the call names maxPackedRules
 // rules already and the decision's is not one of them: send the call and
 // Reset it.
-var ErrPackedCallFull = errors.New("redisschema: a packed call names 128 rules")
+var ErrPackedCallFull = errors.New("redisschema: a packed call names 64 rules")
 
 // Add appends a decision of rule on key under member (8 bytes: what makes
 // a decision that runs twice admit once, and what a cancel finds); commit
-// admits its hits when allowed.
+// admits its hits when allowed. AddKey adds more keys to it.
 func (c *PackedCall) Add(key, member string, rule PackedRule, commit bool) error {
 	if len(member) != 8 {
 		return fmt.Errorf("redisschema: a packed call's member is 8 bytes, not %d", len(member))
 	}
+	return c.add(key, member, rule, commit, false)
+}
+
+// AddKey adds key under rule to the decision added last: its member, and
+// all or nothing with its other keys. A decision's keys are distinct.
+func (c *PackedCall) AddKey(key string, rule PackedRule) error {
+	n := len(c.sel)
+	if n == 0 {
+		return errors.New("redisschema: AddKey before any Add")
+	}
+	return c.add(key, string(c.members[8*n-8:]), rule, c.sel[n-1]&0x80 == 0, true)
+}
+
+func (c *PackedCall) add(key, member string, rule PackedRule, commit, more bool) error {
 	i := 0
 	for i < len(c.rules) && c.rules[i] != rule {
 		i++
@@ -111,6 +152,9 @@ func (c *PackedCall) Add(key, member string, rule PackedRule, commit bool) error
 		c.rules = append(c.rules, rule)
 	}
 	b := byte(i)
+	if more {
+		b |= 0x40
+	}
 	if !commit {
 		b |= 0x80
 	}
@@ -153,7 +197,8 @@ func (c *PackedCall) Decode(reply any, answers []PackedAnswer) (now int64, _ []P
 	for i := range c.keys {
 		a := s[7+packedAnswerSize*i:]
 		answers = append(answers, PackedAnswer{
-			Allowed:    a[0] == 1,
+			Allowed:    a[0]&1 != 0,
+			Committed:  a[0]&2 != 0,
 			Remaining:  int64(int32(beUint(a[1:5]))), //nolint:gosec // the script packs it signed, 4 bytes
 			RetryAfter: time.Duration(beUint(a[5:11])) * time.Microsecond,
 			ResetAfter: time.Duration(beUint(a[11:17])) * time.Microsecond,

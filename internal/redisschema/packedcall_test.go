@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,16 +17,39 @@ import (
 )
 
 // TestPackedCallMatchesBruteForce: a packed call's answers, decoded, equal
-// a brute-force log's decided one by one in the call's order at the clock
-// the call replies, on Redis's own clock: random calls of 1 to 40
-// decisions over keys of three rules (windows of 20 to 200 ms, so that
+// a brute-force log's decided in the call's order at the clock the call
+// replies, on Redis's own clock: random calls of 1 to 30 decisions of 1 to
+// 3 keys over keys of three rules (windows of 20 to 200 ms, so that
 // admits leave during the test), a key several times in one call, hits
-// past the limit and decisions that only decide.
+// past the limit and decisions that only decide. A decision of several
+// keys is all or nothing: committed only when every key allows it. The
+// same calls with every key a decision of its own write on the keys that
+// allow, whatever the others answer: the brute-force log, judging
+// decisions, disagrees with them (the pair that shows the grouping is
+// what the test sees).
 func TestPackedCallMatchesBruteForce(t *testing.T) {
 	t.Parallel()
 	r := testsupport.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
+	stats, err := runPackedCalls(rdb, "pc", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(stats)
+	if _, err := runPackedCalls(rdb, "naive", false); err == nil {
+		t.Error("the calls with every key a decision of its own agreed with the brute-force log: the grouping is not what the test sees")
+	} else {
+		t.Logf("every key a decision of its own, as expected, disagrees: %v", err)
+	}
+}
+
+// runPackedCalls sends random calls for about 1.5 s, their keys named
+// from prefix, and compares every answer with the brute-force log's. Not
+// grouped, each key is sent as a decision of its own (the naive way),
+// still judged as its decision's. It returns what it saw, or the first
+// difference.
+func runPackedCalls(rdb *redis.Client, prefix string, grouped bool) (string, error) {
 	ctx := context.Background()
 	script := redis.NewScript(packedCallScript)
 	rng := rand.New(rand.NewPCG(39, 2)) //nolint:gosec // test input
@@ -38,61 +62,95 @@ func TestPackedCallMatchesBruteForce(t *testing.T) {
 	logs := make([]bruteLog, keys)
 	var call PackedCall
 	call.Margin = 50 * time.Millisecond
-	admitted, denied := 0, 0
+	admitted, denied, partial := 0, 0, 0
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	for n := 0; time.Now().Before(deadline) || n < 50; n++ {
 		call.Reset()
 		type pick struct {
-			k      int
-			rule   PackedRule
-			commit bool
+			k     int
+			rule  PackedRule
+			first bool // the first key of its decision
 		}
 		var picks []pick
-		for range 1 + rng.IntN(40) {
-			k := rng.IntN(keys)
-			rule := rules[k%3]
-			if rng.IntN(8) == 0 {
-				rule.Hits = 1 + rng.Int64N(min(rule.Limit+1, 1000)) // up to one past the limit
+		var commits []bool // per pick: its decision's
+		for range 1 + rng.IntN(30) {
+			commit := rng.IntN(10) > 0
+			member := fmt.Sprintf("%08x", rng.Uint32())
+			for i, k := range rng.Perm(keys)[:1+rng.IntN(3)] {
+				rule := rules[k%3]
+				if rng.IntN(8) == 0 {
+					rule.Hits = 1 + rng.Int64N(min(rule.Limit+1, 1000)) // up to one past the limit
+				}
+				key := fmt.Sprintf("%s%d", prefix, k)
+				var err error
+				if i == 0 || !grouped {
+					err = call.Add(key, member, rule, commit)
+				} else {
+					err = call.AddKey(key, rule)
+				}
+				if err != nil {
+					return "", err
+				}
+				picks = append(picks, pick{k, rule, i == 0})
+				commits = append(commits, commit)
 			}
-			p := pick{k, rule, rng.IntN(10) > 0}
-			if err := call.Add(fmt.Sprintf("pc%d", k), fmt.Sprintf("%08x", rng.Uint32()), p.rule, p.commit); err != nil {
-				t.Fatal(err)
-			}
-			picks = append(picks, p)
 		}
 		ks, args := call.Args()
 		reply, err := script.Run(ctx, rdb, ks, args...).Result()
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		now, answers, err := call.Decode(reply, nil)
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
-		for i, p := range picks {
-			w := p.rule.Window.Microseconds()
-			want := logs[p.k].decide(p.rule.Limit, w, p.rule.Hits, p.commit, now)
-			a := answers[i]
-			got := [5]int64{0, a.Remaining, a.RetryAfter.Microseconds(), a.ResetAfter.Microseconds(), a.Instant}
-			if a.Allowed {
-				got[0] = 1
+		for i := 0; i < len(picks); {
+			e := i + 1
+			for e < len(picks) && !picks[e].first {
+				e++
 			}
-			if got != want {
-				t.Fatalf("call %d, decision %d (key %d, %+v, commit %v) at %d: got %v, want %v", n, i, p.k, p.rule, p.commit, now, got, want)
+			// Judge every key, then admit on all of them or none.
+			all := true
+			wants := make([][5]int64, e-i)
+			for x := i; x < e; x++ {
+				p := picks[x]
+				wants[x-i] = logs[p.k].decide(p.rule.Limit, p.rule.Window.Microseconds(), p.rule.Hits, false, now)
+				all = all && wants[x-i][0] == 1
 			}
-			if got[0] == 1 {
-				admitted++
-			} else {
-				denied++
+			commit := all && commits[i]
+			for x := i; x < e; x++ {
+				p := picks[x]
+				if commit {
+					logs[p.k].decide(p.rule.Limit, p.rule.Window.Microseconds(), p.rule.Hits, true, now)
+				}
+				a := answers[x]
+				got := [5]int64{0, a.Remaining, a.RetryAfter.Microseconds(), a.ResetAfter.Microseconds(), a.Instant}
+				if a.Allowed {
+					got[0] = 1
+				}
+				if got != wants[x-i] || a.Committed != commit {
+					return "", fmt.Errorf("call %d, key %d of a decision of %d (key %d, %+v, commit %v) at %d: got %v committed %v, want %v committed %v",
+						n, x-i, e-i, p.k, p.rule, commits[i], now, got, a.Committed, wants[x-i], commit)
+				}
+				if got[0] == 1 {
+					admitted++
+				} else {
+					denied++
+				}
 			}
+			if !all && e-i > 1 && slices.ContainsFunc(wants, func(w [5]int64) bool { return w[0] == 1 }) {
+				partial++ // some keys allowed, written on none
+			}
+			i = e
 		}
 		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 	}
-	// Both answers must have been seen for the comparison to mean much.
-	if admitted == 0 || denied == 0 {
-		t.Fatalf("%d admitted and %d denied: the calls did not reach both answers", admitted, denied)
+	// Both answers, and decisions some of whose keys allowed and others
+	// did not, must have been seen for the comparison to mean much.
+	if admitted == 0 || denied == 0 || partial == 0 {
+		return "", fmt.Errorf("%d admitted, %d denied, %d decisions allowed by some keys only: the calls did not reach every case", admitted, denied, partial)
 	}
-	t.Logf("%d admitted, %d denied, every answer the brute-force log's", admitted, denied)
+	return fmt.Sprintf("%d keys allowed, %d denied, %d decisions allowed by some of their keys and written on none; every answer the brute-force log's", admitted, denied, partial), nil
 }
 
 // TestPackedCallArguments: what a call sends and refuses.

@@ -144,38 +144,55 @@ local function pwrite(key, s, k, f, fc, base, n, lo, upto, t, h, m, l, w, margin
   redis.call('SET', key, table.concat(v), 'PX', string.format('%d', math.ceil((upto - now) / 1000)))
 end
 
--- pdecide decides h hits of member m under limit l over window w (µs) on
--- key at now, and admits them when commit: allowed, remaining, retry and
--- reset in µs, and the instant of the first hit admitted (0 if none).
--- margin is in ms. A decision whose member a fresh entry holds was
--- decided before (this call ran twice, or its cancel came first): it
--- admits nothing more and answers as admitted at that entry's instant.
-local function pdecide(key, l, w, h, commit, margin, now, m)
+-- pjudge judges h hits of member m under limit l over window w (µs) on
+-- key at now, writing nothing. It returns the answer (allowed, remaining,
+-- retry and reset in µs, the instant of the first hit) and what pcommit
+-- writes it with. A decision whose member a fresh entry holds was decided
+-- before (this call ran twice, or its cancel came first): it is allowed,
+-- admits nothing more (j.replay) and answers at that entry's instant.
+-- Allowed, the answer is the admit's, whether written or not.
+local function pjudge(key, l, w, h, now, m)
   local s = redis.call('GET', key)
-  local k, f, fc, base, lo, n, upto = 0, 0, 0, ph + 1, 0, 0, 0
+  local j = {key = key, s = s, k = 0, f = 0, fc = 0, base = ph + 1, lo = 0, n = 0, upto = 0, l = l, w = w, h = h, m = m}
   if s then
-    k, f, fc, base = pread(s)
-    n = k + f
-    lo = pfirst(s, k, base, n, now - w)
-    upto = struct.unpack('>I7', s, 1)
+    j.k, j.f, j.fc, j.base = pread(s)
+    j.n = j.k + j.f
+    j.lo = pfirst(s, j.k, j.base, j.n, now - w)
+    j.upto = struct.unpack('>I7', s, 1)
   end
-  local live = n - lo
-  if f > 0 then
-    local i = pfind(s, k, f, base, m)
+  local k, base, n = j.k, j.base, j.n
+  local live = n - j.lo
+  if j.f > 0 then
+    local i = pfind(s, k, j.f, base, m)
     if i then
-      return 1, l - live, 0, math.max(0, pat(s, k, base, n - 1) + w - now), pat(s, k, base, i)
+      j.replay = true
+      return j, 1, l - live, 0, math.max(0, pat(s, k, base, n - 1) + w - now), pat(s, k, base, i)
     end
   end
   if live + h > l then
     local retry, reset = w, 0
-    if h <= l then retry = pat(s, k, base, lo + live + h - l - 1) + w - now end
+    if h <= l then retry = pat(s, k, base, j.lo + live + h - l - 1) + w - now end
     if live > 0 then reset = pat(s, k, base, n - 1) + w - now end
-    return 0, l - live, retry, reset, 0
+    return j, 0, l - live, retry, reset, 0
   end
-  local t = now
-  if n > 0 then t = math.max(now, pat(s, k, base, n - 1) + 1) end
-  if commit then pwrite(key, s, k, f, fc, base, n, lo, upto, t, h, m, l, w, margin, now) end
-  return 1, l - live - h, 0, t + h - 1 + w - now, t
+  j.t = now
+  if n > 0 then j.t = math.max(now, pat(s, k, base, n - 1) + 1) end
+  return j, 1, l - live - h, 0, j.t + h - 1 + w - now, j.t
+end
+
+-- pcommit writes the admit pjudge allowed (j); margin is in ms.
+local function pcommit(j, margin, now)
+  if j.replay then return end
+  pwrite(j.key, j.s, j.k, j.f, j.fc, j.base, j.n, j.lo, j.upto, j.t, j.h, j.m, j.l, j.w, margin, now)
+end
+
+-- pdecide decides h hits of member m under limit l over window w (µs) on
+-- key at now, and admits them when commit: allowed, remaining, retry and
+-- reset in µs, and the instant of the first hit (pjudge's answer).
+local function pdecide(key, l, w, h, commit, margin, now, m)
+  local j, ok, rem, retry, reset, t = pjudge(key, l, w, h, now, m)
+  if ok == 1 and commit then pcommit(j, margin, now) end
+  return ok, rem, retry, reset, t
 end
 
 -- prebuild writes s anew without the instants from t to t+h-1, keeping
