@@ -19,11 +19,13 @@ import (
 //
 //	KEYS      one key per decision
 //	ARGV[1]   the expiry margin, ms
-//	ARGV[2]   one byte per key: its rule's index (0-based, below 64), plus
+//	ARGV[2]   "1" when the client may run the call twice (a
+//	          ClusterClient): every decision looks for its member
+//	ARGV[3]   one byte per key: its rule's index (0-based, below 64), plus
 //	          64 when the key belongs to the decision of the key before it,
 //	          plus 128 when the decision only decides (admits nothing)
-//	ARGV[3]   8 bytes per key: its decision's member
-//	ARGV[4:]  the rules, three arguments each: limit, window µs, hits
+//	ARGV[4]   8 bytes per key: its decision's member
+//	ARGV[5:]  the rules, three arguments each: limit, window µs, hits
 //
 // A decision's keys are judged first and written only if all of them
 // allow it (all or nothing, as a decide batch's decision of several keys).
@@ -32,35 +34,51 @@ import (
 // then packedAnswerSize bytes per key (PackedCall.Decode).
 const packedCallScript = commonLua + packedLogLua + `
 local margin, now = tonumber(ARGV[1]), clock()
-local sel, ms, rules = ARGV[2], ARGV[3], {}
-if not margin or not sel or #sel ~= #KEYS or not ms or #ms ~= 8 * #KEYS or #ARGV % 3 ~= 0 then return redis.error_reply('ERR slidegate: packed call arguments malformed') end
-for r = 1, (#ARGV - 3) / 3 do
-  local l, w, h = tonumber(ARGV[3 * r + 1]), tonumber(ARGV[3 * r + 2]), tonumber(ARGV[3 * r + 3])
+local look, sel, ms, rules = ARGV[2] == '1', ARGV[3], ARGV[4], {}
+if not margin or not sel or #sel ~= #KEYS or not ms or #ms ~= 8 * #KEYS or #ARGV % 3 ~= 1 then return redis.error_reply('ERR slidegate: packed call arguments malformed') end
+for r = 1, (#ARGV - 4) / 3 do
+  local l, w, h = tonumber(ARGV[3 * r + 2]), tonumber(ARGV[3 * r + 3]), tonumber(ARGV[3 * r + 4])
   if outOfRange(l, w, 0, h) then return redis.error_reply('ERR slidegate: packed call rule out of range') end
   rules[r] = {l, w, h}
 end
-local out, judged = {struct.pack('>I7', now)}, {}
+local out = {struct.pack('>I7', now)}
 local nk, i = #KEYS, 1
+local function rule(x)
+  return rules[string.byte(sel, x) % 64 + 1], string.sub(ms, 8 * x - 7, 8 * x)
+end
 while i <= nk do
   local e = i
   while e < nk and string.byte(sel, e + 1) % 128 >= 64 do e = e + 1 end
-  local commit, all = string.byte(sel, i) < 128, true
-  for x = i, e do
-    local r = rules[string.byte(sel, x) % 64 + 1]
+  local commit = string.byte(sel, i) < 128
+  if e == i then
+    -- A decision of one key, most of them: no table.
+    local r, m = rule(i)
     if not r then return redis.error_reply('ERR slidegate: packed call names no such rule') end
-    local a = {pjudge(KEYS[x], r[1], r[2], r[3], now, string.sub(ms, 8 * x - 7, 8 * x))}
-    judged[x] = a
-    if a[2] ~= 1 then all = false end
-  end
-  for x = i, e do
-    local a = judged[x]
-    local done = a[1].replay
-    if all and commit then
-      pcommit(a[1], margin, now)
-      done = true
+    local ok, rem, retry, reset, t, replay = pdecide(KEYS[i], r[1], r[2], r[3], commit, margin, now, m, look)
+    if replay or (ok == 1 and commit) then ok = ok + 2 end
+    out[i + 1] = struct.pack('>Bi4I6I6I7', ok, rem, retry, reset, t)
+  else
+    -- Judged first, written only if every key allows it.
+    local judged, all = {}, true
+    for x = i, e do
+      local r, m = rule(x)
+      if not r then return redis.error_reply('ERR slidegate: packed call names no such rule') end
+      local a = {pjudge(KEYS[x], r[1], r[2], r[3], now, m, look)}
+      a.r, a.m = r, m
+      judged[x] = a
+      all = all and a[1] == 1
     end
-    if done then a[2] = a[2] + 2 end
-    out[x + 1] = struct.pack('>Bi4I6I6I7', a[2], a[3], a[4], a[5], a[6])
+    for x = i, e do
+      local a = judged[x]
+      local done = a[6]
+      if all and commit and not a[6] then
+        pwrite(KEYS[x], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[5], a.r[3], a.m, a.r[1], a.r[2], margin, now)
+        done = true
+      elseif all and commit then
+        done = true
+      end
+      out[x + 1] = struct.pack('>Bi4I6I6I7', a[1] + (done and 2 or 0), a[2], a[3], a[4], a[5])
+    end
   end
   i = e + 1
 end
@@ -108,7 +126,12 @@ type PackedAnswer struct {
 // with Margin set, is ready; Reset makes it ready again.
 type PackedCall struct {
 	// Margin is how long a key outlives its newest admit's window.
-	Margin  time.Duration
+	Margin time.Duration
+	// Resends says the client may run a call twice (a ClusterClient
+	// resends a script whose reply it lost): every decision then looks
+	// for its member, and one that finds it admits nothing more. Without
+	// it a decision looks only on keys that hold a cancel's placeholder.
+	Resends bool
 	keys    []string
 	sel     []byte
 	members []byte
@@ -175,8 +198,12 @@ func (c *PackedCall) Reset() {
 // Args is the call's KEYS and ARGV. The keys slice is the call's own:
 // valid until the next Add or Reset.
 func (c *PackedCall) Args() (keys []string, args []any) {
-	args = make([]any, 0, 3+3*len(c.rules))
-	args = append(args, strconv.FormatInt(c.Margin.Milliseconds(), 10), string(c.sel), string(c.members))
+	args = make([]any, 0, 4+3*len(c.rules))
+	resends := "0"
+	if c.Resends {
+		resends = "1"
+	}
+	args = append(args, strconv.FormatInt(c.Margin.Milliseconds(), 10), resends, string(c.sel), string(c.members))
 	for _, r := range c.rules {
 		args = append(args, strconv.FormatInt(r.Limit, 10), strconv.FormatInt(r.Window.Microseconds(), 10), strconv.FormatInt(r.Hits, 10))
 	}

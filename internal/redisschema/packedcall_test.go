@@ -172,7 +172,7 @@ func TestPackedCallArguments(t *testing.T) {
 	got := fmt.Sprint(len(keys), args)
 	// Each rule once; a byte per decision, 0x80 on those that only
 	// decide; the members, 8 bytes each.
-	want := fmt.Sprint(4, []any{"1000", "\x00\x81\x80\x01", "member-0member-1member-2member-3", "10", "1000000", "1", "5", "60000000", "2"})
+	want := fmt.Sprint(4, []any{"1000", "0", "\x00\x81\x80\x01", "member-0member-1member-2member-3", "10", "1000000", "1", "5", "60000000", "2"})
 	if got != want {
 		t.Errorf("Args: %q, want %q", got, want)
 	}

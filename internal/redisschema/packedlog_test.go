@@ -90,11 +90,11 @@ func (b *bruteLog) undo(t, h, now, w int64) int64 {
 	return n
 }
 
-// packedAt is packedDecideScript with the clock the test drives (ARGV[7]):
+// packedAt is packedDecideScript with the clock the test drives (ARGV[8]):
 // the same functions as the script the limiter is to call; cancelAt is
 // packedCancelScript's likewise (ARGV[5]).
 var (
-	packedAt = strings.Replace(packedDecideScript, "clock(), ARGV[6])}", "tonumber(ARGV[7]), ARGV[6])}", 1)
+	packedAt = strings.Replace(packedDecideScript, "margin, clock(), ARGV[6],", "margin, tonumber(ARGV[8]), ARGV[6],", 1)
 	cancelAt = strings.Replace(packedCancelScript, "margin, clock())", "margin, tonumber(ARGV[5]))", 1)
 )
 
@@ -102,7 +102,7 @@ var (
 // key, as envoyproxy/ratelimit counts), answering in the same shape, on
 // the same driven clock.
 const fixedAt = `
-local l, w, h, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[7])
+local l, w, h, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[8])
 local k = KEYS[1] .. ':' .. string.format('%d', math.floor(now / w))
 local c = tonumber(redis.call('GET', k) or '0')
 if c + h > l then return {0, l - c, 0, 0, 0} end
@@ -125,7 +125,7 @@ func TestPackedLogMatchesBruteForce(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
-	if !strings.Contains(packedAt, "ARGV[7]") || !strings.Contains(cancelAt, "ARGV[5]") {
+	if !strings.Contains(packedAt, "ARGV[8]") || !strings.Contains(cancelAt, "ARGV[5]") {
 		t.Fatal("packedDecideScript or packedCancelScript no longer reads clock() where the test expects: the test cannot drive its clock")
 	}
 	packed := packedScripts{redis.NewScript(packedAt), redis.NewScript(packedUndoScript), redis.NewScript(cancelAt)}
@@ -177,8 +177,10 @@ func runPacked(ctx context.Context, rdb *redis.Client, sc packedScripts, key str
 		}
 		return string(m[:])
 	}
-	decide := func(step, h int64, commit bool, m string, want [5]int64) error {
-		vals, err := sc.decide.Run(ctx, rdb, []string{key}, l, w, h, boolArg(commit), 600000, m, now).Int64Slice()
+	// look is what a client that may run a script twice (a ClusterClient)
+	// sends: look for the member on every key.
+	decide := func(step, h int64, commit bool, m string, look bool, want [5]int64) error {
+		vals, err := sc.decide.Run(ctx, rdb, []string{key}, l, w, h, boolArg(commit), 600000, m, boolArg(look), now).Int64Slice()
 		if err != nil {
 			return err
 		}
@@ -218,7 +220,7 @@ func runPacked(ctx context.Context, rdb *redis.Client, sc packedScripts, key str
 				return fmt.Errorf("step %d: a cancel before its decision removed %d instants, want 0 (a placeholder)", step, got)
 			}
 			t := b.placeholder(now)
-			if err := decide(step, 1, true, m, b.replayed(l, w, now, t)); err != nil {
+			if err := decide(step, 1, true, m, false, b.replayed(l, w, now, t)); err != nil {
 				return fmt.Errorf("the decision after its cancel: %w", err)
 			}
 			continue
@@ -233,7 +235,7 @@ func runPacked(ctx context.Context, rdb *redis.Client, sc packedScripts, key str
 		commit := rng.IntN(10) > 0
 		m := member()
 		want := b.decide(l, w, h, commit, now)
-		if err := decide(step, h, commit, m, want); err != nil {
+		if err := decide(step, h, commit, m, false, want); err != nil {
 			return err
 		}
 		if !exact || want[0] != 1 || !commit {
@@ -241,7 +243,7 @@ func runPacked(ctx context.Context, rdb *redis.Client, sc packedScripts, key str
 		}
 		switch rng.IntN(10) {
 		case 0: // run again, as a ClusterClient may
-			if err := decide(step, h, commit, m, want); err != nil {
+			if err := decide(step, h, commit, m, true, want); err != nil {
 				return fmt.Errorf("the same decision again: %w", err)
 			}
 		case 1: // its reply lost, cancelled
@@ -282,7 +284,7 @@ func TestPackedLogMemory(t *testing.T) {
 		now := int64(190_000_000_000_000)
 		for range l {
 			now++
-			if err := packed.Run(ctx, rdb, []string{key}, l, 3_600_000_000, 1, "1", 600000, fmt.Sprintf("m%07d", now%10_000_000), now).Err(); err != nil {
+			if err := packed.Run(ctx, rdb, []string{key}, l, 3_600_000_000, 1, "1", 600000, fmt.Sprintf("m%07d", now%10_000_000), "0", now).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -333,7 +335,7 @@ func TestPackedLogExpiry(t *testing.T) {
 	for _, at := range []float64{0, 0.5, 0.6, 0.7, 0.9, 1.1, 1.2, 1.4, 1.6, 1.9, 2.1, 2.2, 2.25, 2.3} {
 		time.Sleep(time.Until(start.Add(time.Duration(at * float64(window)))))
 		before := time.Now()
-		vals, err := decide.Run(ctx, rdb, []string{"e"}, 1000, window.Microseconds(), 1, "1", margin, fmt.Sprintf("m%07.0f", at*1000)).Int64Slice()
+		vals, err := decide.Run(ctx, rdb, []string{"e"}, 1000, window.Microseconds(), 1, "1", margin, fmt.Sprintf("m%07.0f", at*1000), "0").Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -375,11 +377,11 @@ func TestPackedLogMemberOnlyInItsPlace(t *testing.T) {
 	decide := redis.NewScript(packedAt)
 	const now = int64(190_000_000_000_000) // below 2^48: an instant's first byte is 0
 	for _, m := range []string{"AAAAAAAA", "CCCCCCCC"} {
-		if err := decide.Run(ctx, rdb, []string{"k"}, 10, 1_000_000, 1, "1", 600000, m, now).Err(); err != nil {
+		if err := decide.Run(ctx, rdb, []string{"k"}, 10, 1_000_000, 1, "1", 600000, m, "1", now).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := decide.Run(ctx, rdb, []string{"k"}, 10, 1_000_000, 1, "1", 600000, "AAAAAAA\x00", now).Int64Slice()
+	got, err := decide.Run(ctx, rdb, []string{"k"}, 10, 1_000_000, 1, "1", 600000, "AAAAAAA\x00", "1", now).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -410,7 +410,7 @@ return table.concat(out)`,
 	// The packed call with no command per decision: its arguments read,
 	// TIME and its reply.
 	"call-empty": floorHead + `
-local sel, l = ARGV[2], tonumber(ARGV[4])
+local sel, l = ARGV[3], tonumber(ARGV[5])
 local out = {struct.pack('>I7', now)}
 for i = 1, #KEYS do
   local b = string.byte(sel, i)
