@@ -140,12 +140,11 @@ local function pwrite(key, s, k, f, fc, base, n, lo, upto, t, h, m, l, w, margin
   local v = {struct.pack('>I7I7', upto, live + (mark and pheld or 0)), '', '', add, string.rep(pez, slack)}
   if lo < k then v[2] = string.sub(s, ph + pw * lo + 1, ph + pw * k) end
   if n > math.max(lo, k) then
-    local fs = {}
-    for i = math.max(lo, k), n - 1 do
-      local p = base + pe * (i - k)
-      fs[#fs + 1] = string.sub(s, p, p + pw - 1)
-    end
-    v[3] = table.concat(fs)
+    -- The live fresh entries' instants without their members: one gsub in
+    -- C over the range rather than a string.sub per entry (7% of a
+    -- decision's Redis CPU in luaab).
+    local p = base + pe * (math.max(lo, k) - k)
+    v[3] = string.gsub(string.sub(s, p, base + pe * (n - k) - 1), '(.......)........', '%1')
   end
   redis.call('SET', key, table.concat(v), 'PX', string.format('%d', math.ceil((upto - now) / 1000)))
 end
