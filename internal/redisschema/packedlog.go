@@ -22,9 +22,9 @@ package redisschema
 //
 // The members make a decision that runs twice (a ClusterClient resends a
 // script whose reply it lost) admit once, and let a cancel take back a
-// decision whose reply was lost (pcancel). Not yet designed here (issue
-// 39): weighted keys and their checkpoints, durable admits, and the move
-// of a running fleet from the sorted sets.
+// decision whose reply was lost (pcancel). Not built yet (issue 39; the
+// design record works out the first): weighted keys, and the move of a
+// running fleet from the sorted sets.
 
 // packedLogLua holds the packed log's functions; now is Redis's clock, in
 // µs since ScoreEpoch, passed in so that one body serves the decide and
