@@ -95,8 +95,31 @@ func (d *dirCredentials) read(context.Context) (string, string, error) {
 // readCredentials reads the two files of dir from one version of the
 // mounted Secret; a missing file is "". Trailing newlines (a file written
 // by hand) are dropped.
+//
+// The kubelet publishes a new version by pointing ..data at a new
+// directory and then removes the previous one: a read that resolved
+// ..data just before the swap can find its first file and not its second,
+// which is gone with that directory, and so hold half of one version (the
+// username without its password). Such a pair is no version at all: the
+// files are read again, until ..data points where it pointed before the
+// reads (then both came from one version that was still there).
 func readCredentials(dir, userFile, passFile string) (user, pass string, err error) {
-	snap := dirwatch.Snapshot(dir)
+	for range maxSnapshotReads - 1 {
+		snap := dirwatch.Snapshot(dir)
+		user, pass, err = readPair(snap, userFile, passFile)
+		if dirwatch.Snapshot(dir) == snap {
+			return user, pass, err
+		}
+	}
+	return readPair(dirwatch.Snapshot(dir), userFile, passFile)
+}
+
+// maxSnapshotReads bounds readCredentials's attempts: the kubelet swaps a
+// volume once per sync, so a second read finds the new version in place.
+const maxSnapshotReads = 8
+
+// readPair reads the two files of snap; a missing file is "".
+func readPair(snap, userFile, passFile string) (user, pass string, err error) {
 	read := func(name string) (string, error) {
 		b, err := os.ReadFile(filepath.Join(snap, name))
 		if errors.Is(err, fs.ErrNotExist) {
