@@ -51,6 +51,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -229,7 +230,10 @@ func (ri *Identities) namespaceIdentity(ctx context.Context, ns string, policies
 		}
 		return "", "", policystatus.Credentials(msg)
 	}
-	uid, ok := ri.optedIn(ctx, ns)
+	uid, ok, err := ri.optedIn(ctx, ns)
+	if err != nil {
+		return "", "", policystatus.Credentials(err.Error())
+	}
 	if !ok {
 		return "", "", policystatus.Credentials("the namespace is not labelled for injection, or is being deleted")
 	}
@@ -308,7 +312,10 @@ func (ri *Identities) desiredUsers(ctx context.Context) ([]redisadmin.User, erro
 	now := time.Now()
 	var users []redisadmin.User
 	for ns, policies := range sidecar {
-		uid, ok := ri.optedIn(ctx, ns)
+		uid, ok, err := ri.optedIn(ctx, ns)
+		if err != nil {
+			return nil, err // this pass is skipped: Redis stays as it is
+		}
 		if ns == redisadmin.RLSScope || !ok {
 			continue
 		}
@@ -328,11 +335,18 @@ func (ri *Identities) desiredUsers(ctx context.Context) ([]redisadmin.User, erro
 }
 
 // optedIn reports whether namespace ns is labelled for injection, as the
-// cache has it (a namespace it does not know is not), and its UID.
-func (ri *Identities) optedIn(ctx context.Context, ns string) (types.UID, bool) {
+// cache has it (a namespace it does not know is not), and its UID. An
+// error reading it is returned, not taken for "not opted in": the
+// periodic sync would then leave the namespace's user out of the desired
+// state and delete it from Redis, and every sidecar of the namespace
+// would lose Redis at once (as the reconciler, which retries on it).
+func (ri *Identities) optedIn(ctx context.Context, ns string) (types.UID, bool, error) {
 	var namespace corev1.Namespace
 	if err := ri.Client.Get(ctx, types.NamespacedName{Name: ns}, &namespace); err != nil {
-		return "", false
+		if apierrors.IsNotFound(err) {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("reading the namespace %s: %w", ns, err)
 	}
-	return namespace.UID, inject.NamespaceOptedIn(namespace.Labels) && namespace.DeletionTimestamp.IsZero()
+	return namespace.UID, inject.NamespaceOptedIn(namespace.Labels) && namespace.DeletionTimestamp.IsZero(), nil
 }
