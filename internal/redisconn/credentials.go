@@ -102,16 +102,18 @@ func (d *dirCredentials) read(context.Context) (string, string, error) {
 // which is gone with that directory, and so hold half of one version (the
 // username without its password). Such a pair is no version at all: the
 // files are read again, until ..data points where it pointed before the
-// reads (then both came from one version that was still there).
+// reads (then both came from one version that was still there). A
+// directory that changed during every read is an error, on which the
+// caller keeps the last pair it read, never a half pair.
 func readCredentials(dir, userFile, passFile string) (user, pass string, err error) {
-	for range maxSnapshotReads - 1 {
+	for range maxSnapshotReads {
 		snap := dirwatch.Snapshot(dir)
 		user, pass, err = readPair(snap, userFile, passFile)
 		if dirwatch.Snapshot(dir) == snap {
 			return user, pass, err
 		}
 	}
-	return readPair(dirwatch.Snapshot(dir), userFile, passFile)
+	return "", "", fmt.Errorf("%s changed during each of %d reads", dir, maxSnapshotReads)
 }
 
 // maxSnapshotReads bounds readCredentials's attempts: the kubelet swaps a
