@@ -187,9 +187,6 @@ func (c *PackedCall) add(key, member string, rule PackedRule, commit, more bool)
 	return nil
 }
 
-// Len is the number of decisions added.
-func (c *PackedCall) Len() int { return len(c.keys) }
-
 // Reset empties the call, keeping its storage and Margin.
 func (c *PackedCall) Reset() {
 	c.keys, c.sel, c.members, c.rules = c.keys[:0], c.sel[:0], c.members[:0], c.rules[:0]
