@@ -79,7 +79,20 @@ type Rule struct {
 	// exact in cost. Its keys are not a count rule's: switching a rule to
 	// Weighted starts its clients afresh.
 	Weighted bool
+	// Variant tells apart the keys of several windows of one rule for one
+	// client (a policy's additionalLimits): its keys are the rule's with
+	// "@" and Variant after the hash tag, so they live in the same slot
+	// and one script decides the windows of a request together, and the
+	// fallback counts each window apart. "" (the rule's first window)
+	// keeps the keys a rule had before it had variants, so counts survive
+	// adding a window. Lower-case letters and digits, at most 16; not with
+	// Weighted.
+	Variant string
 }
+
+// maxVariant bounds Rule.Variant (a window in milliseconds has at most 8
+// digits).
+const maxVariant = 16
 
 // Op is what a request does to a Weighted rule.
 type Op uint8

@@ -342,8 +342,12 @@ func (l *Limiter) keyOf(r *Request) string {
 	if r.Rule.Weighted {
 		return redisschema.WeightedKey(l.opts.Prefix, r.Rule.ID, r.Client, r.Rule.Algorithm == SlidingWindowCounter)
 	}
+	k := redisschema.Key(l.opts.Prefix, r.Rule.ID, r.Client)
 	if r.Rule.Algorithm == SlidingWindowCounter {
-		return redisschema.CounterKey(l.opts.Prefix, r.Rule.ID, r.Client)
+		k = redisschema.CounterKey(l.opts.Prefix, r.Rule.ID, r.Client)
 	}
-	return redisschema.Key(l.opts.Prefix, r.Rule.ID, r.Client)
+	if r.Rule.Variant != "" {
+		k = redisschema.VariantKey(k, r.Rule.Variant)
+	}
+	return k
 }

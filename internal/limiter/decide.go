@@ -174,7 +174,24 @@ func validRule(r *Rule) error {
 	default:
 		return fmt.Errorf("%w: %q algorithm %q", ErrInvalidRule, r.ID, r.Algorithm)
 	}
+	if r.Variant != "" && (r.Weighted || !validVariant(r.Variant)) {
+		return fmt.Errorf("%w: %q variant %q (at most %d lower-case letters and digits, not on a weighted rule)", ErrInvalidRule, r.ID, r.Variant, maxVariant)
+	}
 	return nil
+}
+
+// validVariant says whether v may be a Rule.Variant: nothing in it can
+// make its key another rule's (redisschema.VariantKey).
+func validVariant(v string) bool {
+	if len(v) > maxVariant {
+		return false
+	}
+	for i := range len(v) {
+		if c := v[i]; (c < '0' || c > '9') && (c < 'a' || c > 'z') {
+			return false
+		}
+	}
+	return true
 }
 
 // deniedByCache answers reqs from the deny cache when a non-dry-run rule

@@ -200,7 +200,12 @@ func (r *fbReq) check(e *fbEntry, now int64) (bool, int64) {
 // rule counts in the counter mode whatever its algorithm: a log keeps a
 // time per unit of cost, and a cost may be 10^9.
 func (f *fallback) entry(r *fbReq, now int64) *fbEntry {
-	k := fbKey{r.rule.ID, r.client}
+	id := r.rule.ID
+	if r.rule.Variant != "" {
+		// Each window of a rule counts apart, as its keys in Redis do.
+		id += "@" + r.rule.Variant
+	}
+	k := fbKey{id, r.client}
 	window := int64(r.rule.Window)
 	counter := r.rule.Algorithm == SlidingWindowCounter || r.rule.Weighted
 	if e, ok := f.entries[k]; ok {
@@ -211,10 +216,10 @@ func (f *fallback) entry(r *fbReq, now int64) *fbEntry {
 	if len(f.entries) >= f.maxClients {
 		// Only an entry whose admits have all left their window may go.
 		if len(f.byExpiry) == 0 || f.byExpiry[0].expiry() > now {
-			o, ok := f.overflow[r.rule.ID]
+			o, ok := f.overflow[id]
 			if !ok {
-				o = newEntry(fbKey{r.rule.ID, ""}, window, r.share, counter, now)
-				f.overflow[r.rule.ID] = o
+				o = newEntry(fbKey{id, ""}, window, r.share, counter, now)
+				f.overflow[id] = o
 			}
 			o.reshape(window, r.share, counter || o.demoted, now)
 			f.account(o)

@@ -46,6 +46,15 @@ func Key(prefix, ruleID, client string) string {
 	return b.String()
 }
 
+// VariantKey is the key of one of several windows of a rule for one client
+// (limiter.Rule.Variant): key, a Key or CounterKey, with "@" and variant
+// after it. Outside the hash tag, so every window of a (rule, client) pair
+// is in its slot; after the '}' (or the 'c' after it) of a key that request
+// data never writes past, so no other rule's or client's key is the same.
+func VariantKey(key, variant string) string {
+	return key + "@" + variant
+}
+
 // CounterKey is the key of the SlidingWindowCounter hash: a different key
 // than the log's, so that switching a rule's algorithm never meets a key of
 // the wrong type (WRONGTYPE), in the same slot.

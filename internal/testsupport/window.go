@@ -108,27 +108,78 @@ func busiestOfKey(as []Decision, window time.Duration) (int, time.Time) {
 // after the denial was sent minus window. Denials by another limit than the
 // one judged must be left out of ds.
 func DenialsBelowLimit(ds []Decision, limit int, window time.Duration) []string {
+	admits := admitsByKey(ds)
+	var out []string
+	for _, i := range denialsBelow(ds, admits, limit, window) {
+		d := ds[i]
+		out = append(out, fmt.Sprintf("%s denied at %s–%s with at most %d admits in its window, limit %d",
+			d.Key, d.Sent.Format("15:04:05.000"), d.Done.Format("15:04:05.000"), admitsAround(admits[d.Key], d, window), limit))
+	}
+	return out
+}
+
+// admitsByKey are the admits of ds by key.
+func admitsByKey(ds []Decision) map[string][]Decision {
 	admits := map[string][]Decision{}
 	for _, d := range ds {
 		if d.Admitted {
 			admits[d.Key] = append(admits[d.Key], d)
 		}
 	}
+	return admits
+}
+
+// denialsBelow is DenialsBelowLimit's judgement: the indexes of the
+// denials in ds with fewer than limit admits of their key (admits, by
+// key) around them.
+func denialsBelow(ds []Decision, admits map[string][]Decision, limit int, window time.Duration) []int {
+	var out []int
+	for i, d := range ds {
+		if !d.Admitted && admitsAround(admits[d.Key], d, window) < limit {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// admitsAround is how many of admits (of d's key) can have been decided
+// in a window ending while d was in flight: sent before d came back, back
+// after d was sent minus window.
+func admitsAround(admits []Decision, d Decision, window time.Duration) int {
+	from := d.Sent.Add(-window)
+	n := 0
+	for _, a := range admits {
+		if !a.Sent.After(d.Done) && a.Done.After(from) {
+			n++
+		}
+	}
+	return n
+}
+
+// Limit is one window of a key's limits and the admits it allows.
+type Limit struct {
+	Limit  int
+	Window time.Duration
+}
+
+// DenialsBelowLimits is DenialsBelowLimit for a key limited by several
+// windows at once (a policy's additionalLimits): a denial is right if any
+// one of the windows already held its limit, so it is listed only when
+// every window held fewer admits than its limit, each counted as
+// DenialsBelowLimit counts them.
+func DenialsBelowLimits(ds []Decision, limits []Limit) []string {
+	admits := admitsByKey(ds)
+	wrong := make([]int, len(ds)) // the windows each denial is wrong for
+	for _, l := range limits {
+		for _, i := range denialsBelow(ds, admits, l.Limit, l.Window) {
+			wrong[i]++
+		}
+	}
 	var out []string
-	for _, d := range ds {
-		if d.Admitted {
-			continue
-		}
-		from := d.Sent.Add(-window)
-		n := 0
-		for _, a := range admits[d.Key] {
-			if !a.Sent.After(d.Done) && a.Done.After(from) {
-				n++
-			}
-		}
-		if n < limit {
-			out = append(out, fmt.Sprintf("%s denied at %s–%s with at most %d admits in its window, limit %d",
-				d.Key, d.Sent.Format("15:04:05.000"), d.Done.Format("15:04:05.000"), n, limit))
+	for i, d := range ds {
+		if !d.Admitted && len(limits) > 0 && wrong[i] == len(limits) {
+			out = append(out, fmt.Sprintf("%s denied at %s–%s with fewer admits than the limit in every window %v",
+				d.Key, d.Sent.Format("15:04:05.000"), d.Done.Format("15:04:05.000"), limits))
 		}
 	}
 	return out
