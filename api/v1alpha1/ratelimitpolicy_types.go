@@ -434,6 +434,9 @@ type RateLimitServiceTarget struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !has(self.cost.request) || !(has(self.cost.request.constant) || has(self.cost.request.header) || has(self.cost.request.default))",message="with rateLimitService the gateway computes the cost and sends it as hits_addend: write cost.request: {} (no constant, header or default)"
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !has(self.cost.response) || !(has(self.cost.response.header) || has(self.cost.response.jsonFields) || has(self.cost.response.default))",message="with rateLimitService the gateway computes the cost and sends it as hits_addend: write cost.response: {} (no header, jsonFields or default); Envoy's apply_on_stream_done call charges the response cost"
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !(has(self.cost.request) && has(self.cost.response))",message="with rateLimitService set cost.request or cost.response, not both: Envoy's apply_on_stream_done call looks like any other request, so every hits_addend above 0 of a policy with cost.response is charged as a response cost; give the request cost a policy of its own with another descriptor (e.g. a generic_key entry)"
+// +kubebuilder:validation:XValidation:rule="!has(self.additionalLimits) || has(self.targetSelector)",message="additionalLimits apply only with targetSelector for now: the rate limit service enforces one window per policy (write one policy per window for it)"
+// +kubebuilder:validation:XValidation:rule="!has(self.additionalLimits) || !has(self.cost)",message="additionalLimits cannot be used with cost: a policy limits either the number of requests in several windows or their cost in one"
+// +kubebuilder:validation:XValidation:rule="!has(self.additionalLimits) || !self.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || self.additionalLimits.all(l, !l.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || duration(l.window) != duration(self.window))",message="each window of additionalLimits must differ from window"
 type RateLimitPolicySpec struct {
 	// targetSelector selects the pods of this namespace that enforce the
 	// policy, by their labels. The pods must carry the slidegate sidecar:
@@ -478,6 +481,23 @@ type RateLimitPolicySpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000000
 	Limit int32 `json:"limit"`
+
+	// additionalLimits are more windows for the same clients, each with its
+	// own limit, e.g. window "1s" with limit 10 and here {window: "1h",
+	// limit: 1000}: a request is admitted only when every window has room
+	// (decided together, all or nothing, exactly for each window), and a
+	// rejected one waits (Retry-After) until all of them have room again.
+	// Each window is one more key per client in Redis. Windows differ from
+	// each other and from window. Only with targetSelector, not with cost.
+	// Sidecars of a release before additionalLimits do not enforce a policy
+	// with them (slidegate_sidecar_config_policies_skipped) rather than
+	// enforce its first window alone.
+	// +optional
+	// +listType=map
+	// +listMapKey=window
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || self.exists_one(b, b.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') && duration(b.window) == duration(a.window)))",message="the windows of additionalLimits must differ from each other (e.g. '60s' and '1m' are the same window)"
+	AdditionalLimits []AdditionalLimit `json:"additionalLimits,omitempty"`
 
 	// key says how a request's client is identified; required with
 	// targetSelector, not allowed with rateLimitService.
@@ -559,6 +579,24 @@ type RateLimitPolicySpec struct {
 	// docs/operations.md, "What happens during a failover, a reshard".
 	// +optional
 	Durability Durability `json:"durability,omitempty"`
+}
+
+// AdditionalLimit is one more window of a policy, with its limit, for the
+// same clients (RateLimitPolicySpec.AdditionalLimits).
+type AdditionalLimit struct {
+	// window is the length of this sliding window, as the policy's window:
+	// whole hours, minutes, seconds and milliseconds, largest unit first,
+	// from 1ms to 24h.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || (duration(self) >= duration('1ms') && duration(self) <= duration('24h'))",message="window must be from 1ms to 24h"
+	Window Duration `json:"window"`
+
+	// limit is the number of requests a client may make in any such
+	// window, from 1 to 1000000.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	Limit int32 `json:"limit"`
 }
 
 // RateLimitPolicyStatus is the observed state of a RateLimitPolicy.

@@ -331,6 +331,45 @@ func TestValidation(t *testing.T) {
 		{name: "pathCase Lower", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.Match = &v1alpha1.RequestMatch{PathPrefixes: []v1alpha1.PathPrefix{"/api/"}, PathCase: "Lower"}
 		}, wantErr: []string{"spec.match.pathCase", `supported values: "Sensitive", "Insensitive"`}},
+
+		// Several windows (issue 37).
+		{name: "valid additionalLimits", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Window, s.Limit = "1s", 10
+			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1h", Limit: 1000}, {Window: "24h", Limit: 10000}}
+		}},
+		{name: "additionalLimits, window equal to the policy's", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Window = "60s"
+			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1m", Limit: 5}}
+		}, wantErr: []string{"each window of additionalLimits must differ from window"}},
+		{name: "additionalLimits, the same window twice", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1h", Limit: 5}, {Window: "60m", Limit: 6}}
+		}, wantErr: []string{"spec.additionalLimits", "the windows of additionalLimits must differ from each other"}},
+		{name: "additionalLimits, one window spelled twice", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1h", Limit: 5}, {Window: "1h", Limit: 6}}
+		}, wantErr: []string{"spec.additionalLimits[1]", "Duplicate value"}},
+		{name: "additionalLimits, five windows", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			for _, w := range []v1alpha1.Duration{"1h", "2h", "3h", "4h", "5h"} {
+				s.AdditionalLimits = append(s.AdditionalLimits, v1alpha1.AdditionalLimit{Window: w, Limit: 5})
+			}
+		}, wantErr: []string{"spec.additionalLimits", "must have at most 4 items"}},
+		{name: "additionalLimits, window 25h", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "25h", Limit: 5}}
+		}, wantErr: []string{"spec.additionalLimits[0].window", "window must be from 1ms to 24h"}},
+		{name: "additionalLimits, window 1.5s", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1.5s", Limit: 5}}
+		}, wantErr: []string{"spec.additionalLimits[0].window", "window must be a duration like '500ms'"}},
+		{name: "additionalLimits, limit 0", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1h", Limit: 0}}
+		}, wantErr: []string{"spec.additionalLimits[0].limit", "greater than or equal to 1"}},
+		{name: "additionalLimits with cost", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1h", Limit: 5}}
+			c := int64(1)
+			s.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{Constant: &c}}
+		}, wantErr: []string{"additionalLimits cannot be used with cost"}},
+		{name: "additionalLimits with rateLimitService", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			rls(s)
+			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1h", Limit: 5}}
+		}, wantErr: []string{"additionalLimits apply only with targetSelector"}},
 	}
 	tests = append(tests, jwtCases...)
 	ctx := context.Background()

@@ -22,11 +22,22 @@ const (
 // window. A tenant chooses the limit, and any client of its API fills one
 // window per client key, so this is what a policy costs the Redis every
 // namespace shares, per client.
+// Each of its additionalLimits is one more window per client.
 func ClientFootprint(p *v1alpha1.RateLimitPolicy) int64 {
 	if p.Spec.Algorithm == v1alpha1.AlgorithmSlidingWindowCounter {
-		return CounterBytes
+		return CounterBytes * int64(1+len(p.Spec.AdditionalLimits))
 	}
-	return int64(p.Spec.Limit) * SlidingLogBytesPerAdmit
+	return admits(p) * SlidingLogBytesPerAdmit
+}
+
+// admits is the most admits one client of p has in Redis at once: a full
+// window of each of its limits.
+func admits(p *v1alpha1.RateLimitPolicy) int64 {
+	n := int64(p.Spec.Limit)
+	for _, l := range p.Spec.AdditionalLimits {
+		n += int64(l.Limit)
+	}
+	return n
 }
 
 // FootprintTooLargeError says that a policy's clients could each make
@@ -34,12 +45,12 @@ func ClientFootprint(p *v1alpha1.RateLimitPolicy) int64 {
 // --max-client-bytes).
 type FootprintTooLargeError struct {
 	Namespace, Name string
-	Limit           int32
+	Limit           int64 // the admits of a full window of each limit
 	Bytes, Max      int64
 }
 
 func (e *FootprintTooLargeError) Error() string {
-	return fmt.Sprintf("each client of policy %s/%s can make the shared Redis hold up to %s bytes (a full SlidingLog window: limit %s × %d B per admit), over the %s bytes per client the platform team allows (the manager's --max-client-bytes); "+
+	return fmt.Sprintf("each client of policy %s/%s can make the shared Redis hold up to %s bytes (a full SlidingLog window: %s admits × %d B per admit), over the %s bytes per client the platform team allows (the manager's --max-client-bytes); "+
 		"use algorithm SlidingWindowCounter (%d B per client, approximate), a lower limit, or ask for a larger bound",
 		e.Namespace, e.Name, thousands(int(e.Bytes)), thousands(int(e.Limit)), SlidingLogBytesPerAdmit, thousands(int(e.Max)), CounterBytes)
 }
@@ -51,7 +62,7 @@ func CheckFootprint(p *v1alpha1.RateLimitPolicy, maxBytes int64) error {
 		return nil
 	}
 	if b := ClientFootprint(p); b > maxBytes {
-		return &FootprintTooLargeError{Namespace: p.Namespace, Name: p.Name, Limit: p.Spec.Limit, Bytes: b, Max: maxBytes}
+		return &FootprintTooLargeError{Namespace: p.Namespace, Name: p.Name, Limit: admits(p), Bytes: b, Max: maxBytes}
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ limitations under the License.
 package render
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -202,26 +203,51 @@ func Policy(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	more, err := additionalLimits(s.AdditionalLimits)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	out := sidecarconfig.Policy{
-		Name:         p.Name,
-		ID:           p.Namespace + "/" + p.Name,
-		Selector:     sel,
-		WindowMillis: r.windowMillis,
-		Limit:        r.limit,
-		Algorithm:    r.algorithm,
-		FailMode:     r.failMode,
-		Mode:         r.mode,
-		Key:          key,
-		Match:        match(s.Match),
-		Durability:   r.durability,
-		Cost:         cost(s.Cost),
+		Name:             p.Name,
+		ID:               p.Namespace + "/" + p.Name,
+		Selector:         sel,
+		WindowMillis:     r.windowMillis,
+		Limit:            r.limit,
+		Algorithm:        r.algorithm,
+		FailMode:         r.failMode,
+		Mode:             r.mode,
+		Key:              key,
+		Match:            match(s.Match),
+		Durability:       r.durability,
+		Cost:             cost(s.Cost),
+		AdditionalLimits: more,
 	}
 	// The document's Validate checks enum values, header names, methods,
-	// path prefixes and the cost.
+	// path prefixes, the cost and that the additional windows differ from
+	// each other and from the policy's own.
 	if err := invalidPolicy(p, errs, (&sidecarconfig.Config{Version: sidecarconfig.Version, Policies: []sidecarconfig.Policy{out}}).Validate); err != nil {
 		return sidecarconfig.Policy{}, err
 	}
 	return out, nil
+}
+
+// additionalLimits renders a policy's additional windows, sorted by
+// window (the API's list is a map keyed by the window's spelling, which
+// orders nothing), so that the document does not change with the order
+// they are listed in.
+func additionalLimits(in []v1alpha1.AdditionalLimit) ([]sidecarconfig.Limit, error) {
+	var out []sidecarconfig.Limit
+	var errs []error
+	for i, l := range in {
+		w, err := ParseWindow(string(l.Window))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("additionalLimits[%d]: %w", i, err))
+			continue
+		}
+		out = append(out, sidecarconfig.Limit{WindowMillis: w.Milliseconds(), Limit: int64(l.Limit)})
+	}
+	slices.SortFunc(out, func(a, b sidecarconfig.Limit) int { return cmp.Compare(a.WindowMillis, b.WindowMillis) })
+	return out, errors.Join(errs...)
 }
 
 // rule is what a policy says that both enforcers (the sidecars and the

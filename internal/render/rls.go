@@ -47,6 +47,11 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 	if s.TargetSelector != nil || s.Key != (v1alpha1.ClientKey{}) || s.Match != nil {
 		add("targetSelector, key and match do not apply with rateLimitService")
 	}
+	if len(s.AdditionalLimits) > 0 {
+		// The schema refuses them; enforcing the first window alone would
+		// loosen the limit.
+		add("additionalLimits apply only with targetSelector: the rate limit service enforces one window per policy")
+	}
 	r, err := ruleOf(s)
 	if err != nil {
 		errs = append(errs, err)

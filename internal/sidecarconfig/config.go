@@ -84,7 +84,23 @@ type Policy struct {
 	// Cost, when set, makes the policy weighted: Limit is the cost allowed
 	// in any window (cost.go). Absent: every request costs 1.
 	Cost *Cost `json:"cost,omitempty" minor:"2"`
+	// AdditionalLimits are more windows for the same clients, each with
+	// its limit: a request is admitted only when every window, the
+	// policy's own and these, has room, and then counts in all of them.
+	// Sorted by window, none equal to WindowMillis; not with Cost.
+	AdditionalLimits []Limit `json:"additionalLimits,omitempty" minor:"3"`
 }
+
+// Limit is one more window of a policy (Policy.AdditionalLimits).
+type Limit struct {
+	WindowMillis int64 `json:"windowMillis" minor:"3"`
+	Limit        int64 `json:"limit" minor:"3"`
+}
+
+// MaxAdditionalLimits bounds Policy.AdditionalLimits (the API's too): each
+// window is one more key per client in Redis and one more decision per
+// request.
+const MaxAdditionalLimits = 4
 
 // DurabilityReplicated is Policy.Durability (and rlsconfig's) for an admit
 // that counts once a replica has it (the API's spec.durability).
@@ -348,10 +364,40 @@ func (p *Policy) validate() error {
 	if p.Cost != nil {
 		errs = append(errs, p.Cost.validate()...)
 	}
+	errs = append(errs, p.validateAdditionalLimits()...)
 	errs = append(errs, p.Key.validate()...)
 	errs = append(errs, p.Match.validate()...)
 	errs = append(errs, p.Selector.validate()...)
 	return errors.Join(errs...)
+}
+
+// validateAdditionalLimits checks a policy's additional windows: bounded,
+// sorted, each distinct from the others and from the policy's own (two
+// windows of one length would share a key), not with a cost.
+func (p *Policy) validateAdditionalLimits() []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if len(p.AdditionalLimits) > MaxAdditionalLimits {
+		add("additionalLimits has %d windows, more than %d", len(p.AdditionalLimits), MaxAdditionalLimits)
+	}
+	if len(p.AdditionalLimits) > 0 && p.Cost != nil {
+		add("additionalLimits and cost cannot be used together")
+	}
+	for i, l := range p.AdditionalLimits {
+		if l.WindowMillis < 1 || l.WindowMillis > MaxWindowMillis {
+			add("additionalLimits[%d]: windowMillis %d is outside 1..%d", i, l.WindowMillis, MaxWindowMillis)
+		}
+		if l.Limit < 1 || l.Limit > MaxLimit {
+			add("additionalLimits[%d]: limit %d is outside 1..%d", i, l.Limit, MaxLimit)
+		}
+		if l.WindowMillis == p.WindowMillis {
+			add("additionalLimits[%d]: windowMillis %d is the policy's own window", i, l.WindowMillis)
+		}
+		if i > 0 && l.WindowMillis <= p.AdditionalLimits[i-1].WindowMillis {
+			add("additionalLimits[%d]: windows are not sorted and distinct (%d after %d)", i, l.WindowMillis, p.AdditionalLimits[i-1].WindowMillis)
+		}
+	}
+	return errs
 }
 
 // validate checks a policy's key.

@@ -44,10 +44,12 @@ const (
 	//
 	// Minor 1 added durability, key.forwardedHeader, key.ipv6PrefixLength,
 	// key.jwt and match.pathCase; minor 2 added cost (issue 27), which a
-	// sidecar of minor 1 must not enforce as a count policy: it skips it.
-	Minor = 2
+	// sidecar of minor 1 must not enforce as a count policy: it skips it;
+	// minor 3 added additionalLimits (issue 37), which an older sidecar
+	// skips rather than enforce the first window alone.
+	Minor = 3
 	// Version is the version string of the newest document, VersionOf(Minor).
-	Version = "slidegate.dev/sidecar-config/v1.2"
+	Version = "slidegate.dev/sidecar-config/v1.3"
 
 	versionPrefix = "slidegate.dev/sidecar-config/v"
 )
