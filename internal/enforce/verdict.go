@@ -94,3 +94,29 @@ func OutcomeOf(dryRun bool, d *limiter.Decision, rejected bool) Outcome {
 		return Rejected
 	}
 }
+
+// Graver is the graver of two outcomes of one policy for one request, for
+// a policy decided as several windows (each a decision): a request one
+// window refused is refused by the policy, whatever the others said.
+// Failed closed (a 503) before rejected, before dry-run rejected, before
+// not counted, before allowed.
+func Graver(a, b Outcome) Outcome {
+	if gravity(b) > gravity(a) {
+		return b
+	}
+	return a
+}
+
+func gravity(o Outcome) int {
+	switch o {
+	case FailedClosed:
+		return 4
+	case Rejected:
+		return 3
+	case DryRunRejected:
+		return 2
+	case NotCounted:
+		return 1
+	}
+	return 0
+}

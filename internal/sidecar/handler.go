@@ -125,6 +125,14 @@ func (s *Sidecar) gather(st *state, r *http.Request, pols []*policy) (reqs []lim
 			reqs = append(reqs, limiter.Request{Rule: rule, Client: key, DryRun: p.dryRun})
 		}
 		pols = append(pols, p)
+		for _, w := range p.windows {
+			rule := w.rule
+			if n := s.peerCount(rule.ID); n > 0 {
+				rule.Replicas = n
+			}
+			reqs = append(reqs, limiter.Request{Rule: rule, Client: key, DryRun: p.dryRun})
+			pols = append(pols, w)
+		}
 	}
 	switch {
 	case refused.ambiguous:
@@ -151,14 +159,33 @@ func (s *Sidecar) record(dec *decided, v *enforce.Verdict) {
 	if v.RedisErr != nil {
 		s.logRedisError(v.RedisErr)
 	}
-	s.metrics.decisions.Record(dec.requests, dec.decisions, v, func(i int, o enforce.Outcome) {
-		p := dec.policies[i]
-		p.counters.Inc(o)
-		if o == enforce.Rejected {
-			h := s.hasher.Load()
-			s.top.add(p.name, h.Sum(dec.requests[i].Client), h.ID())
+	// A policy's additional windows follow it in dec: their outcomes fold
+	// into one for the policy (the gravest), counted when the next policy
+	// starts, or at the end.
+	var (
+		last    = -1
+		outcome enforce.Outcome
+	)
+	count := func() {
+		if last < 0 {
+			return
 		}
+		p := dec.policies[last]
+		p.counters.Inc(outcome)
+		if outcome == enforce.Rejected {
+			h := s.hasher.Load()
+			s.top.add(p.name, h.Sum(dec.requests[last].Client), h.ID())
+		}
+	}
+	s.metrics.decisions.Record(dec.requests, dec.decisions, v, func(i int, o enforce.Outcome) {
+		if dec.policies[i].of != nil {
+			outcome = enforce.Graver(outcome, o)
+			return
+		}
+		count()
+		last, outcome = i, o
 	})
+	count()
 }
 
 // respond answers the request after its decisions: the answer of the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,6 +83,16 @@ type policy struct {
 	// counters are this policy's slidegate_sidecar_requests_total series,
 	// one per outcome, bound when the state is put in force.
 	counters enforce.Counters
+
+	// windows are the policy's additional windows (additionalLimits), in
+	// the config's order: each a copy of the policy with its own rule
+	// (Variant set, so its own keys in the policy's slot) and header
+	// items, and of set to the policy. A request asks the limiter about
+	// the policy and each of its windows together, all or nothing.
+	windows []*policy
+	// of is the policy an additional window belongs to, nil for a policy:
+	// its outcome counts as the policy's, not apart.
+	of *policy
 }
 
 // compile builds the state of a validated config for a pod with labels.
@@ -164,7 +175,38 @@ func compilePolicy(p *sidecarconfig.Policy, verifiers map[string]*jwtverify.Veri
 		}
 	}
 	cp.policyItem = ratelimitheader.PolicyItem(cp.nameItem, p.Limit, cp.rule.Window)
+	for _, l := range p.AdditionalLimits {
+		w := *cp
+		w.of = cp
+		w.rule.Limit = l.Limit
+		w.rule.Window = time.Duration(l.WindowMillis) * time.Millisecond
+		w.rule.Variant = strconv.FormatInt(l.WindowMillis, 10)
+		// Each window is an item of its own in the RateLimit fields
+		// (the draft's several-policies form), named after the policy
+		// and the window as the API spells it: "api/1h".
+		w.nameItem = ratelimitheader.String(p.Name + "/" + windowName(w.rule.Window))
+		w.policyItem = ratelimitheader.PolicyItem(w.nameItem, l.Limit, w.rule.Window)
+		cp.windows = append(cp.windows, &w)
+	}
 	return cp, nil
+}
+
+// windowName spells a window of whole milliseconds as a policy does:
+// hours, minutes, seconds and milliseconds, largest first, none that is 0
+// ("1h", "1m30s", "500ms").
+func windowName(d time.Duration) string {
+	var b []byte
+	for _, u := range []struct {
+		d    time.Duration
+		unit string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
+		if n := d / u.d; n > 0 {
+			b = strconv.AppendInt(b, int64(n), 10)
+			b = append(b, u.unit...)
+			d -= n * u.d
+		}
+	}
+	return string(b)
 }
 
 // verifierOf is the verifier of j (nil for nil), shared through built
