@@ -61,6 +61,21 @@ type WhyPolicy struct {
 	Window  *WhyWindow `json:"window,omitempty"`
 	// Error is why the window could not be read (Redis unreachable).
 	Error string `json:"error,omitempty"`
+	// AdditionalLimits are the policy's other windows (its
+	// additionalLimits) for the same client, each read as Window is.
+	AdditionalLimits []WhyLimit `json:"additionalLimits,omitempty"`
+}
+
+// WhyLimit is one additional window of a policy for one client.
+type WhyLimit struct {
+	// Name is the window's item in the RateLimit fields: the policy's
+	// name and the window, e.g. "api/1h".
+	Name          string     `json:"name"`
+	Limit         int64      `json:"limit"`
+	WindowSeconds float64    `json:"windowSeconds"`
+	RedisKey      string     `json:"redisKey,omitempty"`
+	Window        *WhyWindow `json:"window,omitempty"`
+	Error         string     `json:"error,omitempty"`
 }
 
 // WhyWindow is limiter.Window on the wire; durations in seconds.

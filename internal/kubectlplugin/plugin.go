@@ -270,45 +270,56 @@ func PrintWhy(w io.Writer, res *WhyResult, format string) error {
 	}
 	rows := [][]string{{"POLICY", "KEY", "IN-WINDOW", "LIMIT", "REMAINING", "OLDEST-AGE", "RETRY-AFTER", "OTHER-MATCHING-POLICIES"}}
 	for i, p := range res.Policies {
-		row := []string{p.Name, orDash(p.ClientKey), "-", strconv.FormatInt(p.Limit, 10), "-", "-", "-", "-"}
+		row := whyRow(p.Name, p.ClientKey, p.Limit, p.Window, p.Error)
 		if i == 0 && len(others) > 0 {
 			row[7] = strings.Join(others, ",")
 		}
 		if p.Unknown != "" {
 			row[1] = "(" + p.Unknown + ")"
 		}
-		if p.Error != "" {
-			row[2] = "error: " + p.Error
-		}
-		if win := p.Window; win != nil {
-			row[2] = strconv.FormatFloat(win.InWindow, 'f', -1, 64)
-			if win.Current != nil {
-				row[2] = strconv.FormatFloat(win.InWindow, 'f', 2, 64) + " (est.)"
-			}
-			if win.Unit != "" {
-				// A cost policy: the window holds cost (tokens), not admits.
-				row[2] += " " + win.Unit
-			}
-			row[4] = strconv.FormatInt(win.Remaining, 10)
-			if win.OldestAgeSeconds != nil {
-				row[5] = seconds(*win.OldestAgeSeconds)
-			}
-			if win.Allowed {
-				row[6] = "0 (allowed)"
-			} else {
-				row[6] = seconds(win.RetryAfterSeconds)
-			}
+		if win := p.Window; win != nil && win.Unit != "" {
+			// A cost policy: the window holds cost (tokens), not admits.
+			row[2] += " " + win.Unit
 		}
 		if p.Mode == sidecarconfig.ModeDryRun {
 			row[0] += " (dry-run)"
 		}
 		rows = append(rows, row)
+		// The policy's other windows for the same client, a row each.
+		for _, l := range p.AdditionalLimits {
+			rows = append(rows, whyRow(l.Name, p.ClientKey, l.Limit, l.Window, l.Error))
+		}
 	}
 	if err := writeTable(w, rows); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "\nasked pod %s (config revision %s) for a %s request to %s\n", res.Pod, res.Revision, res.Method, res.Path)
 	return err
+}
+
+// whyRow is the row of one window: name, key, limit and what the window
+// holds (or why it could not be read).
+func whyRow(name, key string, limit int64, win *debugapi.WhyWindow, errText string) []string {
+	row := []string{"  " + name, orDash(key), "-", strconv.FormatInt(limit, 10), "-", "-", "-", "-"}
+	if errText != "" {
+		row[2] = "error: " + errText
+	}
+	if win != nil {
+		row[2] = strconv.FormatFloat(win.InWindow, 'f', -1, 64)
+		if win.Current != nil {
+			row[2] = strconv.FormatFloat(win.InWindow, 'f', 2, 64) + " (est.)"
+		}
+		row[4] = strconv.FormatInt(win.Remaining, 10)
+		if win.OldestAgeSeconds != nil {
+			row[5] = seconds(*win.OldestAgeSeconds)
+		}
+		if win.Allowed {
+			row[6] = "0 (allowed)"
+		} else {
+			row[6] = seconds(win.RetryAfterSeconds)
+		}
+	}
+	return row
 }
 
 // printJSON writes v when format is json or yaml; done is false for a

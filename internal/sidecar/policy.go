@@ -91,8 +91,10 @@ type policy struct {
 	// the policy and each of its windows together, all or nothing.
 	windows []*policy
 	// of is the policy an additional window belongs to, nil for a policy:
-	// its outcome counts as the policy's, not apart.
-	of *policy
+	// its outcome counts as the policy's, not apart. windowName is an
+	// additional window's name, as its RateLimit item spells it ("api/1h").
+	of         *policy
+	windowName string
 }
 
 // compile builds the state of a validated config for a pod with labels.
@@ -184,7 +186,8 @@ func compilePolicy(p *sidecarconfig.Policy, verifiers map[string]*jwtverify.Veri
 		// Each window is an item of its own in the RateLimit fields
 		// (the draft's several-policies form), named after the policy
 		// and the window as the API spells it: "api/1h".
-		w.nameItem = ratelimitheader.String(p.Name + "/" + windowName(w.rule.Window))
+		w.windowName = p.Name + "/" + windowName(w.rule.Window)
+		w.nameItem = ratelimitheader.String(w.windowName)
 		w.policyItem = ratelimitheader.PolicyItem(w.nameItem, l.Limit, w.rule.Window)
 		cp.windows = append(cp.windows, &w)
 	}

@@ -264,6 +264,15 @@ func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, hasher *clienthash.H
 		return out
 	}
 	out.ClientKey = hasher.Sum(key)
+	for _, w := range p.windows {
+		l := debugapi.WhyLimit{Name: w.windowName, Limit: w.rule.Limit, WindowSeconds: w.rule.Window.Seconds()}
+		if win, err := pk.Peek(ctx, w.rule, key); err != nil {
+			l.Error = err.Error()
+		} else {
+			l.RedisKey, l.Window = win.Key, whyWindow(&win)
+		}
+		out.AdditionalLimits = append(out.AdditionalLimits, l)
+	}
 	win, err := pk.Peek(ctx, p.rule, key)
 	if err != nil {
 		out.Error = err.Error()

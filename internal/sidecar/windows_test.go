@@ -1,13 +1,18 @@
 package sidecar
 
 import (
+	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/enforce"
+	"github.com/slidegate/slidegate/internal/kubectlplugin"
 	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
 	"github.com/slidegate/slidegate/internal/testsupport"
@@ -147,4 +152,42 @@ func TestSeveralWindowsExactAcrossSidecars(t *testing.T) {
 		t.Errorf("%d requests, %v counted, %d admitted, the application saw %d", len(ds), counted, admitted, f.up.hits.Load())
 	}
 	t.Logf("%d requests, %d admitted", len(ds), admitted)
+}
+
+// TestWhyShowsEveryWindow: /debug/why reads each window of a policy for
+// the client, so a request refused by the hour is explained by the hour
+// (the policy's own window shows room), and the plugin prints a row for
+// it.
+func TestWhyShowsEveryWindow(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	h := newHarness(t, redisLimiter(t, r, 1, exactTimeout), testConfig(nil,
+		testPolicy("api", 5, withKey("Header", "X-User", "Deny"), func(p *sidecarconfig.Policy) { p.WindowMillis = 1000 },
+			withWindows(sidecarconfig.Limit{WindowMillis: 3_600_000, Limit: 2}))))
+	for range 3 {
+		h.do(t, "GET", "/", map[string]string{"X-User": "alice"})
+	}
+	debug := newTestServer(t, h.s.DebugHandler()).URL
+	code, body := askWhy(t, debug, url.Values{"policy": {"api"}, "header": {"alice"}}, "")
+	var resp debugapi.WhyResponse
+	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	p := resp.Policies[0]
+	if p.Window == nil || !p.Window.Allowed || p.Window.Remaining != 3 {
+		t.Errorf("the second's window: %+v, want room for 3", p.Window)
+	}
+	if len(p.AdditionalLimits) != 1 {
+		t.Fatalf("additional windows %+v, want the hour", p.AdditionalLimits)
+	}
+	l := p.AdditionalLimits[0]
+	if l.Name != "api/1h" || l.Limit != 2 || l.WindowSeconds != 3600 || l.Window == nil || l.Window.Allowed || l.Window.Remaining != 0 || l.Window.RetryAfterSeconds < 3500 {
+		t.Errorf("the hour: %+v %+v, want full, retry in about an hour", l, l.Window)
+	}
+	var out strings.Builder
+	if err := kubectlplugin.PrintWhy(&out, &kubectlplugin.WhyResult{WhyResponse: resp}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "  api/1h ") {
+		t.Errorf("the plugin's table has no row for the hour:\n%s", out.String())
+	}
 }
