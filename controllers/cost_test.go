@@ -68,6 +68,36 @@ func TestCostPolicySkippedBySidecarsOfMinor1(t *testing.T) {
 	eventually(t, "tokens enforced once the old pod is gone", enforcedIs(t, tokens, metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods"))
 }
 
+// TestSeveralWindowsSkippedBySidecarsOfMinor2: a policy with
+// additionalLimits is published in minor 3 for the sidecars that know it,
+// and its Enforced condition names the pods whose sidecars (minor 2, the
+// release before it) leave it out rather than enforce its first window
+// alone.
+func TestSeveralWindowsSkippedBySidecarsOfMinor2(t *testing.T) {
+	ns := newNamespace(t)
+	multi := newPolicy(ns, "multi", func(s *v1alpha1.RateLimitPolicySpec) {
+		s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "24h", Limit: 10_000}, {Window: "1h", Limit: 1000}}
+	})
+	old := newPod(ns, "old", map[string]string{"app": "checkout"}, true)
+	asMinor(t, old, 2)
+	create(t, multi, newPod(ns, "new", map[string]string{"app": "checkout"}, true), old)
+
+	eventually(t, "multi not enforced by the minor 2 sidecar", enforcedIs(t, multi, metav1.ConditionFalse, v1alpha1.ReasonSidecarsOutdated,
+		"pods old run sidecars of an earlier slidegate, which leave this policy out (it needs sidecar configuration slidegate.dev/sidecar-config/v1.3)"))
+	_, cfg, err := readConfig(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Version != sidecarconfig.Version || len(cfg.Policies) != 1 ||
+		fmt.Sprint(cfg.Policies[0].AdditionalLimits) != "[{3600000 1000} {86400000 10000}]" {
+		t.Errorf("document %s with %+v, want %s with the windows sorted", cfg.Version, cfg.Policies, sidecarconfig.Version)
+	}
+	if err := k.Delete(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "multi enforced once the old pod is gone", enforcedIs(t, multi, metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods"))
+}
+
 // TestSkippingSidecars: which pods leave a policy of a given minor out.
 func TestSkippingSidecars(t *testing.T) {
 	p := newPolicy("shop", "p")
@@ -88,7 +118,7 @@ func TestSkippingSidecars(t *testing.T) {
 		want  []string
 	}{
 		{0, nil}, {1, nil}, {2, []string{"minor-1"}},
-		{3, []string{"current", "minor-1"}},
+		{sidecarconfig.Minor + 1, []string{"current", "minor-1"}},
 	} {
 		if got := policystatus.SkippingSidecars(p, pods, tc.minor); !slices.Equal(got, tc.want) {
 			t.Errorf("SkippingSidecars(minor %d) = %v, want %v", tc.minor, got, tc.want)
