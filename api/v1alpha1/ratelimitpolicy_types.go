@@ -434,7 +434,6 @@ type RateLimitServiceTarget struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !has(self.cost.request) || !(has(self.cost.request.constant) || has(self.cost.request.header) || has(self.cost.request.default))",message="with rateLimitService the gateway computes the cost and sends it as hits_addend: write cost.request: {} (no constant, header or default)"
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !has(self.cost.response) || !(has(self.cost.response.header) || has(self.cost.response.jsonFields) || has(self.cost.response.default))",message="with rateLimitService the gateway computes the cost and sends it as hits_addend: write cost.response: {} (no header, jsonFields or default); Envoy's apply_on_stream_done call charges the response cost"
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !(has(self.cost.request) && has(self.cost.response))",message="with rateLimitService set cost.request or cost.response, not both: Envoy's apply_on_stream_done call looks like any other request, so every hits_addend above 0 of a policy with cost.response is charged as a response cost; give the request cost a policy of its own with another descriptor (e.g. a generic_key entry)"
-// +kubebuilder:validation:XValidation:rule="!has(self.additionalLimits) || has(self.targetSelector)",message="additionalLimits apply only with targetSelector for now: the rate limit service enforces one window per policy (write one policy per window for it)"
 // +kubebuilder:validation:XValidation:rule="!has(self.additionalLimits) || !has(self.cost)",message="additionalLimits cannot be used with cost: a policy limits either the number of requests in several windows or their cost in one"
 // +kubebuilder:validation:XValidation:rule="!has(self.additionalLimits) || !self.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || self.additionalLimits.all(l, !l.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || duration(l.window) != duration(self.window))",message="each window of additionalLimits must differ from window"
 type RateLimitPolicySpec struct {
@@ -488,10 +487,11 @@ type RateLimitPolicySpec struct {
 	// (decided together, all or nothing, exactly for each window), and a
 	// rejected one waits (Retry-After) until all of them have room again.
 	// Each window is one more key per client in Redis. Windows differ from
-	// each other and from window. Only with targetSelector, not with cost.
-	// Sidecars of a release before additionalLimits do not enforce a policy
-	// with them (slidegate_sidecar_config_policies_skipped) rather than
-	// enforce its first window alone.
+	// each other and from window. Not with cost. Sidecars and rate limit
+	// service servers of a release before additionalLimits do not enforce
+	// a policy with them (slidegate_sidecar_config_policies_skipped,
+	// slidegate_rls_config_policies_skipped) rather than enforce its first
+	// window alone.
 	// +optional
 	// +listType=map
 	// +listMapKey=window

@@ -366,10 +366,10 @@ func TestValidation(t *testing.T) {
 			c := int64(1)
 			s.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{Constant: &c}}
 		}, wantErr: []string{"additionalLimits cannot be used with cost"}},
-		{name: "additionalLimits with rateLimitService", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+		{name: "valid additionalLimits with rateLimitService", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			rls(s)
 			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1h", Limit: 5}}
-		}, wantErr: []string{"additionalLimits apply only with targetSelector"}},
+		}},
 	}
 	tests = append(tests, jwtCases...)
 	ctx := context.Background()

@@ -47,27 +47,27 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 	if s.TargetSelector != nil || s.Key != (v1alpha1.ClientKey{}) || s.Match != nil {
 		add("targetSelector, key and match do not apply with rateLimitService")
 	}
-	if len(s.AdditionalLimits) > 0 {
-		// The schema refuses them; enforcing the first window alone would
-		// loosen the limit.
-		add("additionalLimits apply only with targetSelector: the rate limit service enforces one window per policy")
-	}
 	r, err := ruleOf(s)
 	if err != nil {
 		errs = append(errs, err)
 	}
+	more, err := additionalLimits(s.AdditionalLimits)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	out := rlsconfig.Policy{
-		Namespace:    p.Namespace,
-		Name:         p.Name,
-		ID:           rlsconfig.PolicyID(p.Namespace, p.Name),
-		Domain:       s.RateLimitService.Domain,
-		WindowMillis: r.windowMillis,
-		Limit:        r.limit,
-		Algorithm:    r.algorithm,
-		FailMode:     r.failMode,
-		Mode:         r.mode,
-		Durability:   r.durability,
-		Cost:         cost(s.Cost),
+		Namespace:        p.Namespace,
+		Name:             p.Name,
+		ID:               rlsconfig.PolicyID(p.Namespace, p.Name),
+		Domain:           s.RateLimitService.Domain,
+		WindowMillis:     r.windowMillis,
+		Limit:            r.limit,
+		Algorithm:        r.algorithm,
+		FailMode:         r.failMode,
+		Mode:             r.mode,
+		Durability:       r.durability,
+		Cost:             cost(s.Cost),
+		AdditionalLimits: more,
 	}
 	for _, e := range s.RateLimitService.Descriptor {
 		out.Descriptor = append(out.Descriptor, rlsconfig.Entry{Key: e.Key, Value: e.Value})

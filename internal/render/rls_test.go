@@ -89,9 +89,10 @@ func TestRLSPolicy(t *testing.T) {
 			s.TargetSelector = &v1alpha1.LabelSelector{}
 		}, wantErr: "do not apply with rateLimitService"},
 		{name: "bad window", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Window = "1 minute" }, wantErr: "window"},
-		{name: "additionalLimits (refused by the schema)", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+		{name: "additionalLimits with cost (refused by the schema)", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1h", Limit: 5}}
-		}, wantErr: "additionalLimits apply only with targetSelector"},
+			s.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{}}
+		}, wantErr: "additionalLimits and cost cannot be used together"},
 		{name: "value over the server's bound", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.RateLimitService.Descriptor[0].Value = strings.Repeat("é", 200)
 		}, wantErr: "descriptor[0].value longer than 256 bytes"},

@@ -37,6 +37,13 @@ type policy struct {
 	// counters are its request series, bound when it is loaded
 	// (Server.bindCounters), not looked up per decision.
 	counters enforce.Counters
+	// windows are its additional windows (additionalLimits), each a copy
+	// of the policy with its own rule (a Variant: its own keys, in the
+	// policy's slot), header items and current_limit, and of set to the
+	// policy: a descriptor's call asks about all of them together, and
+	// their outcomes count as the policy's.
+	windows []*policy
+	of      *policy
 }
 
 // policies calls f with every policy of ix.
@@ -85,6 +92,16 @@ func newIndex(c *rlsconfig.Config) *index {
 		}
 		cp.policyItem = ratelimitheader.PolicyItem(cp.nameItem, p.Limit, cp.rule.Window)
 		cp.limit = currentLimit(p.Namespace+"/"+p.Name, p.Limit, cp.rule.Window)
+		for _, l := range p.AdditionalLimits {
+			w := *cp
+			w.of = cp
+			w.rule.Limit, w.rule.Window, w.rule.Variant = l.Limit, time.Duration(l.WindowMillis)*time.Millisecond, l.Variant()
+			name := l.ItemName(p.Namespace + "/" + p.Name)
+			w.nameItem = ratelimitheader.String(name)
+			w.policyItem = ratelimitheader.PolicyItem(w.nameItem, l.Limit, w.rule.Window)
+			w.limit = currentLimit(name, l.Limit, w.rule.Window)
+			cp.windows = append(cp.windows, &w)
+		}
 		shapes := ix.domains[p.Domain]
 		if shapes == nil {
 			shapes = map[string][]*policy{}

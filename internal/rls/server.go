@@ -257,7 +257,7 @@ func (s *Server) gather(ix *index, req *rlsv3.RateLimitRequest) (reqs []limiter.
 			if m.p.rule.Weighted {
 				total++
 			} else {
-				total += h
+				total += h * int64(1+len(m.p.windows))
 			}
 		}
 		if tooLarge = tooLarge || total > MaxCallHits; tooLarge {
@@ -271,6 +271,10 @@ func (s *Server) gather(ix *index, req *rlsv3.RateLimitRequest) (reqs []limiter.
 			var k int
 			reqs, pols, k = addPair(reqs, pols, m, op, hits, replicas)
 			descs[i].pairs = append(descs[i].pairs, k)
+			for _, w := range m.p.windows {
+				reqs, pols, k = addPair(reqs, pols, matched{p: w, client: m.client}, op, hits, replicas)
+				descs[i].pairs = append(descs[i].pairs, k)
+			}
 		}
 	}
 	if tooLarge {
@@ -297,6 +301,17 @@ func addPair(reqs []limiter.Request, pols []*policy, m matched, op limiter.Op, h
 	rule.Replicas = replicas
 	reqs = append(reqs, limiter.Request{Rule: rule, Client: m.client, DryRun: m.p.dryRun, Hits: hits, Op: op})
 	return reqs, append(pols, m.p), len(reqs) - 1
+}
+
+// policyPair is the pair of the policy whose additional window is pair k:
+// the same client and op (gather adds it before its windows' pairs).
+func policyPair(reqs []limiter.Request, pols []*policy, k int) int {
+	for j := range k {
+		if pols[j] == pols[k].of && reqs[j].Client == reqs[k].Client && reqs[j].Op == reqs[k].Op {
+			return j
+		}
+	}
+	return k
 }
 
 // tooLarge answers a call whose hits add up to more than MaxCallHits: each
@@ -337,7 +352,33 @@ func (s *Server) answer(reqs []limiter.Request, pols []*policy, descs []descript
 	// denied again by another of the limits.
 	v := enforce.Sum(reqs, ds)
 	deny := v.Refusal(ds)
-	s.metrics.decisions.Record(reqs, ds, &v, func(k int, o enforce.Outcome) { pols[k].counters.Inc(o) })
+	// A policy with additional windows has a pair per window for a client:
+	// the gravest of their outcomes counts, once, as the policy's.
+	var outcomes map[int]enforce.Outcome
+	s.metrics.decisions.Record(reqs, ds, &v, func(k int, o enforce.Outcome) {
+		p := pols[k]
+		if p.of == nil && len(p.windows) == 0 {
+			p.counters.Inc(o)
+			return
+		}
+		if outcomes == nil {
+			outcomes = map[int]enforce.Outcome{}
+		}
+		if p.of != nil {
+			k = policyPair(reqs, pols, k)
+		}
+		if cur, ok := outcomes[k]; ok {
+			o = enforce.Graver(cur, o)
+		}
+		outcomes[k] = o
+	})
+	for k, o := range outcomes {
+		p := pols[k]
+		if p.of != nil {
+			p = p.of // only if policyPair found no pair of the policy
+		}
+		p.counters.Inc(o)
+	}
 	for i, d := range descs {
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		resp.Statuses[i] = st

@@ -77,7 +77,14 @@ type Policy struct {
 	// descriptor's hits_addend, so Cost only says which calls carry it:
 	// exactly one of Request and Response, both empty (validateCost).
 	Cost *Cost `json:"cost,omitempty" minor:"2"`
+	// AdditionalLimits are more windows for the same clients, as
+	// sidecarconfig.Policy's: a call is admitted only when every window
+	// has room.
+	AdditionalLimits []Limit `json:"additionalLimits,omitempty" minor:"3"`
 }
+
+// Limit is the sidecars' type of an additional window (one home).
+type Limit = sidecarconfig.Limit
 
 // Cost is the sidecars' cost type (one home); in this document its parts
 // are empty.
@@ -206,6 +213,7 @@ func (p *Policy) validate() error {
 	if p.Cost != nil {
 		errs = append(errs, validateCost(p.Cost)...)
 	}
+	errs = append(errs, sidecarconfig.ValidateAdditionalLimits(p.WindowMillis, p.AdditionalLimits, p.Cost != nil)...)
 	return errors.Join(errs...)
 }
 

@@ -24,8 +24,10 @@ const (
 	Major = 1
 	// Minor is the newest minor version this package reads and writes.
 	// Minor 1 added durability; minor 2 added cost (issue 27), which a
-	// server of minor 1 skips rather than enforcing as a count policy.
-	Minor = 2
+	// server of minor 1 skips rather than enforcing as a count policy;
+	// minor 3 added additionalLimits (issue 37), which a server of minor 2
+	// skips rather than enforce the first window alone.
+	Minor = 3
 	// Version is the version string of minor 0, the first release's.
 	Version = "v1"
 )

@@ -82,7 +82,9 @@ type minor1Policy struct {
 // and keeps enforcing the others; the document is v1.2 as soon as one
 // policy has cost, so that such a server reads it policy by policy.
 func TestMinor1ServerSkipsCostPolicies(t *testing.T) {
-	if n, m := reflect.TypeFor[Policy]().NumField(), reflect.TypeFor[minor1Policy]().NumField(); n != m+1 {
+	// Policy has minor 1's fields, cost (minor 2) and additionalLimits
+	// (minor 3).
+	if n, m := reflect.TypeFor[Policy]().NumField(), reflect.TypeFor[minor1Policy]().NumField(); n != m+2 {
 		t.Fatalf("Policy has %d fields, minor1Policy %d: update minor1Policy to minor 1's fields", n, m)
 	}
 	count := Policy{Namespace: "a", Name: "p", ID: "rls/a/p", Domain: "edge", Descriptor: []Entry{{Key: "remote_address"}},
@@ -116,5 +118,67 @@ func TestMinor1ServerSkipsCostPolicies(t *testing.T) {
 	}
 	if v := VersionFor([]Policy{count}); v != "v1" {
 		t.Errorf("VersionFor(a count policy) = %s, want v1", v)
+	}
+}
+
+// minor2Policy is Policy as a server of minor version 2 (the release
+// before additionalLimits) reads it.
+type minor2Policy struct {
+	Namespace    string  `json:"namespace"`
+	Name         string  `json:"name"`
+	ID           string  `json:"id"`
+	Domain       string  `json:"domain"`
+	Descriptor   []Entry `json:"descriptor"`
+	WindowMillis int64   `json:"windowMillis"`
+	Limit        int64   `json:"limit"`
+	Algorithm    string  `json:"algorithm"`
+	FailMode     string  `json:"failMode"`
+	Mode         string  `json:"mode"`
+	Durability   string  `json:"durability,omitempty" minor:"1"`
+	Cost         *Cost   `json:"cost,omitempty" minor:"2"`
+}
+
+// TestMinor2ServerSkipsSeveralWindows: a server of the release before
+// additionalLimits leaves such a policy out (enforcing its first window
+// alone would let 10 calls a second through all day where the policy
+// allows 1,000 an hour) and keeps enforcing the others; the document is
+// v1.3 as soon as one policy has them.
+func TestMinor2ServerSkipsSeveralWindows(t *testing.T) {
+	count := Policy{Namespace: "a", Name: "p", ID: "rls/a/p", Domain: "edge", Descriptor: []Entry{{Key: "remote_address"}},
+		WindowMillis: 1000, Limit: 10, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce"}
+	multi := count
+	multi.Name, multi.ID, multi.AdditionalLimits = "q", "rls/a/q", []Limit{{WindowMillis: 3_600_000, Limit: 1000}}
+	policies := []Policy{count, multi}
+	if err := (&Config{Version: VersionFor(policies), Policies: policies}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := Marshal(&Config{Version: VersionFor(policies), Policies: policies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Version  string            `json:"version"`
+		Policies []json.RawMessage `json:"policies"`
+	}
+	if err := sidecarconfig.DecodeStrict(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Version != "v1.3" {
+		t.Fatalf("version %s, want v1.3", doc.Version)
+	}
+	kept, skipped, err := sidecarconfig.DecodePolicies[minor2Policy](doc.Policies, "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0].ID != "rls/a/p" {
+		t.Errorf("a minor 2 server enforces %+v, want rls/a/p only", kept)
+	}
+	if want := []sidecarconfig.Skipped{{Policy: "rls/a/q", Fields: []string{"additionalLimits"}}}; !reflect.DeepEqual(skipped, want) {
+		t.Errorf("a minor 2 server skipped %v, want %v", skipped, want)
+	}
+	bad := multi
+	bad.AdditionalLimits = []Limit{{WindowMillis: 1000, Limit: 5}}
+	if err := (&Config{Version: VersionFor([]Policy{bad}), Policies: []Policy{bad}}).Validate(); err == nil || !strings.Contains(err.Error(), "the policy's own window") {
+		t.Errorf("a window equal to the policy's: %v", err)
 	}
 }

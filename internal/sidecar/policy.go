@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -182,34 +181,15 @@ func compilePolicy(p *sidecarconfig.Policy, verifiers map[string]*jwtverify.Veri
 		w.of = cp
 		w.rule.Limit = l.Limit
 		w.rule.Window = time.Duration(l.WindowMillis) * time.Millisecond
-		w.rule.Variant = strconv.FormatInt(l.WindowMillis, 10)
+		w.rule.Variant = l.Variant()
 		// Each window is an item of its own in the RateLimit fields
-		// (the draft's several-policies form), named after the policy
-		// and the window as the API spells it: "api/1h".
-		w.windowName = p.Name + "/" + windowName(w.rule.Window)
+		// (the draft's several-policies form): "api/1h".
+		w.windowName = l.ItemName(p.Name)
 		w.nameItem = ratelimitheader.String(w.windowName)
 		w.policyItem = ratelimitheader.PolicyItem(w.nameItem, l.Limit, w.rule.Window)
 		cp.windows = append(cp.windows, &w)
 	}
 	return cp, nil
-}
-
-// windowName spells a window of whole milliseconds as a policy does:
-// hours, minutes, seconds and milliseconds, largest first, none that is 0
-// ("1h", "1m30s", "500ms").
-func windowName(d time.Duration) string {
-	var b []byte
-	for _, u := range []struct {
-		d    time.Duration
-		unit string
-	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
-		if n := d / u.d; n > 0 {
-			b = strconv.AppendInt(b, int64(n), 10)
-			b = append(b, u.unit...)
-			d -= n * u.d
-		}
-	}
-	return string(b)
 }
 
 // verifierOf is the verifier of j (nil for nil), shared through built

@@ -14,7 +14,9 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/slidegate/slidegate/internal/jwtverify"
 )
@@ -364,41 +366,64 @@ func (p *Policy) validate() error {
 	if p.Cost != nil {
 		errs = append(errs, p.Cost.validate()...)
 	}
-	errs = append(errs, p.validateAdditionalLimits()...)
+	errs = append(errs, ValidateAdditionalLimits(p.WindowMillis, p.AdditionalLimits, p.Cost != nil)...)
 	errs = append(errs, p.Key.validate()...)
 	errs = append(errs, p.Match.validate()...)
 	errs = append(errs, p.Selector.validate()...)
 	return errors.Join(errs...)
 }
 
-// validateAdditionalLimits checks a policy's additional windows: bounded,
-// sorted, each distinct from the others and from the policy's own (two
-// windows of one length would share a key), not with a cost.
-func (p *Policy) validateAdditionalLimits() []error {
+// ValidateAdditionalLimits checks a policy's additional windows (of both
+// documents): bounded, sorted, each distinct from the others and from the
+// policy's own window (two windows of one length would share a key), not
+// on a weighted policy.
+func ValidateAdditionalLimits(windowMillis int64, ls []Limit, weighted bool) []error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if len(p.AdditionalLimits) > MaxAdditionalLimits {
-		add("additionalLimits has %d windows, more than %d", len(p.AdditionalLimits), MaxAdditionalLimits)
+	if len(ls) > MaxAdditionalLimits {
+		add("additionalLimits has %d windows, more than %d", len(ls), MaxAdditionalLimits)
 	}
-	if len(p.AdditionalLimits) > 0 && p.Cost != nil {
+	if len(ls) > 0 && weighted {
 		add("additionalLimits and cost cannot be used together")
 	}
-	for i, l := range p.AdditionalLimits {
+	for i, l := range ls {
 		if l.WindowMillis < 1 || l.WindowMillis > MaxWindowMillis {
 			add("additionalLimits[%d]: windowMillis %d is outside 1..%d", i, l.WindowMillis, MaxWindowMillis)
 		}
 		if l.Limit < 1 || l.Limit > MaxLimit {
 			add("additionalLimits[%d]: limit %d is outside 1..%d", i, l.Limit, MaxLimit)
 		}
-		if l.WindowMillis == p.WindowMillis {
+		if l.WindowMillis == windowMillis {
 			add("additionalLimits[%d]: windowMillis %d is the policy's own window", i, l.WindowMillis)
 		}
-		if i > 0 && l.WindowMillis <= p.AdditionalLimits[i-1].WindowMillis {
-			add("additionalLimits[%d]: windows are not sorted and distinct (%d after %d)", i, l.WindowMillis, p.AdditionalLimits[i-1].WindowMillis)
+		if i > 0 && l.WindowMillis <= ls[i-1].WindowMillis {
+			add("additionalLimits[%d]: windows are not sorted and distinct (%d after %d)", i, l.WindowMillis, ls[i-1].WindowMillis)
 		}
 	}
 	return errs
 }
+
+// ItemName is the name of window l of policy in the RateLimit header
+// fields and the rate limit service's current_limit: the policy's name,
+// "/" and the window as a policy spells it ("api/1h", "api/1m30s").
+func (l Limit) ItemName(policy string) string {
+	var b []byte
+	d := time.Duration(l.WindowMillis) * time.Millisecond
+	for _, u := range []struct {
+		d    time.Duration
+		unit string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
+		if n := d / u.d; n > 0 {
+			b = strconv.AppendInt(b, int64(n), 10)
+			b = append(b, u.unit...)
+			d -= n * u.d
+		}
+	}
+	return policy + "/" + string(b)
+}
+
+// Variant is the limiter's Rule.Variant of window l: its keys'.
+func (l Limit) Variant() string { return strconv.FormatInt(l.WindowMillis, 10) }
 
 // validate checks a policy's key.
 func (k *Key) validate() []error {
