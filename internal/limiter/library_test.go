@@ -238,6 +238,11 @@ func TestFunctionsOverACLUser(t *testing.T) {
 		{ID: "shop/short", Limit: 2, Window: time.Minute},
 		{ID: "shop/counter", Limit: 2, Window: time.Minute, Algorithm: SlidingWindowCounter, Durable: false},
 		{ID: long, Limit: 2, Window: time.Minute},
+		// Additional windows' keys (a Variant after the hash tag), a
+		// hashed rule ID's included, are the namespace's too.
+		{ID: "shop/short", Limit: 2, Window: time.Hour, Variant: "3600000"},
+		{ID: "shop/counter", Limit: 2, Window: time.Hour, Algorithm: SlidingWindowCounter, Variant: "3600000"},
+		{ID: long, Limit: 2, Window: time.Hour, Variant: "3600000"},
 	} {
 		for i := range 3 {
 			if d := one(l, rule, "c"); d.Source != SourceRedis || d.Allowed != (i < 2) {
