@@ -242,3 +242,25 @@ func TestVariantChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestSeveralWindowsFullAnswerEach: when every window of a request is
+// full, each answers with its own wait (a front end retries after the
+// longest), not only the first that refused: a client told the second's
+// wait would be refused again by the hour.
+func TestSeveralWindowsFullAnswerEach(t *testing.T) {
+	rdb := windowClients(t, "standalone")[0]
+	l := newLimiter(t, rdb, Options{Timeout: 10 * time.Second, DenyCacheMax: -1})
+	short := Rule{ID: "shop/api", Limit: 2, Window: time.Second}
+	long := short
+	long.Window, long.Variant = time.Hour, "3600000"
+	reqs := windowRequests([]Rule{short, long}, "c")
+	for i := range 2 {
+		if !allAllowed(l.Decide(context.Background(), reqs)) {
+			t.Fatalf("admit %d refused", i)
+		}
+	}
+	ds := l.Decide(context.Background(), reqs)
+	if ds[0].Allowed || ds[1].Allowed || ds[0].RetryAfter > time.Second || ds[1].RetryAfter < 59*time.Minute {
+		t.Errorf("both full: %+v and %+v, want the second's and the hour's waits", ds[0], ds[1])
+	}
+}
