@@ -125,6 +125,11 @@ func TestSeveralWindowsExact(t *testing.T) {
 			if wrong := judgeWindows(t, ds, rules); len(wrong) > 0 {
 				t.Errorf("%d of %d denials with room in every window, first: %s", len(wrong), len(ds), wrong[0])
 			}
+			// Too few admits would be denials with room, judged above; the
+			// windows must have refused some for the run to show anything.
+			if n := admittedOf(ds); n == 0 || n == len(ds) {
+				t.Errorf("%d of %d admitted: the limits never bound", n, len(ds))
+			}
 		})
 	}
 }
