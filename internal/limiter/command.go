@@ -342,9 +342,11 @@ func (l *Limiter) keyOf(r *Request) string {
 	if r.Rule.Weighted {
 		return redisschema.WeightedKey(l.opts.Prefix, r.Rule.ID, r.Client, r.Rule.Algorithm == SlidingWindowCounter)
 	}
-	k := redisschema.Key(l.opts.Prefix, r.Rule.ID, r.Client)
+	var k string
 	if r.Rule.Algorithm == SlidingWindowCounter {
 		k = redisschema.CounterKey(l.opts.Prefix, r.Rule.ID, r.Client)
+	} else {
+		k = redisschema.Key(l.opts.Prefix, r.Rule.ID, r.Client)
 	}
 	if r.Rule.Variant != "" {
 		k = redisschema.VariantKey(k, r.Rule.Variant)
