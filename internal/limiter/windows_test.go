@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,30 +37,11 @@ func windowLimits(rules []Rule) []testsupport.Limit {
 
 // driveWindows sends requests of two clients from 6 goroutines for four
 // long windows, round-robin over deciders, each asking about every window
-// of rules through decide, and returns what the clients saw.
+// through decide, and returns what the clients saw.
 func driveWindows(deciders int, decide func(i int, client string) bool, long time.Duration) []testsupport.Decision {
-	var (
-		mu  sync.Mutex
-		ds  []testsupport.Decision
-		wg  sync.WaitGroup
-		end = time.Now().Add(4 * long)
-	)
-	for w := range 6 {
-		wg.Go(func() {
-			client := "client-" + strconv.Itoa(w%2)
-			for n := 0; time.Now().Before(end); n++ {
-				sent := time.Now()
-				ok := decide((w+n)%deciders, client)
-				d := testsupport.Decision{Key: client, Sent: sent, Done: time.Now(), Admitted: ok}
-				mu.Lock()
-				ds = append(ds, d)
-				mu.Unlock()
-				time.Sleep(3 * time.Millisecond)
-			}
-		})
-	}
-	wg.Wait()
-	return ds
+	return testsupport.Paced(6, []string{"client-0", "client-1"}, 4*long, func(w, n int, client string) (bool, bool) {
+		return decide((w+n)%deciders, client), true
+	})
 }
 
 // judgeWindows fails t unless ds are exact for every window of rules: no
@@ -69,7 +49,7 @@ func driveWindows(deciders int, decide func(i int, client string) bool, long tim
 // every window had room. It returns the denials that were wrong.
 func judgeWindows(t *testing.T, ds []testsupport.Decision, rules []Rule) []string {
 	t.Helper()
-	admitted := admittedOf(ds)
+	admitted := testsupport.Admitted(ds)
 	for _, r := range rules {
 		if most, where := testsupport.BusiestWindow(ds, r.Window); most > int(r.Limit) {
 			t.Errorf("window %v: %d admits in one window, limit %d: %s", r.Window, most, r.Limit, where)
@@ -127,7 +107,7 @@ func TestSeveralWindowsExact(t *testing.T) {
 			}
 			// Too few admits would be denials with room, judged above; the
 			// windows must have refused some for the run to show anything.
-			if n := admittedOf(ds); n == 0 || n == len(ds) {
+			if n := testsupport.Admitted(ds); n == 0 || n == len(ds) {
 				t.Errorf("%d of %d admitted: the limits never bound", n, len(ds))
 			}
 		})
@@ -176,16 +156,6 @@ func windowClients(t *testing.T, mode string) []redis.UniversalClient {
 		out = append(out, rdb)
 	}
 	return out
-}
-
-func admittedOf(ds []testsupport.Decision) int {
-	n := 0
-	for _, d := range ds {
-		if d.Admitted {
-			n++
-		}
-	}
-	return n
 }
 
 // TestFallbackCountsWindowsApart: while Redis is away, the windows of one

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,47 +93,25 @@ func TestSeveralWindowsExactAcrossSidecars(t *testing.T) {
 		func(p *sidecarconfig.Policy) { p.WindowMillis = short.Milliseconds() },
 		withWindows(sidecarconfig.Limit{WindowMillis: long.Milliseconds(), Limit: 7}))))
 
-	var (
-		mu  sync.Mutex
-		ds  []testsupport.Decision
-		wg  sync.WaitGroup
-		bad int
-		end = time.Now().Add(4 * long)
-	)
-	for w := range 6 {
-		wg.Go(func() {
-			user := "user-" + strconv.Itoa(w%2)
-			for n := 0; time.Now().Before(end); n++ {
-				req, _ := http.NewRequest("GET", f.fronts[(w+n)%len(f.fronts)]+"/", nil)
-				req.Header.Set("X-User", user)
-				sent := time.Now()
-				resp, err := f.client.Do(req)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				drain(resp)
-				d := testsupport.Decision{Key: user, Sent: sent, Done: time.Now(), Admitted: resp.StatusCode == 200}
-				mu.Lock()
-				ds = append(ds, d)
-				if resp.StatusCode != 200 && (resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "") {
-					bad++
-				}
-				mu.Unlock()
-				time.Sleep(3 * time.Millisecond)
-			}
-		})
-	}
-	wg.Wait()
-	if bad > 0 || len(ds) < 200 {
-		t.Fatalf("%d answers neither 200 nor a 429 with Retry-After; %d requests", bad, len(ds))
-	}
-	admitted := 0
-	for _, d := range ds {
-		if d.Admitted {
-			admitted++
+	var bad atomic.Int64
+	ds := testsupport.Paced(6, []string{"user-0", "user-1"}, 4*long, func(w, n int, user string) (bool, bool) {
+		req, _ := http.NewRequest("GET", f.fronts[(w+n)%len(f.fronts)]+"/", nil)
+		req.Header.Set("X-User", user)
+		resp, err := f.client.Do(req)
+		if err != nil {
+			t.Error(err)
+			return false, false
 		}
+		drain(resp)
+		if resp.StatusCode != 200 && (resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "") {
+			bad.Add(1)
+		}
+		return resp.StatusCode == 200, true
+	})
+	if bad.Load() > 0 || len(ds) < 200 {
+		t.Fatalf("%d answers neither 200 nor a 429 with Retry-After; %d requests", bad.Load(), len(ds))
 	}
+	admitted := testsupport.Admitted(ds)
 	for _, l := range []testsupport.Limit{{Limit: 3, Window: short}, {Limit: 7, Window: long}} {
 		if most, where := testsupport.BusiestWindow(ds, l.Window); most > l.Limit {
 			t.Errorf("window %v: %d admits in one window, limit %d: %s", l.Window, most, l.Limit, where)

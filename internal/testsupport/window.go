@@ -3,6 +3,7 @@ package testsupport
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -183,4 +184,48 @@ func DenialsBelowLimits(ds []Decision, limits []Limit) []string {
 		}
 	}
 	return out
+}
+
+// Paced sends requests from workers goroutines until d has passed, worker
+// w as client keys[w%len(keys)], each pausing 3ms after every answer (so
+// that windows slide under a steady load rather than one burst). send
+// makes request n of worker w and says whether it was admitted; ok false
+// stops that worker. It returns what the clients saw.
+func Paced(workers int, keys []string, d time.Duration, send func(w, n int, key string) (admitted, ok bool)) []Decision {
+	var (
+		mu  sync.Mutex
+		ds  []Decision
+		wg  sync.WaitGroup
+		end = time.Now().Add(d)
+	)
+	for w := range workers {
+		wg.Go(func() {
+			key := keys[w%len(keys)]
+			for n := 0; time.Now().Before(end); n++ {
+				sent := time.Now()
+				admitted, ok := send(w, n, key)
+				if !ok {
+					return
+				}
+				dec := Decision{Key: key, Sent: sent, Done: time.Now(), Admitted: admitted}
+				mu.Lock()
+				ds = append(ds, dec)
+				mu.Unlock()
+				time.Sleep(3 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	return ds
+}
+
+// Admitted is how many of ds were admitted.
+func Admitted(ds []Decision) int {
+	n := 0
+	for _, d := range ds {
+		if d.Admitted {
+			n++
+		}
+	}
+	return n
 }
