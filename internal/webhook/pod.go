@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -45,6 +46,13 @@ const Path = "/inject-v1-pod"
 type PodInjector struct {
 	// Reader reads Namespaces and RateLimitPolicies (the manager's cache).
 	Reader client.Reader
+	// Live reads them from the API server when the cache says there is
+	// nothing to inject: a namespace labelled, or a policy created, a
+	// moment before the pod (one `kubectl apply` of all three) may not be
+	// in the cache yet, and the pod would run without the sidecar until
+	// it is restarted. Only pods the cache would leave unprotected pay for
+	// the read. nil: the cache's answer stands.
+	Live client.Reader
 	// Decoder decodes the Pod of a request.
 	Decoder admission.Decoder
 	// Options are the sidecar's settings; TargetPort is taken from the
@@ -67,16 +75,16 @@ func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err))
 	}
 	ns := namespaceOf(req, pod)
-	var namespace corev1.Namespace
-	if err := h.Reader.Get(ctx, client.ObjectKey{Name: ns}, &namespace); err != nil {
+	labels, err := h.namespaceLabels(ctx, ns)
+	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading namespace %s: %w", ns, err))
 	}
 	// The webhook's namespaceSelector does the same; checking here keeps
 	// the opt-in true whatever the webhook configuration says.
-	if !inject.NamespaceOptedIn(namespace.Labels) {
+	if !inject.NamespaceOptedIn(labels) {
 		return admission.Allowed("namespace did not opt in")
 	}
-	required := inject.NamespaceRequires(namespace.Labels)
+	required := inject.NamespaceRequires(labels)
 	if required && inject.OptedOut(pod.Annotations, pod.Labels) {
 		return admission.Denied(fmt.Sprintf("namespace %s requires the rate limit sidecar (%s=%s): pods may not opt out with %s=false; "+
 			"remove that label or annotation from the pod (or its template), or ask the namespace's owner",
@@ -87,6 +95,12 @@ func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing policies: %w", err))
 	}
 	matched := selection.Matching(pod.Labels, list.Items)
+	if len(matched) == 0 && h.Live != nil {
+		if err := h.Live.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing policies: %w", err))
+		}
+		matched = selection.Matching(pod.Labels, list.Items)
+	}
 	if len(matched) == 0 {
 		return admitWithout(req, pod, "no policy selects the pod")
 	}
@@ -97,6 +111,25 @@ func (h *PodInjector) Handle(ctx context.Context, req admission.Request) admissi
 		return admitWithout(req, pod, reason)
 	}
 	return h.inject(ctx, req, pod, matched, required)
+}
+
+// namespaceLabels are the labels of namespace ns: the cache's, or, when
+// the cache does not have it opted in, the API server's (Live; a List by
+// name, the manager may list namespaces but not get one).
+func (h *PodInjector) namespaceLabels(ctx context.Context, ns string) (map[string]string, error) {
+	var namespace corev1.Namespace
+	err := h.Reader.Get(ctx, client.ObjectKey{Name: ns}, &namespace)
+	if (err == nil && inject.NamespaceOptedIn(namespace.Labels)) || h.Live == nil || (err != nil && !apierrors.IsNotFound(err)) {
+		return namespace.Labels, err
+	}
+	var list corev1.NamespaceList
+	if err := h.Live.List(ctx, &list, client.MatchingFields{"metadata.name": ns}); err != nil {
+		return nil, err
+	}
+	if len(list.Items) != 1 {
+		return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), ns)
+	}
+	return list.Items[0].Labels, nil
 }
 
 // namespaceOf is the pod's namespace: pods of a Deployment have no name yet

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -427,4 +428,36 @@ func apiPolicy(t *testing.T, ns string) {
 	eventually(t, 10*time.Second, "the cache sees the second policy", func() bool {
 		return cached.Get(context.Background(), client.ObjectKeyFromObject(other), &v1alpha1.RateLimitPolicy{}) == nil
 	})
+}
+
+// TestInjectsBeforeTheCacheSees: one `kubectl apply` of a labelled
+// namespace, a policy and a Deployment creates the pods a moment after the
+// policy, before the manager's cache may have seen it (or the namespace's
+// label). The webhook asks the API server before admitting a pod without
+// the sidecar; with the cache alone, the pod ran unprotected until it was
+// restarted (seen on the real node: PartiallyEnforced after a Helm
+// install and the demo's apply).
+func TestInjectsBeforeTheCacheSees(t *testing.T) {
+	namespace(t, "fresh", true)
+	policy(t, "fresh")
+	stale := fake.NewClientBuilder().WithScheme(scheme).WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fresh"}}).Build()
+	for _, tc := range []struct {
+		name   string
+		live   client.Reader
+		inject bool
+	}{
+		{"the cache alone", nil, false},
+		{"the API server behind it", k8s, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &PodInjector{Reader: stale, Live: tc.live, Decoder: injector.Decoder, Options: injector.Options}
+			resp := h.Handle(context.Background(), admissionRequest(t, "fresh", owned(webPod("w"))))
+			if !resp.Allowed {
+				t.Fatalf("refused: %v", resp.Result)
+			}
+			if injected := len(resp.Patches) > 0; injected != tc.inject {
+				t.Errorf("injected %v (%s), want %v", injected, resp.Result.Message, tc.inject)
+			}
+		})
+	}
 }

@@ -66,7 +66,7 @@ func Setup(mgr manager.Manager, o Options) (healthz.Checker, error) {
 	if err := addCertificateSource(mgr, o, certsReady); err != nil {
 		return nil, err
 	}
-	injector := &PodInjector{Reader: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme()), Options: o.Inject}
+	injector := &PodInjector{Reader: mgr.GetClient(), Live: mgr.GetAPIReader(), Decoder: admission.NewDecoder(mgr.GetScheme()), Options: o.Inject}
 	var started atomic.Pointer[healthz.Checker]
 	err := mgr.Add(everyReplica(func(ctx context.Context) error {
 		serveWhenCertified(ctx, mgr, o.CertDir, certsReady, injector, &started)
