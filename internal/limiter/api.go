@@ -88,7 +88,21 @@ type Rule struct {
 	// adding a window. Lower-case letters and digits, at most 16; not with
 	// Weighted.
 	Variant string
+	// Calendar makes the rule a quota: at most Limit admits in each period
+	// of the calendar (a day or a month in a time zone), counted apart.
+	// Window and Algorithm are then ignored: the limiter sets the window to
+	// the period's length. Its count is exact for every period whatever
+	// Limit (one counter per client and period, not a log), and the period
+	// is the one that holds Redis's clock, never the caller's. Its keys are
+	// the rule's with "@", Variant, "." and the period's start in Unix ms;
+	// each period's key expires with its period. Not with Weighted.
+	Calendar Calendar
 }
+
+// MaxQuota bounds a calendar rule's Limit: a count stays a whole number in
+// a Lua double (2^53) and in the fallback's float estimate with room to
+// spare.
+const MaxQuota = 1_000_000_000_000
 
 // maxVariant bounds Rule.Variant (a window in milliseconds has at most 8
 // digits).
@@ -129,6 +143,10 @@ type Request struct {
 	Hits int64
 	// Op is OpDecide, or for a Weighted rule OpCheck or OpCharge.
 	Op Op
+
+	// period is the start (Unix ms) of the period a calendar rule's
+	// request is counted in (Limiter.inPeriods).
+	period int64
 }
 
 // MaxHits bounds Request.Hits: a SlidingLog admit of Hits writes Hits

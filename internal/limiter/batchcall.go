@@ -101,6 +101,11 @@ func decideSize(o *op) (keys int, hits int64) {
 	n := o.args[2].(int)
 	for k := range n {
 		b := cmdHead + n + decideHead + decidePerKey*k
+		if argInt(o.args[b+2])&flagCalendar != 0 {
+			// The batch function knows no calendar key: the decision goes
+			// alone, by redisschema.Decide.
+			return 0, 0
+		}
 		if argInt(o.args[b+2])&flagWeighted != 0 {
 			hits++ // one member whatever the cost
 			continue

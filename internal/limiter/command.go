@@ -85,6 +85,9 @@ const (
 	flagDryRun   = 2 // a denial here does not stop the group's commit
 	flagWeighted = 4 // hits are a cost (Rule.Weighted): 0 is a check
 	flagCharge   = 8 // a weighted charge: admitted whatever the limit
+	// flagCalendar: a calendar rule's counter for the period its key names
+	// (decideScript only; decideSize keeps such decisions out of batches).
+	flagCalendar = 16
 )
 
 // Arguments boxed once: converting a string to any allocates, and these
@@ -95,8 +98,9 @@ var (
 	// argCommit is ARGV[3], indexed by whether the script may admit.
 	argCommit = [2]any{"0", "1"}
 	// argKeyFlags is a key's flags argument, indexed by its flags.
-	argKeyFlags = [flagCharge << 1]any{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15"}
-	argOneHit   = any("1")
+	argKeyFlags = [flagCalendar << 1]any{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",
+		"16", "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31"}
+	argOneHit = any("1")
 )
 
 // decideArgs lays out the decide script's command for the requests
@@ -121,7 +125,10 @@ func decideArgs(buf []any, a api, reqs []Request, idx []int, keys []string, memb
 	for _, i := range idx {
 		r := &reqs[i]
 		f := 0
-		if r.Rule.Algorithm == SlidingWindowCounter {
+		switch {
+		case r.Rule.Calendar != nil:
+			f |= flagCalendar
+		case r.Rule.Algorithm == SlidingWindowCounter:
 			f |= flagCounter
 		}
 		if r.DryRun {
@@ -223,7 +230,7 @@ func lateUndoArgs(args []any, rep decideReply) []any {
 	for k, dk := range keys {
 		// A charge counts even when its caller gave up; a check wrote nothing.
 		if rep.keys[k].allowed && dk.flags&flagCharge == 0 && dk.hits > 0 {
-			undo = append(undo, undoKey{key: dk.key, counter: dk.flags&flagCounter != 0, weighted: dk.flags&flagWeighted != 0, field: rep.keys[k].field, hits: dk.hits})
+			undo = append(undo, undoKey{key: dk.key, counter: dk.flags&(flagCounter|flagCalendar) != 0, weighted: dk.flags&flagWeighted != 0, field: rep.keys[k].field, hits: dk.hits})
 		}
 	}
 	if len(undo) == 0 {
@@ -245,7 +252,7 @@ func cancelArgs(args []any) []any {
 	var rest []any
 	for _, k := range keys {
 		switch {
-		case k.flags&flagCounter != 0, k.flags&flagCharge != 0, k.flags&flagWeighted != 0 && k.hits == 0:
+		case k.flags&(flagCounter|flagCalendar) != 0, k.flags&flagCharge != 0, k.flags&flagWeighted != 0 && k.hits == 0:
 			// A counter keeps no members; a charge counts once if it ran
 			// (a cancel would lose it); a check wrote nothing.
 		case k.flags&flagWeighted != 0:
@@ -343,6 +350,9 @@ func (l *Limiter) keyOf(r *Request) string {
 		return redisschema.WeightedKey(l.opts.Prefix, r.Rule.ID, r.Client, r.Rule.Algorithm == SlidingWindowCounter)
 	}
 	var k string
+	if r.Rule.Calendar != nil {
+		return redisschema.VariantKey(redisschema.Key(l.opts.Prefix, r.Rule.ID, r.Client), r.Rule.Variant+periodSuffix(r.period))
+	}
 	if r.Rule.Algorithm == SlidingWindowCounter {
 		k = redisschema.CounterKey(l.opts.Prefix, r.Rule.ID, r.Client)
 	} else {

@@ -23,10 +23,25 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 	if charges, others := splitCharges(reqs); charges != nil {
 		return l.decideApart(ctx, reqs, charges, others)
 	}
-	out := make([]Decision, len(reqs))
 	if len(reqs) == 0 {
-		return out
+		return []Decision{}
 	}
+	placed := l.inPeriods(reqs, time.Time{})
+	out, stale := l.decideOnce(ctx, placed)
+	if stale != 0 {
+		// A calendar rule's period was guessed wrong (a boundary fell
+		// between the guess and the script): nothing was counted in its
+		// slot; ask again in the periods of Redis's clock.
+		out, _ = l.decideOnce(ctx, l.inPeriods(reqs, serverTime(stale)))
+	}
+	return out
+}
+
+// decideOnce is Decide of reqs, whose calendar rules are placed in their
+// periods. stale is Redis's clock (µs since scoreEpoch) when a calendar
+// key named a period that did not hold it, 0 otherwise.
+func (l *Limiter) decideOnce(ctx context.Context, reqs []Request) (out []Decision, stale int64) {
+	out = make([]Decision, len(reqs))
 	c := call{l: l, reqs: reqs, out: out, pass: true}
 	c.setDeadlines(ctx, time.Now())
 	// keys[i] is the key of reqs[i], "" when it is invalid. For a single
@@ -36,7 +51,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 	keys := c.validate(keyBuf[:0])
 	if l.view != nil && l.deniedByCache(reqs, keys, c.start, out) {
 		l.stats.denyCache.Add(1)
-		return out
+		return out, 0
 	}
 	c.askRedis(ctx, keys)
 	c.splitRefused(ctx)
@@ -46,7 +61,7 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 		c.undo()
 	}
 	c.count()
-	return out
+	return out, c.stale
 }
 
 // splitCharges returns, when reqs mixes charges (OpCharge) with other
@@ -112,6 +127,9 @@ type call struct {
 	// replicas is Options.Replicas, read once the first request fails
 	// over (0 until then).
 	replicas int64
+	// stale is Redis's clock (µs since scoreEpoch) in a reply whose
+	// calendar key named a period that did not hold it; 0: none did.
+	stale int64
 }
 
 // setDeadlines sets the decision's two deadlines (see call.start), neither
@@ -176,6 +194,9 @@ func validRule(r *Rule) error {
 	}
 	if r.Variant != "" && (r.Weighted || !validVariant(r.Variant)) {
 		return fmt.Errorf("%w: %q variant %q (at most %d lower-case letters and digits, not on a weighted rule)", ErrInvalidRule, r.ID, r.Variant, maxVariant)
+	}
+	if r.Calendar != nil && (r.Weighted || r.Limit > MaxQuota) {
+		return fmt.Errorf("%w: %q: a calendar rule's limit is at most %d and it is not weighted", ErrInvalidRule, r.ID, int64(MaxQuota))
 	}
 	return nil
 }
@@ -340,6 +361,7 @@ func (c *call) collect(ctx context.Context) {
 // a decision that started at c.start.
 func (c *call) fillRedis(ctx context.Context, g *group) {
 	rep := &g.reply
+	c.l.sawRedisTime(rep.now, time.Now())
 	for k, i := range g.idx {
 		r, v := &c.reqs[i], &rep.keys[k]
 		c.out[i] = Decision{
@@ -352,6 +374,11 @@ func (c *call) fillRedis(ctx context.Context, g *group) {
 		}
 		g.admitted = g.admitted || (rep.committed && v.allowed)
 		c.pass = c.pass && (r.DryRun || v.allowed)
+		if r.Rule.Calendar != nil && v.field == staleField {
+			// Not a denial of the client: the period was another.
+			c.stale = rep.now
+			continue
+		}
 		// A denial of several hits says nothing about one hit: it is not
 		// cached, or the deny cache would refuse what Redis admits. (A
 		// weighted rule's answers are in cost, and so is its view: its
@@ -439,7 +466,7 @@ func (c *call) undo() {
 			if h == 0 || r.Op == OpCharge {
 				continue // nothing written, or a charge: counted whatever the others say
 			}
-			keys = append(keys, undoKey{key: g.keys[k], counter: r.Rule.Algorithm == SlidingWindowCounter, weighted: r.Rule.Weighted, field: g.reply.keys[k].field, hits: h})
+			keys = append(keys, undoKey{key: g.keys[k], counter: r.Rule.Algorithm == SlidingWindowCounter || r.Rule.Calendar != nil, weighted: r.Rule.Weighted, field: g.reply.keys[k].field, hits: h})
 			c.out[i].Remaining = min(c.out[i].Remaining+h, max(c.out[i].Limit, 0))
 		}
 		if len(keys) == 0 {

@@ -207,7 +207,7 @@ func (f *fallback) entry(r *fbReq, now int64) *fbEntry {
 	}
 	k := fbKey{id, r.client}
 	window := int64(r.rule.Window)
-	counter := r.rule.Algorithm == SlidingWindowCounter || r.rule.Weighted
+	counter := r.rule.Algorithm == SlidingWindowCounter || r.rule.Weighted || r.rule.Calendar != nil
 	if e, ok := f.entries[k]; ok {
 		e.reshape(window, r.share, counter || e.demoted, now)
 		f.account(e)

@@ -59,6 +59,13 @@ type Limiter struct {
 	latency         latencyWindow // how long Redis's answers took lately
 	// lastAnswer is when Redis last answered a round trip (UnixNano).
 	lastAnswer atomic.Int64
+	// redisAhead is how far Redis's clock was ahead of this process's in
+	// the last reply (ns; negative when behind): where a calendar rule's
+	// period is guessed (inPeriods).
+	redisAhead atomic.Int64
+	// guessNow, when set (tests only, before use), replaces redisNow: a
+	// process whose guess of Redis's clock is off.
+	guessNow func() time.Time
 	// oneCallUntil: until then (Unix ns) each decision is a call of its
 	// own, since Redis's library lacked the batch function (olderLibrary).
 	oneCallUntil atomic.Int64

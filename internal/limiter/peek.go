@@ -89,6 +89,12 @@ func decodePeek(v any) (peekReply, error) {
 // it is a diagnosis of Redis's state, and an error when Redis cannot
 // answer.
 func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, error) {
+	r := Request{Rule: rule, Client: client}
+	if rule.Calendar != nil {
+		// The period that holds now, and its length as the window.
+		r = l.inPeriods([]Request{r}, time.Time{})[0]
+		rule = r.Rule
+	}
 	if err := validRule(&rule); err != nil {
 		return Window{}, err
 	}
@@ -97,7 +103,6 @@ func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.opts.MaxTimeout)
 	defer cancel()
-	r := Request{Rule: rule, Client: client}
 	key := l.keyOf(&r)
 	win := windowMicros(rule.Window)
 	ctr := peekKind(rule)
@@ -125,6 +130,8 @@ func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, e
 // counter, 2 a weighted log, 3 a weighted counter.
 func peekKind(rule Rule) string {
 	switch {
+	case rule.Calendar != nil:
+		return "4"
 	case rule.Weighted && rule.Algorithm == SlidingWindowCounter:
 		return "3"
 	case rule.Weighted:

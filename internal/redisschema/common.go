@@ -23,6 +23,14 @@ local function outOfRange(l, w, f, h)
   return f >= 8 or h < 1 or h > 1000
 end
 
+-- qstart is the start, in µs since ScoreEpoch, of the period a calendar
+-- key names: its last '.' and the Unix ms after it; nil if it names none.
+local function qstart(key)
+  local ms = tonumber(string.match(key, '%.(%d+)$'))
+  if not ms then return nil end
+  return (ms - 1577836800000) * 1000
+end
+
 -- reply appends one key's five reply values to out: allowed, remaining
 -- (none below 0), retry-after and reset-after in µs, counter field.
 local function reply(out, ok, rem, retry, reset, field)

@@ -41,7 +41,7 @@ const LibraryName = "slidegate"
 
 // LibraryRevision numbers the library's source; any change to the source
 // raises it (TestLibraryRevision holds the source's hash for it).
-const LibraryRevision = 5
+const LibraryRevision = 6
 
 // A Function is one function of the slidegate library. Its Lua is also
 // the EVAL script of the same name (Script), for the sidecars that call

@@ -10,7 +10,8 @@ package redisschema
 //
 //	KEYS[1]  the key of the rule and client
 //	ARGV[1]  limit, ARGV[2] window in µs, ARGV[3] "1" for a counter key,
-//	         "2" for a weighted log key, "3" for a weighted counter key
+//	         "2" for a weighted log key, "3" for a weighted counter key,
+//	         "4" for a calendar key (its window: the period's length)
 //
 // A weighted key's count is the cost in the window, and the request it
 // judges is a check (room for 1).
@@ -27,7 +28,20 @@ local key, l, w = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
 local ctr, wt = ARGV[3] == '1' or ARGV[3] == '3', ARGV[3] == '2'
 local pttl = redis.call('PTTL', key)
 local ok, rem, retry, reset, c, p, elapsed, oldest = false, 0, 0, 0, 0, 0, 0, -1
-if ctr then
+if ARGV[3] == '4' then
+  -- A calendar key counts only while its period holds now; past it, the
+  -- period that does has counted nothing yet (another key).
+  local s = qstart(key)
+  if not s then return redis.error_reply('ERR slidegate: malformed peek call') end
+  if now >= s and now < s + w then
+    c = tonumber(redis.call('HGET', key, '0')) or 0
+    elapsed = now - s
+  end
+  ok = c + 1 <= l
+  rem = l - c
+  if not ok then retry = s + w - now end
+  if c > 0 then reset = s + w - now end
+elseif ctr then
   local x = math.floor(now / w)
   local v = redis.call('HMGET', key, x, x - 1)
   c, p = tonumber(v[1]) or 0, tonumber(v[2]) or 0

@@ -26,6 +26,9 @@ const ScoreEpoch = 1577836800
 //	                  already known to fail elsewhere)
 //	ARGV[4i..4i+3]    limit, window in µs, flags, hits of rule i
 //
+// Flags: 1 a SlidingWindowCounter key, 2 dry run, 4 weighted, 8 a weighted
+// charge, 16 a calendar key (with 2 at most).
+//
 // hits is what the request costs (1 for an HTTP request; Envoy's
 // hits_addend for the RLS server): the key admits it only if count+hits
 // fits the limit, and a SlidingLog admit adds hits members (member, then
@@ -45,6 +48,21 @@ const ScoreEpoch = 1577836800
 // (index = floor(now/window)); the estimate is prev×(1-elapsed/window)+cur.
 // undoScript's field "u" may sit beside them.
 //
+// A calendar key (flag 16) counts one period of a quota: a hash whose
+// field "0" is the period's admits (and "u" undoScript's), named by the
+// period it counts, [start, start+window), its start in Unix ms after the
+// key's last '.'. It is counted only while Redis's clock is in that
+// period: a key that names another period (the caller guessed the period
+// from a clock on the other side of a boundary) is denied and counts
+// nothing, its reply's field -1 (the caller asks again, in the period of
+// the reply's now), with a retry of the time until its period starts, or
+// 1 ms when it is over. So a period's admits are those made while Redis's
+// clock was in it, at most the limit, whatever the callers' clocks. It
+// expires with its period (and the margin). Flag 16 is the decide
+// function's only addition since slidegate_decide_v1 was named: every
+// call it took before means what it meant, and a library without it
+// refuses flag 16 (out of range), which the rule's fail mode decides.
+//
 // A committing call first looks for its own member in its SlidingLog keys:
 // found, the decision was already admitted (go-redis re-ran the script
 // after losing its reply, or a cancel ran first) and the script admits
@@ -60,7 +78,11 @@ if n < 1 or n > 1024 or #ARGV ~= 3 + 4 * n or not tonumber(ARGV[2]) then
 end
 for i = 1, n do
   local b = 4 * i
-  if outOfRange(tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])) then
+  local f = tonumber(ARGV[b + 2])
+  -- A calendar key counts requests: with a dry run at most, and a period.
+  if f and f >= 16 and ((f ~= 16 and f ~= 18) or not qstart(KEYS[i])) then f = nil end
+  if f and f >= 16 then f = f - 16 end
+  if outOfRange(tonumber(ARGV[b]), tonumber(ARGV[b + 1]), f, tonumber(ARGV[b + 3])) then
     return redis.error_reply('ERR slidegate: decide argument out of range')
   end
 end
@@ -78,7 +100,7 @@ end
 -- mine reports whether this decision already admitted into key (a
 -- SlidingLog key; a counter key keeps no members).
 local function mine(key, f, h)
-  if f % 2 == 1 then return false end
+  if f % 2 == 1 or f >= 16 then return false end
   if f % 8 >= 4 then
     local m = wname(f, h)
     return m ~= nil and redis.call('ZSCORE', key, m) ~= false
@@ -98,6 +120,13 @@ end
 -- current and previous fixed-window counts. A weighted key's need is its
 -- cost, or 1 for a check (cost 0); a charge (flag 8) is always allowed.
 local function check(key, l, w, f, h)
+  if f >= 16 then
+    local s = qstart(key)
+    -- x -1: the key names a period that does not hold now.
+    if now < s or now >= s + w then return false, 0, -1, 0, 0 end
+    local c = tonumber(redis.call('HGET', key, '0')) or 0
+    return c + h <= l, c, 0, c, 0
+  end
   local ctr = f % 2 == 1
   local need = h
   if f % 8 >= 4 and h < 1 then need = 1 end
@@ -125,6 +154,26 @@ end
 -- finish admits into one key when commit, sets its expiry and appends
 -- its five reply values to out.
 local function finish(out, key, l, w, f, h, ok, commit, e, x, c, p)
+  if f >= 16 then
+    local s = qstart(key)
+    if x == -1 then
+      local retry = 1000
+      if now < s then retry = s - now end
+      reply(out, false, 0, retry, 0, -1)
+      return
+    end
+    local left = s + w - now
+    if commit then
+      redis.call('HINCRBY', key, '0', h)
+      redis.call('PEXPIRE', key, math.ceil(left / 1000) + margin)
+      c = c + h
+    end
+    local retry, reset = 0, 0
+    if not ok then retry = left end
+    if c > 0 then reset = left end
+    reply(out, ok, l - c, retry, reset, 0)
+    return
+  end
   local ctr = f % 2 == 1
   local rem, retry, reset, field = 0, 0, 0, 0
   local exists = commit
