@@ -128,3 +128,56 @@ func TestSkippingSidecars(t *testing.T) {
 		t.Error("a problem without pods")
 	}
 }
+
+// TestQuotasSkippedBySidecarsOfMinor3: a policy with quotas is published
+// in minor 4, Day before Month, and its Enforced condition names the pods
+// whose sidecars (minor 3, the release before quotas) leave it out rather
+// than enforce it without them.
+func TestQuotasSkippedBySidecarsOfMinor3(t *testing.T) {
+	ns := newNamespace(t)
+	quota := newPolicy(ns, "quota", func(s *v1alpha1.RateLimitPolicySpec) {
+		s.Quotas = []v1alpha1.Quota{{Period: v1alpha1.QuotaPeriodMonth, Limit: 5_000_000_000, TimeZone: "Asia/Tokyo"}, {Period: v1alpha1.QuotaPeriodDay, Limit: 200_000}}
+	})
+	old := newPod(ns, "old", map[string]string{"app": "checkout"}, true)
+	asMinor(t, old, 3)
+	create(t, quota, newPod(ns, "new", map[string]string{"app": "checkout"}, true), old)
+
+	eventually(t, "quota not enforced by the minor 3 sidecar", enforcedIs(t, quota, metav1.ConditionFalse, v1alpha1.ReasonSidecarsOutdated,
+		"pods old run sidecars of an earlier slidegate, which leave this policy out (it needs sidecar configuration slidegate.dev/sidecar-config/v1.4)"))
+	_, cfg, err := readConfig(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Version != sidecarconfig.Version || len(cfg.Policies) != 1 ||
+		fmt.Sprint(cfg.Policies[0].Quotas) != "[{Day 200000 } {Month 5000000000 Asia/Tokyo}]" {
+		t.Errorf("document %s with %+v, want %s with the quotas Day first", cfg.Version, cfg.Policies, sidecarconfig.Version)
+	}
+	if err := k.Delete(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "quota enforced once the old pod is gone", enforcedIs(t, quota, metav1.ConditionTrue, v1alpha1.ReasonEnforced, "all 1 selected pods"))
+}
+
+// TestQuotaUnknownTimeZoneNotAccepted: a time zone the API server's
+// pattern lets through but no database knows keeps the policy from being
+// accepted, with the reason; the namespace's other policies stay
+// published.
+func TestQuotaUnknownTimeZoneNotAccepted(t *testing.T) {
+	ns := newNamespace(t)
+	bad := newPolicy(ns, "bad", func(s *v1alpha1.RateLimitPolicySpec) {
+		s.Quotas = []v1alpha1.Quota{{Period: v1alpha1.QuotaPeriodDay, Limit: 5, TimeZone: "Mars/Olympus_Mons"}}
+	})
+	good := newPolicy(ns, "good")
+	create(t, bad, good)
+	eventually(t, "bad not accepted", acceptedIs(bad, metav1.ConditionFalse, v1alpha1.ReasonInvalid, `quotas[0]: time zone "Mars/Olympus_Mons"`, true))
+	eventually(t, "good published alone", func() error {
+		_, cfg, err := readConfig(ns)
+		if err != nil {
+			return err
+		}
+		if names := policyNames(cfg); !slices.Equal(names, []string{"good"}) {
+			return fmt.Errorf("published %v, want good alone", names)
+		}
+		return nil
+	})
+}

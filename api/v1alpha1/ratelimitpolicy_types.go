@@ -436,6 +436,8 @@ type RateLimitServiceTarget struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !(has(self.cost.request) && has(self.cost.response))",message="with rateLimitService set cost.request or cost.response, not both: Envoy's apply_on_stream_done call looks like any other request, so every hits_addend above 0 of a policy with cost.response is charged as a response cost; give the request cost a policy of its own with another descriptor (e.g. a generic_key entry)"
 // +kubebuilder:validation:XValidation:rule="!has(self.additionalLimits) || !has(self.cost)",message="additionalLimits cannot be used with cost: a policy limits either the number of requests in several windows or their cost in one"
 // +kubebuilder:validation:XValidation:rule="!has(self.additionalLimits) || !self.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || self.additionalLimits.all(l, !l.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || duration(l.window) != duration(self.window))",message="each window of additionalLimits must differ from window"
+// +kubebuilder:validation:XValidation:rule="!has(self.quotas) || has(self.targetSelector)",message="quotas apply only with targetSelector for now: the rate limit service does not enforce them yet"
+// +kubebuilder:validation:XValidation:rule="!has(self.quotas) || !has(self.cost)",message="quotas cannot be used with cost: a quota counts requests"
 type RateLimitPolicySpec struct {
 	// targetSelector selects the pods of this namespace that enforce the
 	// policy, by their labels. The pods must carry the slidegate sidecar:
@@ -498,6 +500,26 @@ type RateLimitPolicySpec struct {
 	// +kubebuilder:validation:MaxItems=4
 	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || self.exists_one(b, b.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') && duration(b.window) == duration(a.window)))",message="the windows of additionalLimits must differ from each other (e.g. '60s' and '1m' are the same window)"
 	AdditionalLimits []AdditionalLimit `json:"additionalLimits,omitempty"`
+
+	// quotas are limits per calendar day or month for the same clients,
+	// e.g. {period: Month, limit: 10000000, timeZone: "Europe/Berlin"}: at
+	// most limit requests from the first's midnight to the next first's in
+	// that zone, daylight-saving changes included, then a fresh count. A
+	// request is admitted only when the window, every additional window
+	// and every quota have room (decided together, all or nothing); a
+	// request refused by a quota waits (Retry-After) until the period ends.
+	// The count is exact for every period at any limit: one counter per
+	// client and period in Redis, about 100 bytes, not a log, and the
+	// period is the one Redis's clock is in. One quota per period; only
+	// with targetSelector, not with cost. Sidecars of a release before
+	// quotas do not enforce a policy with them
+	// (slidegate_sidecar_config_policies_skipped) rather than enforce it
+	// without its quotas.
+	// +optional
+	// +listType=map
+	// +listMapKey=period
+	// +kubebuilder:validation:MaxItems=2
+	Quotas []Quota `json:"quotas,omitempty"`
 
 	// key says how a request's client is identified; required with
 	// targetSelector, not allowed with rateLimitService.
@@ -597,6 +619,40 @@ type AdditionalLimit struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000000
 	Limit int32 `json:"limit"`
+}
+
+// QuotaPeriod is the calendar period of a quota.
+// +kubebuilder:validation:Enum=Day;Month
+type QuotaPeriod string
+
+// The quota periods.
+const (
+	// QuotaPeriodDay is a calendar day, midnight to midnight.
+	QuotaPeriodDay QuotaPeriod = "Day"
+	// QuotaPeriodMonth is a calendar month, from the first's midnight.
+	QuotaPeriodMonth QuotaPeriod = "Month"
+)
+
+// Quota is a limit per calendar period (RateLimitPolicySpec.Quotas).
+type Quota struct {
+	// period is Day or Month.
+	// +required
+	Period QuotaPeriod `json:"period"`
+
+	// limit is the number of requests a client may make in each period,
+	// from 1 to 1000000000000.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000000
+	Limit int64 `json:"limit"`
+
+	// timeZone is the IANA time zone whose midnight starts a period, e.g.
+	// "America/New_York"; UTC when unset. A name the manager's time zone
+	// database does not know keeps the policy from being accepted.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$`
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // RateLimitPolicyStatus is the observed state of a RateLimitPolicy.

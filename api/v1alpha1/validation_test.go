@@ -370,6 +370,30 @@ func TestValidation(t *testing.T) {
 			rls(s)
 			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1h", Limit: 5}}
 		}},
+		{name: "valid quotas", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Quotas = []v1alpha1.Quota{{Period: "Month", Limit: 1_000_000_000_000, TimeZone: "America/Argentina/Buenos_Aires"}, {Period: "Day", Limit: 1}}
+		}},
+		{name: "quotas, a period twice", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Quotas = []v1alpha1.Quota{{Period: "Day", Limit: 5}, {Period: "Day", Limit: 6}}
+		}, wantErr: []string{"spec.quotas[1]", "Duplicate value"}},
+		{name: "quotas, a week", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Quotas = []v1alpha1.Quota{{Period: "Week", Limit: 5}}
+		}, wantErr: []string{"spec.quotas[0].period", `supported values: "Day", "Month"`}},
+		{name: "quotas, over 10^12", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Quotas = []v1alpha1.Quota{{Period: "Month", Limit: 1_000_000_000_001}}
+		}, wantErr: []string{"spec.quotas[0].limit", "less than or equal to 1000000000000"}},
+		{name: "quotas, a time zone that is a path", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Quotas = []v1alpha1.Quota{{Period: "Day", Limit: 5, TimeZone: "../etc/passwd"}}
+		}, wantErr: []string{"spec.quotas[0].timeZone", "should match"}},
+		{name: "quotas with cost", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Quotas = []v1alpha1.Quota{{Period: "Day", Limit: 5}}
+			c := int64(1)
+			s.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{Constant: &c}}
+		}, wantErr: []string{"quotas cannot be used with cost"}},
+		{name: "quotas with rateLimitService", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			rls(s)
+			s.Quotas = []v1alpha1.Quota{{Period: "Day", Limit: 5}}
+		}, wantErr: []string{"quotas apply only with targetSelector for now"}},
 	}
 	tests = append(tests, jwtCases...)
 	ctx := context.Background()

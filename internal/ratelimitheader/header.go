@@ -27,8 +27,13 @@ const (
 )
 
 // PolicyItem is one RateLimit-Policy item: `<nameItem>;q=<limit>;w=<seconds>`,
-// nameItem being the policy name as made by String.
+// nameItem being the policy name as made by String. A window of 0 (a
+// calendar quota, whose days and months have no one length) leaves out w,
+// which the draft makes optional: `<nameItem>;q=<limit>`.
 func PolicyItem(nameItem string, limit int64, window time.Duration) string {
+	if window <= 0 {
+		return nameItem + ";q=" + strconv.FormatInt(limit, 10)
+	}
 	return nameItem + ";q=" + strconv.FormatInt(limit, 10) + ";w=" + strconv.FormatInt(CeilSeconds(window), 10)
 }
 

@@ -16,18 +16,24 @@ const (
 	SlidingLogBytesPerAdmit = 104
 	// CounterBytes is a SlidingWindowCounter client's hash.
 	CounterBytes = 128
+	// QuotaBytes is a quota's counter of one client for one period, a hash
+	// of one count (120 B measured; 152 B once an undo marked it), at any
+	// limit. A period's key expires with the period.
+	QuotaBytes = 160
 )
 
 // ClientFootprint is the most Redis memory one client of p holds: a full
 // window. A tenant chooses the limit, and any client of its API fills one
 // window per client key, so this is what a policy costs the Redis every
 // namespace shares, per client.
-// Each of its additionalLimits is one more window per client.
+// Each of its additionalLimits is one more window per client, and each
+// quota one counter.
 func ClientFootprint(p *v1alpha1.RateLimitPolicy) int64 {
+	quotas := QuotaBytes * int64(len(p.Spec.Quotas))
 	if p.Spec.Algorithm == v1alpha1.AlgorithmSlidingWindowCounter {
-		return CounterBytes * int64(1+len(p.Spec.AdditionalLimits))
+		return CounterBytes*int64(1+len(p.Spec.AdditionalLimits)) + quotas
 	}
-	return admits(p) * SlidingLogBytesPerAdmit
+	return admits(p)*SlidingLogBytesPerAdmit + quotas
 }
 
 // admits is the most admits one client of p has in Redis at once: a full

@@ -221,14 +221,27 @@ func Policy(p *v1alpha1.RateLimitPolicy) (sidecarconfig.Policy, error) {
 		Durability:       r.durability,
 		Cost:             cost(s.Cost),
 		AdditionalLimits: more,
+		Quotas:           quotas(s.Quotas),
 	}
 	// The document's Validate checks enum values, header names, methods,
-	// path prefixes, the cost and that the additional windows differ from
-	// each other and from the policy's own.
+	// path prefixes, the cost, that the additional windows differ from
+	// each other and from the policy's own, and the quotas' time zones.
 	if err := invalidPolicy(p, errs, (&sidecarconfig.Config{Version: sidecarconfig.Version, Policies: []sidecarconfig.Policy{out}}).Validate); err != nil {
 		return sidecarconfig.Policy{}, err
 	}
 	return out, nil
+}
+
+// quotas renders a policy's quotas, Day before Month whatever their order
+// in the list (a map keyed by period).
+func quotas(in []v1alpha1.Quota) []sidecarconfig.Quota {
+	var out []sidecarconfig.Quota
+	for _, q := range in {
+		out = append(out, sidecarconfig.Quota{Period: string(q.Period), Limit: q.Limit, TimeZone: q.TimeZone})
+	}
+	// "Day" < "Month": the alphabet is the order.
+	slices.SortFunc(out, func(a, b sidecarconfig.Quota) int { return cmp.Compare(a.Period, b.Period) })
+	return out
 }
 
 // additionalLimits renders a policy's additional windows, sorted by

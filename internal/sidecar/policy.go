@@ -189,6 +189,30 @@ func compilePolicy(p *sidecarconfig.Policy, verifiers map[string]*jwtverify.Veri
 		w.policyItem = ratelimitheader.PolicyItem(w.nameItem, l.Limit, w.rule.Window)
 		cp.windows = append(cp.windows, &w)
 	}
+	for _, q := range p.Quotas {
+		loc, err := q.Location()
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: quota %s: %w", p.Name, q.Period, err)
+		}
+		cal, err := limiter.NewCalendar(limiter.CalendarUnit(q.Period), loc)
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: %w", p.Name, err)
+		}
+		// A quota is asked with the policy as its windows are: a copy with
+		// a calendar rule (the limiter sets its window to the period's
+		// length), an item of its own ("api/day"), no w in its policy item.
+		w := *cp
+		w.of = cp
+		w.rule.Limit = q.Limit
+		w.rule.Window = 0
+		w.rule.Algorithm = limiter.SlidingLog
+		w.rule.Calendar = cal
+		w.rule.Variant = q.Variant()
+		w.windowName = q.ItemName(p.Name)
+		w.nameItem = ratelimitheader.String(w.windowName)
+		w.policyItem = ratelimitheader.PolicyItem(w.nameItem, q.Limit, 0)
+		cp.windows = append(cp.windows, &w)
+	}
 	return cp, nil
 }
 

@@ -270,6 +270,9 @@ func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, hasher *clienthash.H
 			l.Error = err.Error()
 		} else {
 			l.RedisKey, l.Window = win.Key, whyWindow(&win)
+			if w.rule.Calendar != nil {
+				l.WindowSeconds = win.Window.Seconds() // the period's length
+			}
 		}
 		out.AdditionalLimits = append(out.AdditionalLimits, l)
 	}

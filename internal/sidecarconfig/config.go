@@ -18,6 +18,10 @@ import (
 	"strings"
 	"time"
 
+	// The IANA time zones of quotas, in the binary: a sidecar's image has
+	// no /usr/share/zoneinfo.
+	_ "time/tzdata"
+
 	"github.com/slidegate/slidegate/internal/jwtverify"
 )
 
@@ -91,7 +95,53 @@ type Policy struct {
 	// policy's own and these, has room, and then counts in all of them.
 	// Sorted by window, none equal to WindowMillis; not with Cost.
 	AdditionalLimits []Limit `json:"additionalLimits,omitempty" minor:"3"`
+	// Quotas are limits per calendar period for the same clients: a
+	// request is admitted only when they too have room, and then counts in
+	// each. Sorted by period (Day before Month), one per period; not with
+	// Cost.
+	Quotas []Quota `json:"quotas,omitempty" minor:"4"`
 }
+
+// Quota is a limit per calendar period (Policy.Quotas).
+type Quota struct {
+	// Period is QuotaDay or QuotaMonth.
+	Period string `json:"period" minor:"4"`
+	Limit  int64  `json:"limit" minor:"4"`
+	// TimeZone is the IANA name of the zone whose midnight starts a
+	// period; "" is UTC.
+	TimeZone string `json:"timeZone,omitempty" minor:"4"`
+}
+
+// The quota periods (the API's).
+const (
+	QuotaDay   = "Day"
+	QuotaMonth = "Month"
+)
+
+// MaxQuota bounds a quota's limit: a count, not a log, so far above
+// MaxLimit (limiter.MaxQuota).
+const MaxQuota = 1_000_000_000_000
+
+// Location is the time zone of q's periods. The zones come from the
+// binary's own database (time/tzdata, imported here), so a sidecar on an
+// image without /usr/share/zoneinfo reads them as the manager does.
+func (q Quota) Location() (*time.Location, error) {
+	if q.TimeZone == "" {
+		return time.UTC, nil
+	}
+	loc, err := time.LoadLocation(q.TimeZone)
+	if err != nil {
+		return nil, fmt.Errorf("time zone %q: %w", q.TimeZone, err)
+	}
+	return loc, nil
+}
+
+// ItemName is the name of quota q of policy in the RateLimit header
+// fields: the policy's name, "/" and the period in lower case ("api/day").
+func (q Quota) ItemName(policy string) string { return policy + "/" + q.Variant() }
+
+// Variant is the limiter's Rule.Variant of quota q: its keys'.
+func (q Quota) Variant() string { return strings.ToLower(q.Period) }
 
 // Limit is one more window of a policy (Policy.AdditionalLimits).
 type Limit struct {
@@ -367,6 +417,7 @@ func (p *Policy) validate() error {
 		errs = append(errs, p.Cost.validate()...)
 	}
 	errs = append(errs, ValidateAdditionalLimits(p.WindowMillis, p.AdditionalLimits, p.Cost != nil)...)
+	errs = append(errs, p.validateQuotas()...)
 	errs = append(errs, p.Key.validate()...)
 	errs = append(errs, p.Match.validate()...)
 	errs = append(errs, p.Selector.validate()...)
@@ -424,6 +475,32 @@ func (l Limit) ItemName(policy string) string {
 
 // Variant is the limiter's Rule.Variant of window l: its keys'.
 func (l Limit) Variant() string { return strconv.FormatInt(l.WindowMillis, 10) }
+
+// validateQuotas checks a policy's quotas: one per period, sorted, each
+// limit bounded and its zone known, not with a cost.
+func (p *Policy) validateQuotas() []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if len(p.Quotas) > 0 && p.Cost != nil {
+		add("quotas and cost cannot be used together")
+	}
+	order := map[string]int{QuotaDay: 1, QuotaMonth: 2}
+	for i, q := range p.Quotas {
+		if order[q.Period] == 0 {
+			add("quotas[%d]: period %q is not %s or %s", i, q.Period, QuotaDay, QuotaMonth)
+		}
+		if q.Limit < 1 || q.Limit > MaxQuota {
+			add("quotas[%d]: limit %d is outside 1..%d", i, q.Limit, int64(MaxQuota))
+		}
+		if _, err := q.Location(); err != nil {
+			add("quotas[%d]: %w", i, err)
+		}
+		if i > 0 && order[q.Period] <= order[p.Quotas[i-1].Period] {
+			add("quotas[%d]: periods are not sorted and distinct (%s after %s)", i, q.Period, p.Quotas[i-1].Period)
+		}
+	}
+	return errs
+}
 
 // validate checks a policy's key.
 func (k *Key) validate() []error {

@@ -46,10 +46,12 @@ const (
 	// key.jwt and match.pathCase; minor 2 added cost (issue 27), which a
 	// sidecar of minor 1 must not enforce as a count policy: it skips it;
 	// minor 3 added additionalLimits (issue 37), which an older sidecar
-	// skips rather than enforce the first window alone.
-	Minor = 3
+	// skips rather than enforce the first window alone; minor 4 added
+	// quotas (issue 37), which an older sidecar skips rather than enforce
+	// the policy without them.
+	Minor = 4
 	// Version is the version string of the newest document, VersionOf(Minor).
-	Version = "slidegate.dev/sidecar-config/v1.3"
+	Version = "slidegate.dev/sidecar-config/v1.4"
 
 	versionPrefix = "slidegate.dev/sidecar-config/v"
 )
