@@ -76,6 +76,19 @@ type WhyLimit struct {
 	RedisKey      string     `json:"redisKey,omitempty"`
 	Window        *WhyWindow `json:"window,omitempty"`
 	Error         string     `json:"error,omitempty"`
+	// Quota is set for a quota (spec.quotas): its calendar period, in
+	// which Window counts. WindowSeconds is then that period's length.
+	Quota *WhyQuota `json:"quota,omitempty"`
+}
+
+// WhyQuota is the calendar period a quota counts in (WhyLimit.Quota): the
+// one that holds Redis's clock at the read.
+type WhyQuota struct {
+	Period   string `json:"period"`   // "Day" or "Month"
+	TimeZone string `json:"timeZone"` // the IANA zone of its midnights
+	// Start and End bound the period: its count resets to zero at End.
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
 }
 
 // WhyWindow is limiter.Window on the wire; durations in seconds.

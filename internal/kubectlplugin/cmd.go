@@ -24,6 +24,7 @@ const usage = `kubectl slidegate: the policies' status, and why a client is limi
 Usage:
   kubectl slidegate status [-n NAMESPACE | -A] [POLICY] [-o json|yaml]
   kubectl slidegate why -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json|yaml]
+  kubectl slidegate quota -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json|yaml]
   kubectl slidegate top -n NAMESPACE POLICY [--limit N] [-o json|yaml]
   kubectl slidegate convert -f CONFIG.yaml [-f ...] [-n NAMESPACE]
   kubectl slidegate completion
@@ -48,6 +49,10 @@ apply to the same request. The value is the client's as the user knows it
 (an API key, a user id): the sidecar hashes it as it does for requests; it
 is sent in a request header, so it stays out of the API server's audit log.
 A value of - is read from stdin, so that it stays out of the shell history.
+
+quota shows the client's quotas under POLICY (spec.quotas), read the same
+way: per day or month, the requests counted in the current period, the
+limit, what remains, the period in its time zone and when it resets.
 
 top lists the clients (hashed keys) that POLICY answered 429 most often in
 the last 5 to 10 minutes, merged over every ready sidecar of its pods; each
@@ -127,12 +132,12 @@ func (e Env) flags(cmd string, a *cmdArgs) *pflag.FlagSet {
 		fs.IntVar(&a.limit, "limit", 10, "how many clients to list")
 	default:
 		for i, v := range valueFlags {
-			fs.StringVar(&a.values[i], v.flag, "", "why: "+v.help)
+			fs.StringVar(&a.values[i], v.flag, "", "why, quota: "+v.help)
 		}
-		fs.BoolVar(&a.global, "global", false, "why: the policy's one global key")
-		fs.StringVar(&a.o.Pod, "pod", "", "why: ask this pod's sidecar (default: the first ready pod the policy selects)")
-		fs.StringVar(&a.o.Method, "method", "", "why: the request's method (default: the policy's first, or GET)")
-		fs.StringVar(&a.o.Path, "path", "", "why: the request's path (default: the policy's first path prefix, or /)")
+		fs.BoolVar(&a.global, "global", false, "why, quota: the policy's one global key")
+		fs.StringVar(&a.o.Pod, "pod", "", "why, quota: ask this pod's sidecar (default: the first ready pod the policy selects)")
+		fs.StringVar(&a.o.Method, "method", "", "why, quota: the request's method (default: the policy's first, or GET)")
+		fs.StringVar(&a.o.Path, "path", "", "why, quota: the request's path (default: the policy's first path prefix, or /)")
 	}
 	fs.StringVar(&a.kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "path to the kubeconfig file")
 	clientcmd.BindOverrideFlags(&a.overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
@@ -164,9 +169,9 @@ func (e Env) run(ctx context.Context, args []string) error {
 		e.printUsage(e.Stdout, e.flags("why", &a))
 		return nil
 	}
-	if len(args) == 0 || !slices.Contains([]string{"status", "why", "top", "convert"}, args[0]) {
+	if len(args) == 0 || !slices.Contains([]string{"status", "why", "quota", "top", "convert"}, args[0]) {
 		e.printUsage(e.Stderr, e.flags("why", &a))
-		return fmt.Errorf("%w: the commands are status, why, top, convert, completion and version", ErrUsage)
+		return fmt.Errorf("%w: the commands are status, why, quota, top, convert, completion and version", ErrUsage)
 	}
 	cmd := args[0]
 	fs := e.flags(cmd, &a)
@@ -193,7 +198,7 @@ func (e Env) run(ctx context.Context, args []string) error {
 	if cmd == "top" {
 		return e.top(ctx, a, fs.Arg(0))
 	}
-	return e.why(ctx, a, fs, fs.Arg(0))
+	return e.why(ctx, a, fs, fs.Arg(0), cmd == "quota")
 }
 
 // top runs `kubectl slidegate top POLICY`.
@@ -212,8 +217,10 @@ func (e Env) top(ctx context.Context, a cmdArgs, policy string) error {
 	return PrintTop(e.Stdout, res, a.output)
 }
 
-// why runs `kubectl slidegate why POLICY` with the one key flag fs has set.
-func (e Env) why(ctx context.Context, a cmdArgs, fs *pflag.FlagSet, policy string) error {
+// why runs `kubectl slidegate why POLICY` with the one key flag fs has set,
+// or with quota `kubectl slidegate quota POLICY`, which asks the same and
+// prints the quotas.
+func (e Env) why(ctx context.Context, a cmdArgs, fs *pflag.FlagSet, policy string, quota bool) error {
 	o := a.o
 	o.Policy = policy
 	n := 0
@@ -247,6 +254,13 @@ func (e Env) why(ctx context.Context, a cmdArgs, fs *pflag.FlagSet, policy strin
 	res, err := c.Why(ctx, o)
 	if err != nil {
 		return err
+	}
+	if quota {
+		q, err := Quotas(res)
+		if err != nil {
+			return err
+		}
+		return PrintQuota(e.Stdout, q, a.output)
 	}
 	return PrintWhy(e.Stdout, res, a.output)
 }
@@ -391,8 +405,8 @@ func (e Env) complete(ctx context.Context, args []string) error {
 	var cands []string
 	switch {
 	case len(args) == 0:
-		cands = []string{"status", "why", "top", "convert", "completion", "version", "help"}
-	case slices.Contains([]string{"status", "why", "top", "convert"}, args[0]):
+		cands = []string{"status", "why", "quota", "top", "convert", "completion", "version", "help"}
+	case slices.Contains([]string{"status", "why", "quota", "top", "convert"}, args[0]):
 		cmd := args[0]
 		var a cmdArgs
 		fs := e.flags(cmd, &a)

@@ -638,7 +638,8 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "the commands are status, why, top, convert, completion and version"},
+		{nil, "the commands are status, why, quota, top, convert, completion and version"},
+		{[]string{"quota", "p"}, "exactly one of --header"},
 		{[]string{"top", "p", "--limit", "0"}, "--limit must be at least 1"},
 		{[]string{"why", "p"}, "exactly one of --header"},
 		{[]string{"why", "p", "--header", "a", "--ip", "1.2.3.4"}, "exactly one of --header"},
@@ -661,7 +662,7 @@ func TestUsage(t *testing.T) {
 		flag string
 	}{
 		{[]string{"--help"}, "--header"}, {[]string{"-h"}, "--header"}, {[]string{"help"}, "--header"},
-		{[]string{"why", "--help"}, "--header"}, {[]string{"top", "-h"}, "--limit"},
+		{[]string{"why", "--help"}, "--header"}, {[]string{"quota", "--help"}, "--header"}, {[]string{"top", "-h"}, "--limit"},
 	} {
 		code, out, errOut := run(tc.args...)
 		if code != 0 || errOut != "" || !strings.HasPrefix(out, "kubectl slidegate: ") || !strings.Contains(out, tc.flag) {

@@ -94,6 +94,8 @@ type policy struct {
 	// additional window's name, as its RateLimit item spells it ("api/1h").
 	of         *policy
 	windowName string
+	// quota is the quota a copy counts (spec.quotas), nil for a window.
+	quota *sidecarconfig.Quota
 }
 
 // compile builds the state of a validated config for a pod with labels.
@@ -211,6 +213,7 @@ func compilePolicy(p *sidecarconfig.Policy, verifiers map[string]*jwtverify.Veri
 		w.windowName = q.ItemName(p.Name)
 		w.nameItem = ratelimitheader.String(w.windowName)
 		w.policyItem = ratelimitheader.PolicyItem(w.nameItem, q.Limit, 0)
+		w.quota = &q
 		cp.windows = append(cp.windows, &w)
 	}
 	return cp, nil

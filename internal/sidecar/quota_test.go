@@ -1,12 +1,17 @@
 package sidecar
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/enforce"
+	"github.com/slidegate/slidegate/internal/kubectlplugin"
 	"github.com/slidegate/slidegate/internal/limiter"
 	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/sidecarconfig"
@@ -63,5 +68,60 @@ func TestQuotaHeadersAndCounts(t *testing.T) {
 	day := redisschema.VariantKey(redisschema.Key("test:", testNamespace+"/api", client), "day."+strconv.FormatInt(start.UnixMilli(), 10))
 	if n, err := r.Do("HGET", day, "0"); err != nil || n != "2" {
 		t.Errorf("HGET %s 0 = %q (%v), want 2", day, n, err)
+	}
+}
+
+// TestQuotaWhy: /debug/why reads a client's quota in the period Redis's
+// clock is in, with the period's bounds in its zone, and `kubectl
+// slidegate quota` prints it: used, limit, remaining, the day, its reset.
+func TestQuotaWhy(t *testing.T) {
+	r := testsupport.StartRedis(t)
+	h := newHarness(t, redisLimiter(t, r, 1, exactTimeout), testConfig(nil,
+		testPolicy("api", 100, withKey("Header", "X-User", "Deny"), func(p *sidecarconfig.Policy) {
+			p.Quotas = []sidecarconfig.Quota{{Period: sidecarconfig.QuotaDay, Limit: 5, TimeZone: "Asia/Kolkata"}, {Period: sidecarconfig.QuotaMonth, Limit: 1_000_000_000_000}}
+		})))
+	for range 3 {
+		h.do(t, "GET", "/", map[string]string{"X-User": "alice"})
+	}
+	debug := newTestServer(t, h.s.DebugHandler()).URL
+	code, body := askWhy(t, debug, url.Values{"policy": {"api"}, "header": {"alice"}}, "")
+	var resp debugapi.WhyResponse
+	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	ls := resp.Policies[0].AdditionalLimits
+	if len(ls) != 2 || ls[0].Quota == nil || ls[1].Quota == nil || ls[0].Window == nil {
+		t.Fatalf("rows %+v, want the day and the month", ls)
+	}
+	// The periods that hold Redis's clock at the read.
+	read := ls[0].Window.ServerTime
+	kolkata, _ := time.LoadLocation("Asia/Kolkata")
+	dayCal, _ := limiter.NewCalendar(limiter.Day, kolkata)
+	start, end := dayCal.Period(read)
+	day := ls[0]
+	if day.Name != "api/day" || day.Window == nil || day.Window.InWindow != 3 || day.Window.Remaining != 2 ||
+		day.Quota.TimeZone != "Asia/Kolkata" || !day.Quota.Start.Equal(start) || !day.Quota.End.Equal(end) || day.WindowSeconds != 86400 {
+		t.Errorf("the day: %+v %+v %+v, want 3 of 5 in [%v, %v)", day, day.Window, day.Quota, start, end)
+	}
+	if m := ls[1]; m.Name != "api/month" || m.Quota.TimeZone != "UTC" || m.Quota.Start.Day() != 1 || m.Window.Remaining != 1_000_000_000_000-3 {
+		t.Errorf("the month: %+v %+v %+v", m, m.Window, m.Quota)
+	}
+	q, err := kubectlplugin.Quotas(&kubectlplugin.WhyResult{Pod: "api-0", WhyResponse: resp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := kubectlplugin.PrintQuota(&out, q, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"api/day", start.In(kolkata).Format(time.DateOnly) + " Asia/Kolkata", end.Format(time.RFC3339), "api/month", read.UTC().Format("2006-01") + " UTC"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the plugin's table lacks %q:\n%s", want, out.String())
+		}
+	}
+	// A policy without quotas is said to have none.
+	resp.Policies[0].AdditionalLimits = nil
+	if _, err := kubectlplugin.Quotas(&kubectlplugin.WhyResult{WhyResponse: resp}); err == nil || !strings.Contains(err.Error(), "has no quotas") {
+		t.Errorf("a policy without quotas: %v", err)
 	}
 }

@@ -270,8 +270,14 @@ func (s *Sidecar) whyPolicy(ctx context.Context, pk peeker, hasher *clienthash.H
 			l.Error = err.Error()
 		} else {
 			l.RedisKey, l.Window = win.Key, whyWindow(&win)
-			if w.rule.Calendar != nil {
+			if q := w.quota; q != nil {
 				l.WindowSeconds = win.Window.Seconds() // the period's length
+				start, end := w.rule.Calendar.Period(win.Now)
+				zone := q.TimeZone
+				if zone == "" {
+					zone = "UTC"
+				}
+				l.Quota = &debugapi.WhyQuota{Period: q.Period, TimeZone: zone, Start: start, End: end}
 			}
 		}
 		out.AdditionalLimits = append(out.AdditionalLimits, l)
