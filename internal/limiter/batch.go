@@ -426,8 +426,11 @@ func (l *Limiter) deliver(batch []*op, cmds []*redis.Cmd, execErr error, acks *r
 			continue
 		}
 		if err != nil {
-			// A moving slot is Redis answering, not failing.
-			if firstErr == nil && !slotMoving(err) {
+			err = quotasUnknown(o, err)
+			// A moving slot is Redis answering, not failing; so is a library
+			// older than a quota (its fail mode decides the request, and
+			// every other rule still goes to Redis).
+			if firstErr == nil && !slotMoving(err) && !errors.Is(err, ErrNoQuotas) {
 				firstErr = err
 			}
 			o.finish(nil, err)

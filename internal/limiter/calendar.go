@@ -1,8 +1,10 @@
 package limiter
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -123,6 +125,29 @@ func (l *Limiter) inPeriods(reqs []Request, at time.Time) []Request {
 		return reqs
 	}
 	return out
+}
+
+// ErrNoQuotas is the error of a decision with a calendar rule that
+// Redis's slidegate library refused: it predates quotas (a manager of
+// this release loads the one that has them when it starts). The rule's
+// fail mode decides such a request; the circuit breaker does not count it
+// as Redis failing, so the other rules keep going to Redis.
+var ErrNoQuotas = errors.New("limiter: the slidegate library on this Redis predates quotas")
+
+// quotasUnknown wraps err with ErrNoQuotas when it is a library's refusal
+// of o's calendar keys (an older decide function takes flag 16 for out of
+// range).
+func quotasUnknown(o *op, err error) error {
+	if o.script != &decideLua || !strings.Contains(err.Error(), "decide argument out of range") {
+		return err
+	}
+	_, _, keys := decideKeys(o.args)
+	for _, k := range keys {
+		if k.flags&flagCalendar != 0 {
+			return fmt.Errorf("%w: %w", ErrNoQuotas, err)
+		}
+	}
+	return err
 }
 
 // staleField is the field of a calendar key's reply when the key named a

@@ -2,13 +2,16 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidegate/slidegate/internal/redisconn"
 	"github.com/slidegate/slidegate/internal/redisschema"
 	"github.com/slidegate/slidegate/internal/testsupport"
 )
@@ -407,5 +410,41 @@ func TestFallbackCountsAQuota(t *testing.T) {
 	}
 	if n != 5 {
 		t.Errorf("%d admitted of a quota of 10 on 2 replicas, want its share 5", n)
+	}
+}
+
+// TestQuotaOnAnOlderLibrary: a Redis whose slidegate library predates
+// quotas (its decide function takes flag 16 for out of range) fails a
+// quota's decisions by their fail mode, with ErrNoQuotas, and the circuit
+// breaker does not take them for Redis failing: the other rules' requests
+// still go to Redis. Counted as failures, 20 of them would open the
+// breaker and send every rule to the fallback.
+func TestQuotaOnAnOlderLibrary(t *testing.T) {
+	rdb := client(t, redisconn.Config{Addrs: []string{testsupport.StartRedis(t).Addr}})
+	older := strings.Replace(redisschema.LibrarySource(),
+		"if f and f >= 16 and ((f ~= 16 and f ~= 18) or not qstart(KEYS[i])) then f = nil end",
+		"if f and f >= 16 then f = nil end", 1)
+	if older == redisschema.LibrarySource() {
+		t.Fatal("the decide function's check of flag 16 moved: update this test")
+	}
+	if err := rdb.FunctionLoadReplace(context.Background(), older).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(t, rdb, Options{Timeout: 10 * time.Second, Functions: true})
+	quota := quotaRule(time.Hour, 1000)
+	quota.FailMode = FailOpen
+	plain := Rule{ID: "shop/plain", Limit: 100, Window: time.Minute}
+	ctx := context.Background()
+	for i := range 20 {
+		d := l.Decide(ctx, []Request{{Rule: quota, Client: "c"}})[0]
+		if !errors.Is(d.Err, ErrNoQuotas) || d.Source != SourceFallback || !d.Allowed {
+			t.Fatalf("quota decision %d: %+v, want the fallback's admit for ErrNoQuotas", i, d)
+		}
+	}
+	if !l.Healthy() {
+		t.Error("the breaker opened for a library older than quotas")
+	}
+	if d := l.Decide(ctx, []Request{{Rule: plain, Client: "c"}})[0]; d.Source != SourceRedis || !d.Allowed {
+		t.Errorf("a plain rule beside them: %+v, want Redis's answer", d)
 	}
 }
