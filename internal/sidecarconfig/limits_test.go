@@ -2,7 +2,6 @@ package sidecarconfig
 
 import (
 	"bytes"
-	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -103,17 +102,7 @@ func TestMinor2SidecarSkipsAdditionalLimits(t *testing.T) {
 		t.Errorf("a policy without additional limits is written with them: %s", one)
 	}
 
-	var doc struct {
-		Config
-		Policies []json.RawMessage `json:"policies"`
-	}
-	if err := DecodeStrict(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	kept, skipped, err := DecodePolicies[minor2Policy](doc.Policies, "name")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kept, skipped := decodeAsOlder[minor2Policy](t, data)
 	if len(kept) != 1 || kept[0].Name != "a-plain" {
 		t.Errorf("a minor 2 sidecar enforces %+v, want a-plain only", kept)
 	}

@@ -85,17 +85,7 @@ func TestMinor3SidecarSkipsQuotas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Config
-		Policies []json.RawMessage `json:"policies"`
-	}
-	if err := DecodeStrict(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	kept, skipped, err := DecodePolicies[minor3Policy](doc.Policies, "name")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kept, skipped := decodeAsOlder[minor3Policy](t, data)
 	if len(kept) != 1 || kept[0].Name != "a-plain" {
 		t.Errorf("a minor 3 sidecar enforces %+v, want a-plain only", kept)
 	}
@@ -109,4 +99,23 @@ func TestMinor3SidecarSkipsQuotas(t *testing.T) {
 	if len(c.Policies) != 2 || !reflect.DeepEqual(c.Policies[1].Quotas, quota.Quotas) {
 		t.Errorf("parsed %+v", c.Policies)
 	}
+}
+
+// decodeAsOlder reads data, a document of the newest minor, as a sidecar
+// whose Policy type is P reads it: policy by policy, leaving out those
+// with fields P lacks.
+func decodeAsOlder[P any](t *testing.T, data []byte) (kept []P, skipped []Skipped) {
+	t.Helper()
+	var doc struct {
+		Config
+		Policies []json.RawMessage `json:"policies"`
+	}
+	if err := DecodeStrict(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	kept, skipped, err := DecodePolicies[P](doc.Policies, "name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kept, skipped
 }
