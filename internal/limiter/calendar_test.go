@@ -29,8 +29,9 @@ func mustZone(t *testing.T, name string) *time.Location {
 // changes, read with an injected instant every 20 minutes of 2026. Every
 // period holds its instant, periods tile, and their lengths are the
 // calendar's: a month with a change is an hour short or long, and Chile's
-// change at midnight (which time.Date reads as the day before) still makes
-// a 23-hour day that starts at the change.
+// and Cuba's changes at midnight (which time.Date reads as the day before)
+// still make a 23-hour day that starts at the change, and Cuba's repeated
+// midnight a 25-hour day.
 func TestCalendarPeriods(t *testing.T) {
 	for _, tc := range []struct {
 		zone string
@@ -45,6 +46,7 @@ func TestCalendarPeriods(t *testing.T) {
 		{"Europe/Berlin", Day, map[string]time.Duration{"2026-03-29": 23 * time.Hour, "2026-10-25": 25 * time.Hour}},
 		{"America/New_York", Day, map[string]time.Duration{"2026-03-08": 23 * time.Hour, "2026-11-01": 25 * time.Hour}},
 		{"America/Santiago", Day, map[string]time.Duration{"2026-04-04": 25 * time.Hour, "2026-09-06": 23 * time.Hour}},
+		{"America/Havana", Day, map[string]time.Duration{"2026-03-08": 23 * time.Hour, "2026-11-01": 25 * time.Hour}},
 		{"Australia/Lord_Howe", Day, map[string]time.Duration{"2026-04-05": 24*time.Hour + 30*time.Minute, "2026-10-04": 23*time.Hour + 30*time.Minute}},
 	} {
 		t.Run(tc.zone+"/"+string(tc.unit), func(t *testing.T) {
