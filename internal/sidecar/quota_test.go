@@ -1,15 +1,12 @@
 package sidecar
 
 import (
-	"encoding/json"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/kubectlplugin"
 	"github.com/slidegate/slidegate/internal/limiter"
@@ -84,11 +81,7 @@ func TestQuotaWhy(t *testing.T) {
 		h.do(t, "GET", "/", map[string]string{"X-User": "alice"})
 	}
 	debug := newTestServer(t, h.s.DebugHandler()).URL
-	code, body := askWhy(t, debug, url.Values{"policy": {"api"}, "header": {"alice"}}, "")
-	var resp debugapi.WhyResponse
-	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
-		t.Fatalf("%d %s", code, body)
-	}
+	resp := whyAnswer(t, debug, url.Values{"policy": {"api"}, "header": {"alice"}})
 	ls := resp.Policies[0].AdditionalLimits
 	if len(ls) != 2 || ls[0].Quota == nil || ls[1].Quota == nil || ls[0].Window == nil {
 		t.Fatalf("rows %+v, want the day and the month", ls)

@@ -77,6 +77,17 @@ func askWhy(t *testing.T, admin string, query url.Values, value string) (int, []
 	return resp.StatusCode, body
 }
 
+// whyAnswer is askWhy's answer to a query that must succeed, decoded.
+func whyAnswer(t *testing.T, admin string, query url.Values) debugapi.WhyResponse {
+	t.Helper()
+	code, body := askWhy(t, admin, query, "")
+	var resp debugapi.WhyResponse
+	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	return resp
+}
+
 // TestWhyIsTheSidecarsTruth: for every key source, live requests through
 // the sidecar fill a client's window in a real redis-server; /debug/why,
 // given the identity as the user knows it, names the very client key the
@@ -200,12 +211,7 @@ func TestWhyReadsWithoutCounting(t *testing.T) {
 	debug := newTestServer(t, h.s.DebugHandler()).URL
 	q := url.Values{"policy": {"per-user"}, "header": {"alice"}}
 	remaining := func() int64 {
-		code, body := askWhy(t, debug, q, "")
-		var resp debugapi.WhyResponse
-		if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
-			t.Fatalf("%d %s", code, body)
-		}
-		return resp.Policies[0].Window.Remaining
+		return whyAnswer(t, debug, q).Policies[0].Window.Remaining
 	}
 	for range 20 {
 		if got := remaining(); got != 2 {

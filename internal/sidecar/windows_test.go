@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidegate/slidegate/internal/debugapi"
 	"github.com/slidegate/slidegate/internal/enforce"
 	"github.com/slidegate/slidegate/internal/kubectlplugin"
 	"github.com/slidegate/slidegate/internal/redisschema"
@@ -146,11 +144,7 @@ func TestWhyShowsEveryWindow(t *testing.T) {
 		h.do(t, "GET", "/", map[string]string{"X-User": "alice"})
 	}
 	debug := newTestServer(t, h.s.DebugHandler()).URL
-	code, body := askWhy(t, debug, url.Values{"policy": {"api"}, "header": {"alice"}}, "")
-	var resp debugapi.WhyResponse
-	if code != http.StatusOK || json.Unmarshal(body, &resp) != nil {
-		t.Fatalf("%d %s", code, body)
-	}
+	resp := whyAnswer(t, debug, url.Values{"policy": {"api"}, "header": {"alice"}})
 	p := resp.Policies[0]
 	if p.Window == nil || !p.Window.Allowed || p.Window.Remaining != 3 {
 		t.Errorf("the second's window: %+v, want room for 3", p.Window)
