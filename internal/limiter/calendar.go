@@ -101,8 +101,8 @@ func (c zoneCalendar) String() string { return string(c.unit) + " in " + c.loc.S
 // its own clock's now, and counts nothing otherwise (the reply's field is
 // staleField; see redisschema's decideScript), so this guess never
 // decides. reqs is copied when it has a calendar rule (it is the
-// caller's), and returned as it is otherwise.
-func (l *Limiter) inPeriods(reqs []Request, at time.Time) []Request {
+// caller's; calendar true), and returned as it is otherwise.
+func (l *Limiter) inPeriods(reqs []Request, at time.Time) (placed []Request, calendar bool) {
 	var out []Request
 	for i := range reqs {
 		cal := reqs[i].Rule.Calendar
@@ -122,9 +122,9 @@ func (l *Limiter) inPeriods(reqs []Request, at time.Time) []Request {
 		r.period = start.UnixMilli()
 	}
 	if out == nil {
-		return reqs
+		return reqs, false
 	}
-	return out
+	return out, true
 }
 
 // ErrNoQuotas is the error of a decision with a calendar rule that
@@ -155,7 +155,8 @@ func quotasUnknown(o *op, err error) error {
 const staleField = -1
 
 // redisNow is this process's best guess at Redis's clock: its own, moved
-// by how far ahead Redis's was in the last reply.
+// by how far ahead Redis's was in the last reply to a decision with a
+// calendar rule.
 func (l *Limiter) redisNow() time.Time {
 	if l.guessNow != nil {
 		return l.guessNow()

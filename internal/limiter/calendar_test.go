@@ -197,8 +197,8 @@ func TestQuotaStalePeriodCountsNothing(t *testing.T) {
 		guess time.Duration
 	}{{"behind", -2 * time.Second}, {"ahead", 2 * time.Second}} {
 		l.guessNow = func() time.Time { return time.Now().Add(tc.guess) }
-		placed := l.inPeriods([]Request{{Rule: rule, Client: "c-" + tc.name}}, time.Time{})
-		out, stale := l.decideOnce(ctx, placed)
+		placed, _ := l.inPeriods([]Request{{Rule: rule, Client: "c-" + tc.name}}, time.Time{})
+		out, stale := l.decideOnce(ctx, placed, true)
 		if out[0].Allowed || stale == 0 {
 			t.Errorf("%s: a key of another period: %+v, stale %d; want a denial and Redis's clock", tc.name, out[0], stale)
 		}

@@ -26,23 +26,27 @@ func (l *Limiter) Decide(ctx context.Context, reqs []Request) []Decision {
 	if len(reqs) == 0 {
 		return []Decision{}
 	}
-	placed := l.inPeriods(reqs, time.Time{})
-	out, stale := l.decideOnce(ctx, placed)
+	// Only a call with a calendar rule reads Redis's clock off the reply:
+	// the other decisions do no more work for it.
+	placed, calendar := l.inPeriods(reqs, time.Time{})
+	out, stale := l.decideOnce(ctx, placed, calendar)
 	if stale != 0 {
 		// A calendar rule's period was guessed wrong (a boundary fell
 		// between the guess and the script): nothing was counted in its
 		// slot; ask again in the periods of Redis's clock.
-		out, _ = l.decideOnce(ctx, l.inPeriods(reqs, serverTime(stale)))
+		again, _ := l.inPeriods(reqs, serverTime(stale))
+		out, _ = l.decideOnce(ctx, again, true)
 	}
 	return out
 }
 
 // decideOnce is Decide of reqs, whose calendar rules are placed in their
-// periods. stale is Redis's clock (µs since scoreEpoch) when a calendar
-// key named a period that did not hold it, 0 otherwise.
-func (l *Limiter) decideOnce(ctx context.Context, reqs []Request) (out []Decision, stale int64) {
+// periods; calendar says reqs has one. stale is Redis's clock (µs since
+// scoreEpoch) when a calendar key named a period that did not hold it, 0
+// otherwise.
+func (l *Limiter) decideOnce(ctx context.Context, reqs []Request, calendar bool) (out []Decision, stale int64) {
 	out = make([]Decision, len(reqs))
-	c := call{l: l, reqs: reqs, out: out, pass: true}
+	c := call{l: l, reqs: reqs, out: out, pass: true, calendar: calendar}
 	c.setDeadlines(ctx, time.Now())
 	// keys[i] is the key of reqs[i], "" when it is invalid. For a single
 	// request it lives in this frame; inside call it would not, since
@@ -130,6 +134,8 @@ type call struct {
 	// stale is Redis's clock (µs since scoreEpoch) in a reply whose
 	// calendar key named a period that did not hold it; 0: none did.
 	stale int64
+	// calendar: a request has a calendar rule (Rule.Calendar).
+	calendar bool
 }
 
 // setDeadlines sets the decision's two deadlines (see call.start), neither
@@ -361,7 +367,9 @@ func (c *call) collect(ctx context.Context) {
 // a decision that started at c.start.
 func (c *call) fillRedis(ctx context.Context, g *group) {
 	rep := &g.reply
-	c.l.sawRedisTime(rep.now, time.Now())
+	if c.calendar {
+		c.l.sawRedisTime(rep.now, time.Now())
+	}
 	for k, i := range g.idx {
 		r, v := &c.reqs[i], &rep.keys[k]
 		c.out[i] = Decision{

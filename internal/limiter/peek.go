@@ -92,7 +92,8 @@ func (l *Limiter) Peek(ctx context.Context, rule Rule, client string) (Window, e
 	r := Request{Rule: rule, Client: client}
 	if rule.Calendar != nil {
 		// The period that holds now, and its length as the window.
-		r = l.inPeriods([]Request{r}, time.Time{})[0]
+		placed, _ := l.inPeriods([]Request{r}, time.Time{})
+		r = placed[0]
 		rule = r.Rule
 	}
 	if err := validRule(&rule); err != nil {
