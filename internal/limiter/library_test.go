@@ -234,6 +234,7 @@ func TestFunctionsOverACLUser(t *testing.T) {
 	rdb := client(t, redisconn.Config{Addrs: []string{r.Addr}, Username: "shop", Password: "s3cret"})
 	l := newLimiter(t, rdb, Options{Functions: true})
 	ctx := context.Background()
+	month, _ := NewCalendar(Month, time.UTC)
 	for _, rule := range []Rule{
 		{ID: "shop/short", Limit: 2, Window: time.Minute},
 		{ID: "shop/counter", Limit: 2, Window: time.Minute, Algorithm: SlidingWindowCounter, Durable: false},
@@ -243,6 +244,9 @@ func TestFunctionsOverACLUser(t *testing.T) {
 		{ID: "shop/short", Limit: 2, Window: time.Hour, Variant: "3600000"},
 		{ID: "shop/counter", Limit: 2, Window: time.Hour, Algorithm: SlidingWindowCounter, Variant: "3600000"},
 		{ID: long, Limit: 2, Window: time.Hour, Variant: "3600000"},
+		// Quotas' keys (a period after the variant), too.
+		{ID: "shop/short", Limit: 2, Calendar: month, Variant: "month"},
+		{ID: long, Limit: 2, Calendar: month, Variant: "month"},
 	} {
 		for i := range 3 {
 			if d := one(l, rule, "c"); d.Source != SourceRedis || d.Allowed != (i < 2) {
