@@ -127,6 +127,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	}
 	if opts.DenyCacheMax > 0 {
 		l.view = newView(opts.DenyCacheMax)
+		l.view.hold = opts.DenyCacheHold
 	}
 	pipelineHook{}.install(rdb)
 	l.wg.Add(opts.MaxInflight + 1)

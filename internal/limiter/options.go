@@ -107,6 +107,11 @@ type Options struct {
 	// same headers (the deny cache); while Redis cannot answer, the
 	// fail-open fallback starts each remembered key from what Redis said.
 	DenyCacheMax int
+	// DenyCacheHold bounds how long the deny cache serves one denial
+	// without asking Redis again (default 10 s), however far its
+	// RetryAfter: budget returned early, by a reset of the client on
+	// another replica or an undo, reaches this process within it.
+	DenyCacheHold time.Duration
 }
 
 const (
@@ -124,6 +129,7 @@ const (
 	// sidecar's 128 MiB memory limit (docs/operations.md).
 	defaultFallbackLogBytes = 16 << 20
 	defaultDenyCache        = 10000
+	defaultDenyCacheHold    = 10 * time.Second
 	maxPrefixLen            = 64
 	maxWindow               = 365 * 24 * time.Hour
 	minWindow               = time.Millisecond
@@ -181,6 +187,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.DenyCacheMax == 0 {
 		o.DenyCacheMax = defaultDenyCache
+	}
+	if o.DenyCacheHold <= 0 {
+		o.DenyCacheHold = defaultDenyCacheHold
 	}
 	return o, nil
 }

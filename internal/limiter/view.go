@@ -24,9 +24,12 @@ import (
 // the same ones: a reload that changes the policy makes it miss.
 //
 // What it cannot see is budget returned early: an undo (a cross-slot
-// request denied elsewhere) or a key deleted by hand. The cache then denies
-// for at most the rest of that RetryAfter what Redis would admit; it never
-// admits what Redis would reject.
+// request denied elsewhere), a reset (Limiter.Reset, on another replica)
+// or a key deleted by hand. So a denial is served from the cache for at
+// most hold (Options.DenyCacheHold) after Redis gave it, even when its
+// RetryAfter is a month away (a quota): then the next request asks Redis
+// again. The cache denies what Redis would admit for at most hold; it
+// never admits what Redis would reject.
 //
 // Memory is bounded by max entries, and so is the work: a put that finds
 // the cache full looks at no more than roomScan entries, under attack too,
@@ -45,6 +48,7 @@ import (
 type view struct {
 	mu    sync.Mutex
 	max   int
+	hold  time.Duration  // how long a denial is served; 0: until its time
 	index map[string]int // key → its slot
 	slots []viewSlot     // the entries, in no order
 	hand  int            // the slot makeRoom looks at next
@@ -71,6 +75,7 @@ type viewEntry struct {
 	count      int64     // admits in the window after the decision
 	resetUntil time.Time // from then on the window holds none of them
 	denyUntil  time.Time // Redis denies until then (zero: it admitted)
+	holdUntil  time.Time // the cache serves the denial until then (≤ denyUntil)
 	limit      int64
 	window     time.Duration
 	algorithm  Algorithm
@@ -98,7 +103,7 @@ func (v *view) get(key string, r *Rule) (viewEntry, bool) {
 // denied returns the cached denial of key under rule at now, if any.
 func (v *view) denied(key string, r *Rule, now time.Time) (Decision, bool) {
 	e, ok := v.get(key, r)
-	if !ok || !now.Before(e.denyUntil) {
+	if !ok || !now.Before(e.holdUntil) {
 		return Decision{}, false
 	}
 	return Decision{
@@ -118,6 +123,10 @@ func (v *view) put(key string, r *Rule, start time.Time, d *Decision) {
 	}
 	if !d.Allowed && d.RetryAfter > 0 {
 		e.denyUntil = start.Add(d.RetryAfter)
+		e.holdUntil = e.denyUntil
+		if v.hold > 0 && d.RetryAfter > v.hold {
+			e.holdUntil = start.Add(v.hold)
+		}
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -129,6 +138,9 @@ func (v *view) put(key string, r *Rule, start time.Time, d *Decision) {
 			// window), and the newest decision knows the count best.
 			if old.denyUntil.After(e.denyUntil) {
 				e.denyUntil = old.denyUntil
+			}
+			if old.holdUntil.After(e.holdUntil) {
+				e.holdUntil = old.holdUntil
 			}
 			if old.learned.After(start) {
 				e.learned, e.count, e.resetUntil = old.learned, old.count, old.resetUntil
@@ -154,7 +166,7 @@ func (v *view) makeRoom(now time.Time, denial bool) bool {
 		}
 		e := &v.slots[v.hand].viewEntry
 		v.visits++
-		if now.Before(e.denyUntil) { // a live denial: kept
+		if now.Before(e.holdUntil) { // a live denial: kept
 			v.hand++
 			continue
 		}
@@ -174,6 +186,15 @@ func (v *view) makeRoom(now time.Time, denial bool) bool {
 	// The last slot moved into admit's, behind the hand: look at it next.
 	v.hand = admit
 	return true
+}
+
+// forget drops what the view holds of key (Limiter.Reset).
+func (v *view) forget(key string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if i, ok := v.index[key]; ok {
+		v.remove(i)
+	}
 }
 
 // remove deletes slot i, moving the last slot into its place; the caller

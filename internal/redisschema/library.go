@@ -41,7 +41,7 @@ const LibraryName = "slidegate"
 
 // LibraryRevision numbers the library's source; any change to the source
 // raises it (TestLibraryRevision holds the source's hash for it).
-const LibraryRevision = 6
+const LibraryRevision = 7
 
 // A Function is one function of the slidegate library. Its Lua is also
 // the EVAL script of the same name (Script), for the sidecars that call
@@ -73,10 +73,11 @@ var (
 	Cancel      = Function{Name: "slidegate_cancel_v1", Body: cancelScript}
 	Announce    = Function{Name: "slidegate_announce_v1", Body: announceScript}
 	Peek        = Function{Name: "slidegate_peek_v1", Body: peekBody, NoWrites: true}
+	Reset       = Function{Name: "slidegate_reset_v1", Body: resetScript}
 )
 
 // libraryFunctions are the functions of the library, in order.
-var libraryFunctions = []Function{Decide, DecideBatch, Undo, Cancel, Announce, Peek}
+var libraryFunctions = []Function{Decide, DecideBatch, Undo, Cancel, Announce, Peek, Reset}
 
 // librarySource is the library's code, as FUNCTION LOAD takes it.
 var librarySource = buildLibrary()
