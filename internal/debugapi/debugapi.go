@@ -16,6 +16,9 @@ import (
 const (
 	WhyPath = "/debug/why"
 	TopPath = "/debug/top"
+	// ResetPath takes a POST, with /debug/why's parameters and a policy:
+	// it empties that client's counters under the policy (ResetResponse).
+	ResetPath = "/debug/reset"
 )
 
 // WhyValueHeader carries the client value of a /debug/why request.
@@ -111,6 +114,20 @@ type WhyWindow struct {
 	RetryAt           time.Time `json:"retryAt"`
 	ResetAfterSeconds float64   `json:"resetAfterSeconds"`
 	ServerTime        time.Time `json:"serverTime"`
+}
+
+// ResetResponse is the answer of POST /debug/reset: what was emptied.
+type ResetResponse struct {
+	Namespace string `json:"namespace"`
+	Policy    string `json:"policy"`
+	// ClientKey is the keyed hash of the client key, as /debug/why and
+	// /debug/top name the client.
+	ClientKey string `json:"clientKey"`
+	// RedisKeys are the keys emptied: the policy's window, its additional
+	// windows and its quotas' current periods; NonEmpty how many of them
+	// held anything.
+	RedisKeys []string `json:"redisKeys"`
+	NonEmpty  int64    `json:"nonEmpty"`
 }
 
 // TopResponse is the answer of GET /debug/top.

@@ -145,14 +145,16 @@ func (s *Sidecar) AdminHandler() http.Handler {
 	return mux
 }
 
-// DebugHandler serves /debug/why (see why.go) and /debug/top (top.go), on
-// the loopback-only debug listener: a guessed API key or user id must not
-// tell anyone on the pod network whether it is active, nor /debug/top who
-// is limited most. kubectl slidegate reaches it through pods/portforward.
+// DebugHandler serves /debug/why (see why.go), /debug/top (top.go) and
+// /debug/reset (reset.go), on the loopback-only debug listener: a guessed
+// API key or user id must not tell anyone on the pod network whether it
+// is active, nor /debug/top who is limited most, and no one there may
+// reset a client. kubectl slidegate reaches it through pods/portforward.
 func (s *Sidecar) DebugHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+debugapi.WhyPath, s.serveWhy)
 	mux.HandleFunc("GET "+debugapi.TopPath, s.serveTop)
+	mux.HandleFunc("POST "+debugapi.ResetPath, s.serveReset)
 	return mux
 }
 
