@@ -25,6 +25,7 @@ Usage:
   kubectl slidegate status [-n NAMESPACE | -A] [POLICY] [-o json|yaml]
   kubectl slidegate why -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json|yaml]
   kubectl slidegate quota -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [-o json|yaml]
+  kubectl slidegate reset -n NAMESPACE POLICY (--header VALUE | --query VALUE | --claim VALUE | --ip IP | --global) [--reason TEXT]
   kubectl slidegate top -n NAMESPACE POLICY [--limit N] [-o json|yaml]
   kubectl slidegate convert -f CONFIG.yaml [-f ...] [-n NAMESPACE]
   kubectl slidegate completion
@@ -53,6 +54,16 @@ A value of - is read from stdin, so that it stays out of the shell history.
 quota shows the client's quotas under POLICY (spec.quotas), read the same
 way: per day or month, the requests counted in the current period, the
 limit, what remains, the period in its time zone and when it resets.
+
+reset empties the client's counters under POLICY: its window, its other
+windows and its quotas' current periods, so that its next request is
+counted as a new client's. A sidecar of the policy's pods does it in Redis;
+the plugin records it as an Event on the policy (reason ClientReset) that
+names you, the client's hashed key and --reason. It needs create on events
+besides the permissions below (the ClusterRole slidegate-resetter), and
+checks it before anything is reset. Other pods' sidecars may keep refusing
+the client for up to 10 seconds, the time they serve a refusal they
+remember without asking Redis.
 
 top lists the clients (hashed keys) that POLICY answered 429 most often in
 the last 5 to 10 minutes, merged over every ready sidecar of its pods; each
@@ -101,7 +112,9 @@ type cmdArgs struct {
 	// allNamespaces is status's -A.
 	allNamespaces bool
 	// files are convert's -f.
-	files      []string
+	files []string
+	// reason is reset's --reason.
+	reason     string
 	overrides  clientcmd.ConfigOverrides
 	kubeconfig string
 }
@@ -132,12 +145,15 @@ func (e Env) flags(cmd string, a *cmdArgs) *pflag.FlagSet {
 		fs.IntVar(&a.limit, "limit", 10, "how many clients to list")
 	default:
 		for i, v := range valueFlags {
-			fs.StringVar(&a.values[i], v.flag, "", "why, quota: "+v.help)
+			fs.StringVar(&a.values[i], v.flag, "", "why, quota, reset: "+v.help)
 		}
-		fs.BoolVar(&a.global, "global", false, "why, quota: the policy's one global key")
-		fs.StringVar(&a.o.Pod, "pod", "", "why, quota: ask this pod's sidecar (default: the first ready pod the policy selects)")
-		fs.StringVar(&a.o.Method, "method", "", "why, quota: the request's method (default: the policy's first, or GET)")
-		fs.StringVar(&a.o.Path, "path", "", "why, quota: the request's path (default: the policy's first path prefix, or /)")
+		fs.BoolVar(&a.global, "global", false, "why, quota, reset: the policy's one global key")
+		fs.StringVar(&a.o.Pod, "pod", "", "why, quota, reset: ask this pod's sidecar (default: the first ready pod the policy selects)")
+		fs.StringVar(&a.o.Method, "method", "", "why, quota, reset: the request's method (default: the policy's first, or GET)")
+		fs.StringVar(&a.o.Path, "path", "", "why, quota, reset: the request's path (default: the policy's first path prefix, or /)")
+		if cmd == "reset" {
+			fs.StringVar(&a.reason, "reason", "", "reset: why, for the Event that records the reset")
+		}
 	}
 	fs.StringVar(&a.kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "path to the kubeconfig file")
 	clientcmd.BindOverrideFlags(&a.overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
@@ -169,9 +185,9 @@ func (e Env) run(ctx context.Context, args []string) error {
 		e.printUsage(e.Stdout, e.flags("why", &a))
 		return nil
 	}
-	if len(args) == 0 || !slices.Contains([]string{"status", "why", "quota", "top", "convert"}, args[0]) {
+	if len(args) == 0 || !slices.Contains(commands, args[0]) {
 		e.printUsage(e.Stderr, e.flags("why", &a))
-		return fmt.Errorf("%w: the commands are status, why, quota, top, convert, completion and version", ErrUsage)
+		return fmt.Errorf("%w: the commands are status, why, quota, reset, top, convert, completion and version", ErrUsage)
 	}
 	cmd := args[0]
 	fs := e.flags(cmd, &a)
@@ -198,8 +214,11 @@ func (e Env) run(ctx context.Context, args []string) error {
 	if cmd == "top" {
 		return e.top(ctx, a, fs.Arg(0))
 	}
-	return e.why(ctx, a, fs, fs.Arg(0), cmd == "quota")
+	return e.why(ctx, a, fs, fs.Arg(0), cmd)
 }
+
+// commands are the commands that take flags.
+var commands = []string{"status", "why", "quota", "reset", "top", "convert"}
 
 // top runs `kubectl slidegate top POLICY`.
 func (e Env) top(ctx context.Context, a cmdArgs, policy string) error {
@@ -217,10 +236,10 @@ func (e Env) top(ctx context.Context, a cmdArgs, policy string) error {
 	return PrintTop(e.Stdout, res, a.output)
 }
 
-// why runs `kubectl slidegate why POLICY` with the one key flag fs has set,
-// or with quota `kubectl slidegate quota POLICY`, which asks the same and
-// prints the quotas.
-func (e Env) why(ctx context.Context, a cmdArgs, fs *pflag.FlagSet, policy string, quota bool) error {
+// why runs `kubectl slidegate why POLICY` with the one key flag fs has set;
+// cmd "quota" asks the same and prints the quotas, "reset" empties the
+// client's counters.
+func (e Env) why(ctx context.Context, a cmdArgs, fs *pflag.FlagSet, policy, cmd string) error {
 	o := a.o
 	o.Policy = policy
 	n := 0
@@ -251,11 +270,20 @@ func (e Env) why(ctx context.Context, a cmdArgs, fs *pflag.FlagSet, policy strin
 		return err
 	}
 	o.Namespace = ns
+	if cmd == "reset" {
+		res, err := c.Reset(ctx, o, a.reason)
+		if res != nil {
+			if perr := PrintReset(e.Stdout, res, a.output); perr != nil && err == nil {
+				err = perr
+			}
+		}
+		return err
+	}
 	res, err := c.Why(ctx, o)
 	if err != nil {
 		return err
 	}
-	if quota {
+	if cmd == "quota" {
 		q, err := Quotas(res)
 		if err != nil {
 			return err
@@ -405,8 +433,8 @@ func (e Env) complete(ctx context.Context, args []string) error {
 	var cands []string
 	switch {
 	case len(args) == 0:
-		cands = []string{"status", "why", "quota", "top", "convert", "completion", "version", "help"}
-	case slices.Contains([]string{"status", "why", "quota", "top", "convert"}, args[0]):
+		cands = []string{"status", "why", "quota", "reset", "top", "convert", "completion", "version", "help"}
+	case slices.Contains(commands, args[0]):
 		cmd := args[0]
 		var a cmdArgs
 		fs := e.flags(cmd, &a)

@@ -82,12 +82,24 @@ func refused(err error, verb, resource, ns string) error {
 // nor the subresource.
 type RefusedError struct {
 	Verb, Resource, Namespace string
-	Err                       error
+	// Role is the ClusterRole that grants it (DebuggerRole when empty).
+	Role string
+	// Note, when set, ends the message.
+	Note string
+	Err  error
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("not allowed (403 Forbidden): you lack %q on %q in namespace %q, which `kubectl slidegate` needs; "+
-		"ask for a RoleBinding in %[3]q to the ClusterRole %s", e.Verb, e.Resource, e.Namespace, DebuggerRole)
+	role := e.Role
+	if role == "" {
+		role = DebuggerRole
+	}
+	msg := fmt.Sprintf("not allowed (403 Forbidden): you lack %q on %q in namespace %q, which `kubectl slidegate` needs; "+
+		"ask for a RoleBinding in %[3]q to the ClusterRole %s", e.Verb, e.Resource, e.Namespace, role)
+	if e.Note != "" {
+		msg += " (" + e.Note + ")"
+	}
+	return msg
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
@@ -173,6 +185,15 @@ func debugPort(pod *corev1.Pod) (int32, bool) {
 // request headers. A sidecar's own refusal (a 4xx/5xx with a text body,
 // e.g. "policy ... does not apply to this pod") is the error.
 func (c *Client) Get(ctx context.Context, t Target, path string, query map[string]string, header http.Header) ([]byte, error) {
+	return c.call(ctx, t, http.MethodGet, path, query, header)
+}
+
+// Post is Get with POST: a request that changes something (/debug/reset).
+func (c *Client) Post(ctx context.Context, t Target, path string, query map[string]string, header http.Header) ([]byte, error) {
+	return c.call(ctx, t, http.MethodPost, path, query, header)
+}
+
+func (c *Client) call(ctx context.Context, t Target, method, path string, query map[string]string, header http.Header) ([]byte, error) {
 	if t.Port == 0 {
 		return nil, fmt.Errorf("pod %s: its sidecar was injected before /debug moved to a port of its own on the pod's loopback "+
 			"(container port %s); re-create the pod (kubectl rollout restart) to reach it", t.Pod, v1alpha1.SidecarDebugPortName)
@@ -181,7 +202,7 @@ func (c *Client) Get(ctx context.Context, t Target, path string, query map[strin
 	for k, v := range query {
 		q.Set(k, v)
 	}
-	code, body, err := c.forwardGet(ctx, t, "/"+strings.TrimPrefix(path, "/")+"?"+q.Encode(), header)
+	code, body, err := c.forward(ctx, t, method, "/"+strings.TrimPrefix(path, "/")+"?"+q.Encode(), header)
 	switch {
 	case err != nil:
 		if forbidden(err) {
@@ -213,19 +234,41 @@ type WhyResult struct {
 
 // Why asks a sidecar of the policy's pods about a client's window.
 func (c *Client) Why(ctx context.Context, o WhyOptions) (*WhyResult, error) {
-	p, err := c.Policy(ctx, o.Namespace, o.Policy)
+	_, t, q, h, err := c.ask(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	targets, err := c.Targets(ctx, p)
+	body, err := c.Get(ctx, t, debugapi.WhyPath, q, h)
 	if err != nil {
 		return nil, err
+	}
+	res := &WhyResult{Pod: t.Pod}
+	if err := json.Unmarshal(body, &res.WhyResponse); err != nil {
+		return nil, fmt.Errorf("pod %s: unexpected answer: %w", t.Pod, err)
+	}
+	if len(res.Policies) == 0 || !res.Policies[0].Target {
+		return nil, fmt.Errorf("pod %s: the answer does not cover policy %s", t.Pod, o.Policy)
+	}
+	return res, nil
+}
+
+// ask is what a question o about a client goes with: the policy, the
+// sidecar to ask (the first ready one, or o.Pod's), and the /debug query
+// and headers that carry the identity.
+func (c *Client) ask(ctx context.Context, o WhyOptions) (*v1alpha1.RateLimitPolicy, Target, map[string]string, http.Header, error) {
+	p, err := c.Policy(ctx, o.Namespace, o.Policy)
+	if err != nil {
+		return nil, Target{}, nil, nil, err
+	}
+	targets, err := c.Targets(ctx, p)
+	if err != nil {
+		return nil, Target{}, nil, nil, err
 	}
 	if o.Pod != "" {
 		targets = slices.DeleteFunc(targets, func(t Target) bool { return t.Pod != o.Pod })
 	}
 	if len(targets) == 0 {
-		return nil, fmt.Errorf("no ready pod with the slidegate sidecar is selected by policy %s/%s%s", p.Namespace, p.Name, podSuffix(o.Pod))
+		return nil, Target{}, nil, nil, fmt.Errorf("no ready pod with the slidegate sidecar is selected by policy %s/%s%s", p.Namespace, p.Name, podSuffix(o.Pod))
 	}
 	q := map[string]string{"policy": o.Policy, "source": o.Source}
 	if o.Method != "" {
@@ -238,18 +281,7 @@ func (c *Client) Why(ctx context.Context, o WhyOptions) (*WhyResult, error) {
 	if o.Value != "" {
 		h.Set(debugapi.WhyValueHeader, o.Value)
 	}
-	body, err := c.Get(ctx, targets[0], debugapi.WhyPath, q, h)
-	if err != nil {
-		return nil, err
-	}
-	res := &WhyResult{Pod: targets[0].Pod}
-	if err := json.Unmarshal(body, &res.WhyResponse); err != nil {
-		return nil, fmt.Errorf("pod %s: unexpected answer: %w", targets[0].Pod, err)
-	}
-	if len(res.Policies) == 0 || !res.Policies[0].Target {
-		return nil, fmt.Errorf("pod %s: the answer does not cover policy %s", targets[0].Pod, o.Policy)
-	}
-	return res, nil
+	return p, targets[0], q, h, nil
 }
 
 func podSuffix(pod string) string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -91,8 +92,8 @@ func runMain(m *testing.M) int {
 // kubelet is the port-forward endpoint of the envtest node (kubelet_test.go).
 var kubelet *testKubelet
 
-// installDebuggerRole creates the ClusterRole slidegate-debugger exactly as
-// config/default renders it.
+// installDebuggerRole creates the ClusterRoles slidegate-debugger and
+// slidegate-resetter exactly as config/default renders them.
 func installDebuggerRole(ctx context.Context) error {
 	root, err := testsupport.RepoRoot()
 	if err != nil {
@@ -102,14 +103,21 @@ func installDebuggerRole(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubectl kustomize config/default: %w", err)
 	}
+	want := map[string]bool{DebuggerRole: true, ResetterRole: true}
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
 		var role rbacv1.ClusterRole
-		if err := yaml.Unmarshal(doc, &role); err != nil || role.Kind != "ClusterRole" || role.Name != DebuggerRole {
+		if err := yaml.Unmarshal(doc, &role); err != nil || role.Kind != "ClusterRole" || !want[role.Name] {
 			continue
 		}
-		return admin.Create(ctx, &role)
+		if err := admin.Create(ctx, &role); err != nil {
+			return err
+		}
+		delete(want, role.Name)
 	}
-	return fmt.Errorf("config/default renders no ClusterRole %s", DebuggerRole)
+	if len(want) > 0 {
+		return fmt.Errorf("config/default renders no ClusterRole %v", slices.Sorted(maps.Keys(want)))
+	}
+	return nil
 }
 
 // podIP is the IP the test's pods report and their sidecars' admin ports
@@ -638,8 +646,10 @@ func TestUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "the commands are status, why, quota, top, convert, completion and version"},
+		{nil, "the commands are status, why, quota, reset, top, convert, completion and version"},
 		{[]string{"quota", "p"}, "exactly one of --header"},
+		{[]string{"reset", "p"}, "exactly one of --header"},
+		{[]string{"why", "p", "--global", "--reason", "x"}, "unknown flag: --reason"},
 		{[]string{"top", "p", "--limit", "0"}, "--limit must be at least 1"},
 		{[]string{"why", "p"}, "exactly one of --header"},
 		{[]string{"why", "p", "--header", "a", "--ip", "1.2.3.4"}, "exactly one of --header"},

@@ -27,9 +27,9 @@ import (
 // few kilobytes).
 const maxAnswerBytes = 4 << 20
 
-// forwardGet sends GET target (path and query) to the target's debug
+// forward sends method target (path and query) to the target's debug
 // port through a port-forward and returns the status and body.
-func (c *Client) forwardGet(ctx context.Context, t Target, target string, header http.Header) (int, []byte, error) {
+func (c *Client) forward(ctx context.Context, t Target, method, target string, header http.Header) (int, []byte, error) {
 	conn, err := c.dialPortForward(t)
 	if err != nil {
 		return 0, nil, err
@@ -62,7 +62,7 @@ func (c *Client) forwardGet(ctx context.Context, t Target, target string, header
 	}
 	defer func() { _ = data.Reset() }()
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost"+target, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "http://localhost"+target, nil)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -144,7 +144,7 @@ func TestCompletion(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{""}, "status why quota top convert completion version help :4"},
+		{[]string{""}, "status why quota reset top convert completion version help :4"},
 		{[]string{"t"}, "top :4"},
 		{[]string{"why", "-n", "complete-a", "--kubeconfig", kc, "per-"}, "per-ip per-user :4"},
 		{[]string{"top", "--namespace=complete-a", "--kubeconfig", kc, ""}, "global per-ip per-user :4"},

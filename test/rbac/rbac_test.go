@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -770,6 +771,8 @@ func debuggerAccess(t *testing.T, subjectGroup string) map[string]bool {
 		{"get", "pods", "", "app"}, {"list", "pods", "", "app"},
 		{"create", "pods", "portforward", "app"}, {"get", "pods", "portforward", "app"},
 		{"get", "ratelimitpolicies", "", "app"},
+		// What reset needs besides: the Event that records it.
+		{"create", "events", "", "app"},
 		// What it must not have.
 		{"get", "pods", "proxy", "app"}, {"create", "pods", "proxy", "app"},
 		{"create", "pods", "exec", "app"}, {"get", "pods", "exec", "app"},
@@ -777,6 +780,7 @@ func debuggerAccess(t *testing.T, subjectGroup string) map[string]bool {
 		{"delete", "pods", "", "app"}, {"update", "pods", "", "app"}, {"create", "pods", "eviction", "app"},
 		{"get", "secrets", "", "app"}, {"list", "secrets", "", "app"}, {"get", "services", "proxy", "app"},
 		{"get", "nodes", "proxy", ""}, {"update", "ratelimitpolicies", "", "app"},
+		{"delete", "events", "", "app"}, {"update", "events", "", "app"},
 		// Nor anything in another namespace.
 		{"create", "pods", "portforward", "kube-system"}, {"list", "pods", "", "kube-system"},
 	} {
@@ -813,6 +817,17 @@ var debuggerNeeds = map[string]bool{
 	"get ratelimitpolicies in app": true,
 }
 
+// resetterRole is the ClusterRole config/rbac/resetter_role.yaml installs.
+const resetterRole = "slidegate-resetter"
+
+// resetterNeeds are what kubectl slidegate reset needs: the debugger's,
+// and create on events for its record; it must have no other.
+var resetterNeeds = func() map[string]bool {
+	m := maps.Clone(debuggerNeeds)
+	m["create events in app"] = true
+	return m
+}()
+
 // bindInApp binds subjectGroup to the ClusterRole role in namespace "app"
 // (made if missing), as the docs tell a team to.
 func bindInApp(t *testing.T, subjectGroup, role string) {
@@ -840,6 +855,27 @@ func TestDebuggerRoleLeastPrivilege(t *testing.T) {
 		var wrong []string
 		for access, ok := range debuggerAccess(t, "app-oncall") {
 			if ok != debuggerNeeds[access] {
+				wrong = append(wrong, fmt.Sprintf("%s: allowed=%v", access, ok))
+			}
+		}
+		if len(wrong) > 0 {
+			slices.Sort(wrong)
+			return errors.New(strings.Join(wrong, "; "))
+		}
+		return nil
+	})
+}
+
+// TestResetterRoleLeastPrivilege: slidegate-resetter, bound in one
+// namespace, gives the debugger's accesses and create on events there (a
+// reset is recorded as an Event), and nothing else: it may not delete or
+// rewrite an Event, the record of a reset.
+func TestResetterRoleLeastPrivilege(t *testing.T) {
+	bindInApp(t, "app-admins", resetterRole)
+	eventually(t, "the resetter role gives exactly what the plugin needs", func() error {
+		var wrong []string
+		for access, ok := range debuggerAccess(t, "app-admins") {
+			if ok != resetterNeeds[access] {
 				wrong = append(wrong, fmt.Sprintf("%s: allowed=%v", access, ok))
 			}
 		}
