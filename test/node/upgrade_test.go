@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/inject"
@@ -395,10 +396,62 @@ func (u *upgrade) upgrade(ctx context.Context, t *testing.T) {
 	t.Logf("upgrade: %.1fs from the apply", time.Since(applied).Seconds())
 }
 
+// addedSincePrevious are the cluster-scoped objects of this checkout's
+// install that the previous release's has not. Its apply leaves them (kubectl
+// apply removes nothing) and its uninstall does not know them, so the
+// Rollback of docs/operations.md deletes them, as rollback does;
+// checkAddedSincePrevious holds the list to the two installs.
+var addedSincePrevious = []string{
+	"clusterrole/slidegate-resetter",
+	"validatingadmissionpolicy/slidegate-selected-labels",
+	"validatingadmissionpolicy/slidegate-sidecar-image",
+	"validatingadmissionpolicybinding/slidegate-selected-labels",
+	"validatingadmissionpolicybinding/slidegate-sidecar-image",
+}
+
+// checkAddedSincePrevious fails t unless addedSincePrevious is what this
+// checkout's config/default renders, of the kinds that outlive a namespace,
+// and the previous release's install does not.
+func (u *upgrade) checkAddedSincePrevious(ctx context.Context, t *testing.T) {
+	t.Helper()
+	objects := func(dir string) map[string]bool {
+		out, err := exec.CommandContext(ctx, "kubectl", "kustomize", dir).Output()
+		if err != nil {
+			t.Fatalf("kubectl kustomize %s: %v", dir, err)
+		}
+		set := map[string]bool{}
+		for _, doc := range strings.Split(string(out), "\n---\n") {
+			var o metav1.PartialObjectMetadata
+			if err := sigsyaml.Unmarshal([]byte(doc), &o); err != nil {
+				t.Fatalf("%s: %v", dir, err)
+			}
+			switch o.Kind {
+			case "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingAdmissionPolicy",
+				"ValidatingAdmissionPolicyBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
+				set[strings.ToLower(o.Kind)+"/"+o.Name] = true
+			}
+		}
+		return set
+	}
+	prev := objects(u.prevOverlay(t, prevInstall()))
+	var added []string
+	for o := range objects(filepath.Join(u.n.root, "config", "default")) {
+		if !prev[o] {
+			added = append(added, o)
+		}
+	}
+	slices.Sort(added)
+	if !slices.Equal(added, addedSincePrevious) {
+		t.Fatalf("the install adds %q to %s's, addedSincePrevious (and docs/operations.md's Rollback) say %q", added, previousRelease, addedSincePrevious)
+	}
+}
+
 // rollback applies the previous release's install again over the upgraded
 // one: its controller renders ".../v1", which the new sidecars read, and the
-// app's rollout brings back the previous release's sidecars.
+// app's rollout brings back the previous release's sidecars. Then it
+// deletes what this release added (addedSincePrevious), as the docs say.
 func (u *upgrade) rollback(ctx context.Context, t *testing.T) {
+	u.checkAddedSincePrevious(ctx, t)
 	pods := demoPods(ctx, t)
 	before := map[string]int{}
 	for _, p := range pods {
@@ -450,6 +503,7 @@ func (u *upgrade) rollback(ctx context.Context, t *testing.T) {
 
 	u.mon.report(t)
 	u.tr.report(t, []phase{{"upgrade", u.started, u.rolledBack}, {"rollback", u.rolledBack, time.Now()}})
+	mustKubectl(ctx, t, append([]string{"delete", "--ignore-not-found"}, addedSincePrevious...)...)
 }
 
 // uninstall removes the demo and the install as the previous release's user
@@ -460,7 +514,7 @@ func (u *upgrade) uninstall(ctx context.Context, t *testing.T) {
 	for _, q := range [][]string{
 		{"get", "crd", "ratelimitpolicies.ratelimit.slidegate.dev", "--ignore-not-found", "-o", "name"},
 		{"get", "namespace", system, demo, "--ignore-not-found", "-o", "name"},
-		{"get", "mutatingwebhookconfigurations,clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/part-of=slidegate", "-o", "name"},
+		{"get", "mutatingwebhookconfigurations,validatingadmissionpolicies,validatingadmissionpolicybindings,clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/part-of=slidegate", "-o", "name"},
 	} {
 		eventually(t, 2*time.Minute, time.Second, "nothing left: kubectl "+strings.Join(q, " "), func() error {
 			out, err := kubectl(ctx, "", q...)
