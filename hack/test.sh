@@ -209,9 +209,14 @@ phase "race build" $NICE env CGO_ENABLED=1 go list -export -test -race -deps $RA
 
 # --- tests, beside the node ----------------------------------------------------
 # go test's own vet pass is off: the vet phase ran every analyzer already.
+# The test binaries are linked without DWARF and symbol table (-s -w): about
+# 45 race binaries, whose links took 224 s of CPU, take about 30% less (a
+# package's link measured 10.9 s of CPU with them, 7.3 s without); stack
+# traces and race reports keep their files and lines (pclntab stays), only a
+# debugger would miss them.
 run_packages() {
 	# shellcheck disable=SC2086 # a list of packages
-	KUBEBUILDER_ASSETS=$ASSETS CGO_ENABLED=1 go test -race -vet=off -count=1 $RACE_PACKAGES 2>&1 | hack/test-summary.sh
+	KUBEBUILDER_ASSETS=$ASSETS CGO_ENABLED=1 go test -race -vet=off -ldflags='-s -w' -count=1 $RACE_PACKAGES 2>&1 | hack/test-summary.sh
 }
 phase "packages (race, envtest)" run_packages
 

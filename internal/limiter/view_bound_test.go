@@ -280,9 +280,15 @@ func TestViewWorkIsBounded(t *testing.T) {
 		{"scanView", func(size int) counting { return (*countingScanView)(newScanView(size)) }, true},
 	}
 	const puts = 200
-	for _, size := range []int{1000, defaultDenyCache, 100000} {
+	sizes := []int{1000, defaultDenyCache, 100000}
+	for _, size := range sizes {
 		a := newAttack(size)
 		for _, c := range caches {
+			if c.naive && size != sizes[0] {
+				// Breaking the bound once is the naive pair's proof; its full
+				// scans of the larger caches cost 18 s of CPU under -race.
+				continue
+			}
 			t.Run(fmt.Sprintf("size=%d/%s", size, c.name), func(t *testing.T) {
 				v := c.make(size)
 				a.fill(v)
