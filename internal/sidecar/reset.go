@@ -33,34 +33,9 @@ type resetter interface {
 // serveReset answers POST /debug/reset, sharing /debug/why's bound on
 // requests served at once.
 func (s *Sidecar) serveReset(w http.ResponseWriter, r *http.Request) {
-	select {
-	case s.whySlots <- struct{}{}:
-		defer func() { <-s.whySlots }()
-	default:
-		http.Error(w, "too many /debug requests at once", http.StatusTooManyRequests)
-		return
-	}
-	st := s.state.Load()
-	if st == nil {
-		http.Error(w, noConfig, http.StatusServiceUnavailable)
-		return
-	}
-	rs, ok := s.lim.(resetter)
-	if !ok {
-		http.Error(w, "this sidecar's limiter cannot reset a client", http.StatusNotImplemented)
-		return
-	}
-	q, err := parseWhy(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	resp, code, err := s.reset(r.Context(), st, rs, q)
-	if err != nil {
-		http.Error(w, err.Error(), code)
-		return
-	}
-	writeJSON(w, resp)
+	serveClientQuery(s, w, r, "reset a client", func(ctx context.Context, st *state, rs resetter, q whyQuery) (any, int, error) {
+		return s.reset(ctx, st, rs, q)
+	})
 }
 
 // reset empties the counters of q's client under q's policy. The int is

@@ -148,11 +148,21 @@ func (q *whyQuery) identifies(p *policy) bool {
 
 // serveWhy answers GET /debug/why, at most whyMaxConcurrent at once.
 func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
+	serveClientQuery(s, w, r, "read windows", func(ctx context.Context, st *state, pk peeker, q whyQuery) (any, int, error) {
+		return s.why(ctx, st, pk, q)
+	})
+}
+
+// serveClientQuery serves a /debug request about one client (why, reset)
+// with answer: at most whyMaxConcurrent such requests at once, each with
+// the state in force, the limiter as an L (what it cannot do, says can't)
+// and the parsed client identity.
+func serveClientQuery[L any](s *Sidecar, w http.ResponseWriter, r *http.Request, cant string, answer func(context.Context, *state, L, whyQuery) (any, int, error)) {
 	select {
 	case s.whySlots <- struct{}{}:
 		defer func() { <-s.whySlots }()
 	default:
-		http.Error(w, "too many /debug/why requests at once", http.StatusTooManyRequests)
+		http.Error(w, "too many /debug requests at once", http.StatusTooManyRequests)
 		return
 	}
 	st := s.state.Load()
@@ -160,9 +170,9 @@ func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, noConfig, http.StatusServiceUnavailable)
 		return
 	}
-	pk, ok := s.lim.(peeker)
+	lim, ok := s.lim.(L)
 	if !ok {
-		http.Error(w, "this sidecar's limiter cannot read windows", http.StatusNotImplemented)
+		http.Error(w, "this sidecar's limiter cannot "+cant, http.StatusNotImplemented)
 		return
 	}
 	q, err := parseWhy(r)
@@ -170,7 +180,7 @@ func (s *Sidecar) serveWhy(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp, code, err := s.why(r.Context(), st, pk, q)
+	resp, code, err := answer(r.Context(), st, lim, q)
 	if err != nil {
 		http.Error(w, err.Error(), code)
 		return

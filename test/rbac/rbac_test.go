@@ -851,10 +851,17 @@ func bindInApp(t *testing.T, subjectGroup, role string) {
 // reaches the authorizer's cache a moment later).
 func TestDebuggerRoleLeastPrivilege(t *testing.T) {
 	bindInApp(t, "app-oncall", debuggerRole)
-	eventually(t, "the debugger role gives exactly what the plugin needs", func() error {
+	exactAccess(t, "the debugger role", "app-oncall", debuggerNeeds)
+}
+
+// exactAccess waits until subjectGroup has exactly the accesses of
+// debuggerAccess that needs allows, and fails t if it never does.
+func exactAccess(t *testing.T, role, subjectGroup string, needs map[string]bool) {
+	t.Helper()
+	eventually(t, role+" gives exactly what the plugin needs", func() error {
 		var wrong []string
-		for access, ok := range debuggerAccess(t, "app-oncall") {
-			if ok != debuggerNeeds[access] {
+		for access, ok := range debuggerAccess(t, subjectGroup) {
+			if ok != needs[access] {
 				wrong = append(wrong, fmt.Sprintf("%s: allowed=%v", access, ok))
 			}
 		}
@@ -872,19 +879,7 @@ func TestDebuggerRoleLeastPrivilege(t *testing.T) {
 // rewrite an Event, the record of a reset.
 func TestResetterRoleLeastPrivilege(t *testing.T) {
 	bindInApp(t, "app-admins", resetterRole)
-	eventually(t, "the resetter role gives exactly what the plugin needs", func() error {
-		var wrong []string
-		for access, ok := range debuggerAccess(t, "app-admins") {
-			if ok != resetterNeeds[access] {
-				wrong = append(wrong, fmt.Sprintf("%s: allowed=%v", access, ok))
-			}
-		}
-		if len(wrong) > 0 {
-			slices.Sort(wrong)
-			return errors.New(strings.Join(wrong, "; "))
-		}
-		return nil
-	})
+	exactAccess(t, "the resetter role", "app-admins", resetterNeeds)
 }
 
 // TestBeforeIssue22DebuggerReachedThePodNetwork is the paired case: the
