@@ -436,7 +436,6 @@ type RateLimitServiceTarget struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || !has(self.cost) || !(has(self.cost.request) && has(self.cost.response))",message="with rateLimitService set cost.request or cost.response, not both: Envoy's apply_on_stream_done call looks like any other request, so every hits_addend above 0 of a policy with cost.response is charged as a response cost; give the request cost a policy of its own with another descriptor (e.g. a generic_key entry)"
 // +kubebuilder:validation:XValidation:rule="!has(self.additionalLimits) || !has(self.cost)",message="additionalLimits cannot be used with cost: a policy limits either the number of requests in several windows or their cost in one"
 // +kubebuilder:validation:XValidation:rule="!has(self.additionalLimits) || !self.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || self.additionalLimits.all(l, !l.window.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?([0-9]{1,8}ms)?$') || duration(l.window) != duration(self.window))",message="each window of additionalLimits must differ from window"
-// +kubebuilder:validation:XValidation:rule="!has(self.quotas) || has(self.targetSelector)",message="quotas apply only with targetSelector for now: the rate limit service does not enforce them yet"
 // +kubebuilder:validation:XValidation:rule="!has(self.quotas) || !has(self.cost)",message="quotas cannot be used with cost: a quota counts requests"
 type RateLimitPolicySpec struct {
 	// targetSelector selects the pods of this namespace that enforce the
@@ -510,11 +509,12 @@ type RateLimitPolicySpec struct {
 	// request refused by a quota waits (Retry-After) until the period ends.
 	// The count is exact for every period at any limit: one counter per
 	// client and period in Redis, about 100 bytes, not a log, and the
-	// period is the one Redis's clock is in. One quota per period; only
-	// with targetSelector, not with cost. Sidecars of a release before
-	// quotas do not enforce a policy with them
-	// (slidegate_sidecar_config_policies_skipped) rather than enforce it
-	// without its quotas.
+	// period is the one Redis's clock is in. One quota per period; not
+	// with cost. Sidecars and rate limit service servers of a release
+	// before quotas do not enforce a policy with them
+	// (slidegate_sidecar_config_policies_skipped,
+	// slidegate_rls_config_policies_skipped) rather than enforce it without
+	// its quotas.
 	// +optional
 	// +listType=map
 	// +listMapKey=period

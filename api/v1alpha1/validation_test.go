@@ -390,10 +390,11 @@ func TestValidation(t *testing.T) {
 			c := int64(1)
 			s.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{Constant: &c}}
 		}, wantErr: []string{"quotas cannot be used with cost"}},
-		{name: "quotas with rateLimitService", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+		{name: "quotas with rateLimitService and cost", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			rls(s)
 			s.Quotas = []v1alpha1.Quota{{Period: "Day", Limit: 5}}
-		}, wantErr: []string{"quotas apply only with targetSelector for now"}},
+			s.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{}}
+		}, wantErr: []string{"quotas cannot be used with cost"}},
 	}
 	tests = append(tests, jwtCases...)
 	ctx := context.Background()

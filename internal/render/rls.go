@@ -47,11 +47,6 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 	if s.TargetSelector != nil || s.Key != (v1alpha1.ClientKey{}) || s.Match != nil {
 		add("targetSelector, key and match do not apply with rateLimitService")
 	}
-	if len(s.Quotas) > 0 {
-		// The API server refuses them; a policy built in Go is told too,
-		// rather than enforced without its quotas.
-		add("quotas apply only with targetSelector for now: the rate limit service does not enforce them yet")
-	}
 	r, err := ruleOf(s)
 	if err != nil {
 		errs = append(errs, err)
@@ -73,6 +68,7 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 		Durability:       r.durability,
 		Cost:             cost(s.Cost),
 		AdditionalLimits: more,
+		Quotas:           quotas(s.Quotas),
 	}
 	for _, e := range s.RateLimitService.Descriptor {
 		out.Descriptor = append(out.Descriptor, rlsconfig.Entry{Key: e.Key, Value: e.Value})

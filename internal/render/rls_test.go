@@ -93,9 +93,9 @@ func TestRLSPolicy(t *testing.T) {
 			s.AdditionalLimits = []v1alpha1.AdditionalLimit{{Window: "1h", Limit: 5}}
 			s.Cost = &v1alpha1.Cost{Request: &v1alpha1.RequestCost{}}
 		}, wantErr: "additionalLimits and cost cannot be used together"},
-		{name: "quotas (refused by the schema)", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
-			s.Quotas = []v1alpha1.Quota{{Period: v1alpha1.QuotaPeriodDay, Limit: 5}}
-		}, wantErr: "quotas apply only with targetSelector"},
+		{name: "a quota in a zone no database knows", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.Quotas = []v1alpha1.Quota{{Period: v1alpha1.QuotaPeriodDay, Limit: 5, TimeZone: "Mars/Olympus_Mons"}}
+		}, wantErr: "unknown time zone"},
 		{name: "value over the server's bound", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.RateLimitService.Descriptor[0].Value = strings.Repeat("é", 200)
 		}, wantErr: "descriptor[0].value longer than 256 bytes"},

@@ -14,7 +14,10 @@ func TestDurabilityReachesTheRule(t *testing.T) {
 			Namespace: "ns", Name: "p", ID: "rls/ns/p", Domain: "d", Descriptor: []rlsconfig.Entry{{Key: "remote_address"}},
 			WindowMillis: 1000, Limit: 10, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce", Durability: d,
 		}}}
-		ix := newIndex(c)
+		ix, err := newIndex(c)
+		if err != nil {
+			t.Fatal(err)
+		}
 		got := ix.domains["d"]
 		var durable []bool
 		for _, ps := range got {

@@ -27,11 +27,14 @@ func FuzzRequestKey(f *testing.F) {
 	f.Add("edge", "", "v", "b", strings.Repeat("v", MaxValueBytes+1), uint32(1), uint64(1<<63))
 	f.Add("edge", "a", "\x00\xff{}", "b", "é", uint32(2), uint64(2))
 	s := &Server{}
-	ix := newIndex(&rlsconfig.Config{Version: rlsconfig.Version, Policies: []rlsconfig.Policy{
+	ix, err := newIndex(&rlsconfig.Config{Version: rlsconfig.Version, Policies: []rlsconfig.Policy{
 		pol("one", 10, time.Second, entry("a")),
 		pol("three", 10, time.Second, entry("a"), entry("b")),
 		pol("two", 10, time.Second, entry("a", "x"), entry("b")),
 	}})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, domain, k1, v1, k2, v2 string, hits uint32, dhits uint64) {
 		d2 := desc(k1, v1, k2, v2)
 		if dhits > 0 {

@@ -3,6 +3,7 @@ package rls
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -69,7 +70,7 @@ type index struct {
 	revision string
 }
 
-func newIndex(c *rlsconfig.Config) *index {
+func newIndex(c *rlsconfig.Config) (*index, error) {
 	ix := &index{domains: map[string]map[string][]*policy{}, cfg: c}
 	for i := range c.Policies {
 		p := &c.Policies[i]
@@ -102,6 +103,29 @@ func newIndex(c *rlsconfig.Config) *index {
 			w.limit = currentLimit(name, l.Limit, w.rule.Window)
 			cp.windows = append(cp.windows, &w)
 		}
+		for _, q := range p.Quotas {
+			// A quota is asked with the policy as its windows are, as in the
+			// sidecar: a copy with a calendar rule (the limiter sets its
+			// window to the period's length), items of its own
+			// ("ns/api/day"), no w in its policy item.
+			loc, err := q.Location()
+			if err != nil {
+				return nil, fmt.Errorf("policy %s: quota %s: %w", p.ID, q.Period, err)
+			}
+			cal, err := limiter.NewCalendar(limiter.CalendarUnit(q.Period), loc)
+			if err != nil {
+				return nil, fmt.Errorf("policy %s: %w", p.ID, err)
+			}
+			w := *cp
+			w.of = cp
+			w.rule.Limit, w.rule.Window, w.rule.Algorithm = q.Limit, 0, limiter.SlidingLog
+			w.rule.Calendar, w.rule.Variant = cal, q.Variant()
+			name := q.ItemName(p.Namespace + "/" + p.Name)
+			w.nameItem = ratelimitheader.String(name)
+			w.policyItem = ratelimitheader.PolicyItem(w.nameItem, q.Limit, 0)
+			w.limit = quotaLimit(name, q)
+			cp.windows = append(cp.windows, &w)
+		}
 		shapes := ix.domains[p.Domain]
 		if shapes == nil {
 			shapes = map[string][]*policy{}
@@ -110,7 +134,18 @@ func newIndex(c *rlsconfig.Config) *index {
 		s := shape(keys)
 		shapes[s] = append(shapes[s], cp)
 	}
-	return ix
+	return ix, nil
+}
+
+// quotaLimit expresses quota q as Envoy's RateLimit: DAY or MONTH, the
+// calendar's own units. requests_per_unit is 32 bits: a limit above it is
+// reported as its largest value (the headers carry the exact one).
+func quotaLimit(name string, q rlsconfig.Quota) *rlsv3.RateLimitResponse_RateLimit {
+	unit := rlsv3.RateLimitResponse_RateLimit_DAY
+	if q.Period == sidecarconfig.QuotaMonth {
+		unit = rlsv3.RateLimitResponse_RateLimit_MONTH
+	}
+	return &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: uint32(min(q.Limit, 1<<32-1)), Unit: unit} //nolint:gosec // bounded
 }
 
 // shape joins keys unambiguously: each is length-prefixed.

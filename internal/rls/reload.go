@@ -58,6 +58,10 @@ func (s *Server) Reload() error {
 	if err == nil && len(data) > 0 {
 		cfg, err = rlsconfig.Parse(data)
 	}
+	var ix *index
+	if err == nil {
+		ix, err = newIndex(cfg)
+	}
 	if err != nil {
 		s.metrics.reloads.Failed()
 		if msg := err.Error(); msg != l.lastFailure {
@@ -66,7 +70,6 @@ func (s *Server) Reload() error {
 		}
 		return err
 	}
-	ix := newIndex(cfg)
 	ix.revision = rlsconfig.Revision(data)
 	s.bindCounters(ix, s.state.Load())
 	s.state.Store(ix)

@@ -81,7 +81,14 @@ type Policy struct {
 	// sidecarconfig.Policy's: a call is admitted only when every window
 	// has room.
 	AdditionalLimits []Limit `json:"additionalLimits,omitempty" minor:"3"`
+	// Quotas are limits per calendar period for the same clients, as
+	// sidecarconfig.Policy's: a call is admitted only when the windows and
+	// every quota have room.
+	Quotas []Quota `json:"quotas,omitempty" minor:"4"`
 }
+
+// Quota is the sidecars' type of a quota (one home).
+type Quota = sidecarconfig.Quota
 
 // Limit is the sidecars' type of an additional window (one home).
 type Limit = sidecarconfig.Limit
@@ -214,6 +221,7 @@ func (p *Policy) validate() error {
 		errs = append(errs, validateCost(p.Cost)...)
 	}
 	errs = append(errs, sidecarconfig.ValidateAdditionalLimits(p.WindowMillis, p.AdditionalLimits, p.Cost != nil)...)
+	errs = append(errs, sidecarconfig.ValidateQuotas(p.Quotas, p.Cost != nil)...)
 	return errors.Join(errs...)
 }
 

@@ -26,8 +26,10 @@ const (
 	// Minor 1 added durability; minor 2 added cost (issue 27), which a
 	// server of minor 1 skips rather than enforcing as a count policy;
 	// minor 3 added additionalLimits (issue 37), which a server of minor 2
-	// skips rather than enforce the first window alone.
-	Minor = 3
+	// skips rather than enforce the first window alone; minor 4 added
+	// quotas, which a server of minor 3 skips rather than enforce the
+	// windows alone.
+	Minor = 4
 	// Version is the version string of minor 0, the first release's.
 	Version = "v1"
 )

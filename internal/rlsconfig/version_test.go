@@ -82,9 +82,9 @@ type minor1Policy struct {
 // and keeps enforcing the others; the document is v1.2 as soon as one
 // policy has cost, so that such a server reads it policy by policy.
 func TestMinor1ServerSkipsCostPolicies(t *testing.T) {
-	// Policy has minor 1's fields, cost (minor 2) and additionalLimits
-	// (minor 3).
-	if n, m := reflect.TypeFor[Policy]().NumField(), reflect.TypeFor[minor1Policy]().NumField(); n != m+2 {
+	// Policy has minor 1's fields, cost (minor 2), additionalLimits
+	// (minor 3) and quotas (minor 4).
+	if n, m := reflect.TypeFor[Policy]().NumField(), reflect.TypeFor[minor1Policy]().NumField(); n != m+3 {
 		t.Fatalf("Policy has %d fields, minor1Policy %d: update minor1Policy to minor 1's fields", n, m)
 	}
 	count := Policy{Namespace: "a", Name: "p", ID: "rls/a/p", Domain: "edge", Descriptor: []Entry{{Key: "remote_address"}},
@@ -180,5 +180,65 @@ func TestMinor2ServerSkipsSeveralWindows(t *testing.T) {
 	bad.AdditionalLimits = []Limit{{WindowMillis: 1000, Limit: 5}}
 	if err := (&Config{Version: VersionFor([]Policy{bad}), Policies: []Policy{bad}}).Validate(); err == nil || !strings.Contains(err.Error(), "the policy's own window") {
 		t.Errorf("a window equal to the policy's: %v", err)
+	}
+}
+
+// minor3Policy is Policy as a server of minor version 3 (the release
+// before quotas) reads it.
+type minor3Policy struct {
+	Namespace        string  `json:"namespace"`
+	Name             string  `json:"name"`
+	ID               string  `json:"id"`
+	Domain           string  `json:"domain"`
+	Descriptor       []Entry `json:"descriptor"`
+	WindowMillis     int64   `json:"windowMillis"`
+	Limit            int64   `json:"limit"`
+	Algorithm        string  `json:"algorithm"`
+	FailMode         string  `json:"failMode"`
+	Mode             string  `json:"mode"`
+	Durability       string  `json:"durability,omitempty" minor:"1"`
+	Cost             *Cost   `json:"cost,omitempty" minor:"2"`
+	AdditionalLimits []Limit `json:"additionalLimits,omitempty" minor:"3"`
+}
+
+// TestMinor3ServerSkipsQuotas: a server of the release before quotas
+// leaves a policy with them out (enforcing its window alone would let a
+// client spend its month's quota in a day) and keeps enforcing the
+// others; the document is v1.4 as soon as one policy has them, and a
+// quota in a zone no database knows is refused.
+func TestMinor3ServerSkipsQuotas(t *testing.T) {
+	count := Policy{Namespace: "a", Name: "p", ID: "rls/a/p", Domain: "edge", Descriptor: []Entry{{Key: "remote_address"}},
+		WindowMillis: 1000, Limit: 10, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce"}
+	quota := count
+	quota.Name, quota.ID, quota.Quotas = "q", "rls/a/q", []Quota{{Period: sidecarconfig.QuotaMonth, Limit: 1_000_000, TimeZone: "Europe/Berlin"}}
+	policies := []Policy{count, quota}
+	data, err := Marshal(&Config{Version: VersionFor(policies), Policies: policies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Version  string            `json:"version"`
+		Policies []json.RawMessage `json:"policies"`
+	}
+	if err := sidecarconfig.DecodeStrict(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Version != "v1.4" {
+		t.Fatalf("version %s, want v1.4", doc.Version)
+	}
+	kept, skipped, err := sidecarconfig.DecodePolicies[minor3Policy](doc.Policies, "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0].ID != "rls/a/p" {
+		t.Errorf("a minor 3 server enforces %+v, want rls/a/p only", kept)
+	}
+	if want := []sidecarconfig.Skipped{{Policy: "rls/a/q", Fields: []string{"quotas"}}}; !reflect.DeepEqual(skipped, want) {
+		t.Errorf("a minor 3 server skipped %v, want %v", skipped, want)
+	}
+	bad := quota
+	bad.Quotas = []Quota{{Period: sidecarconfig.QuotaDay, Limit: 5, TimeZone: "Mars/Olympus_Mons"}}
+	if err := (&Config{Version: VersionFor([]Policy{bad}), Policies: []Policy{bad}}).Validate(); err == nil || !strings.Contains(err.Error(), "unknown time zone") {
+		t.Errorf("a quota in an unknown zone: %v", err)
 	}
 }

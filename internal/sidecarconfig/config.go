@@ -476,16 +476,20 @@ func (l Limit) ItemName(policy string) string {
 // Variant is the limiter's Rule.Variant of window l: its keys'.
 func (l Limit) Variant() string { return strconv.FormatInt(l.WindowMillis, 10) }
 
-// validateQuotas checks a policy's quotas: one per period, sorted, each
-// limit bounded and its zone known, not with a cost.
-func (p *Policy) validateQuotas() []error {
+// validateQuotas checks a policy's quotas (ValidateQuotas).
+func (p *Policy) validateQuotas() []error { return ValidateQuotas(p.Quotas, p.Cost != nil) }
+
+// ValidateQuotas checks a policy's quotas, for the sidecars' document and
+// the rate limit service's (one home): one per period, sorted, each limit
+// bounded and its zone known, not with a cost (weighted).
+func ValidateQuotas(quotas []Quota, weighted bool) []error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if len(p.Quotas) > 0 && p.Cost != nil {
+	if len(quotas) > 0 && weighted {
 		add("quotas and cost cannot be used together")
 	}
 	order := map[string]int{QuotaDay: 1, QuotaMonth: 2}
-	for i, q := range p.Quotas {
+	for i, q := range quotas {
 		if order[q.Period] == 0 {
 			add("quotas[%d]: period %q is not %s or %s", i, q.Period, QuotaDay, QuotaMonth)
 		}
@@ -495,8 +499,8 @@ func (p *Policy) validateQuotas() []error {
 		if _, err := q.Location(); err != nil {
 			add("quotas[%d]: %w", i, err)
 		}
-		if i > 0 && order[q.Period] <= order[p.Quotas[i-1].Period] {
-			add("quotas[%d]: periods are not sorted and distinct (%s after %s)", i, q.Period, p.Quotas[i-1].Period)
+		if i > 0 && order[q.Period] <= order[quotas[i-1].Period] {
+			add("quotas[%d]: periods are not sorted and distinct (%s after %s)", i, q.Period, quotas[i-1].Period)
 		}
 	}
 	return errs
