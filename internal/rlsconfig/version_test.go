@@ -92,23 +92,9 @@ func TestMinor1ServerSkipsCostPolicies(t *testing.T) {
 	tokens := count
 	tokens.Name, tokens.ID, tokens.Limit, tokens.Cost = "q", "rls/a/q", 100_000, &Cost{Response: &ResponseCost{}}
 	policies := []Policy{count, tokens}
-	data, err := Marshal(&Config{Version: VersionFor(policies), Policies: policies})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Version  string            `json:"version"`
-		Policies []json.RawMessage `json:"policies"`
-	}
-	if err := sidecarconfig.DecodeStrict(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if doc.Version != "v1.2" {
-		t.Fatalf("version %s, want v1.2 (a minor 1 server reads v1.1 strictly and would refuse it whole)", doc.Version)
-	}
-	kept, skipped, err := sidecarconfig.DecodePolicies[minor1Policy](doc.Policies, "id")
-	if err != nil {
-		t.Fatal(err)
+	version, kept, skipped := readAsOlder[minor1Policy](t, policies)
+	if version != "v1.2" {
+		t.Fatalf("version %s, want v1.2 (a minor 1 server reads v1.1 strictly and would refuse it whole)", version)
 	}
 	if len(kept) != 1 || kept[0].ID != "rls/a/p" {
 		t.Errorf("a minor 1 server enforces %+v, want rls/a/p only", kept)
@@ -152,23 +138,9 @@ func TestMinor2ServerSkipsSeveralWindows(t *testing.T) {
 	if err := (&Config{Version: VersionFor(policies), Policies: policies}).Validate(); err != nil {
 		t.Fatal(err)
 	}
-	data, err := Marshal(&Config{Version: VersionFor(policies), Policies: policies})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Version  string            `json:"version"`
-		Policies []json.RawMessage `json:"policies"`
-	}
-	if err := sidecarconfig.DecodeStrict(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if doc.Version != "v1.3" {
-		t.Fatalf("version %s, want v1.3", doc.Version)
-	}
-	kept, skipped, err := sidecarconfig.DecodePolicies[minor2Policy](doc.Policies, "id")
-	if err != nil {
-		t.Fatal(err)
+	version, kept, skipped := readAsOlder[minor2Policy](t, policies)
+	if version != "v1.3" {
+		t.Fatalf("version %s, want v1.3", version)
 	}
 	if len(kept) != 1 || kept[0].ID != "rls/a/p" {
 		t.Errorf("a minor 2 server enforces %+v, want rls/a/p only", kept)
@@ -212,23 +184,9 @@ func TestMinor3ServerSkipsQuotas(t *testing.T) {
 	quota := count
 	quota.Name, quota.ID, quota.Quotas = "q", "rls/a/q", []Quota{{Period: sidecarconfig.QuotaMonth, Limit: 1_000_000, TimeZone: "Europe/Berlin"}}
 	policies := []Policy{count, quota}
-	data, err := Marshal(&Config{Version: VersionFor(policies), Policies: policies})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Version  string            `json:"version"`
-		Policies []json.RawMessage `json:"policies"`
-	}
-	if err := sidecarconfig.DecodeStrict(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if doc.Version != "v1.4" {
-		t.Fatalf("version %s, want v1.4", doc.Version)
-	}
-	kept, skipped, err := sidecarconfig.DecodePolicies[minor3Policy](doc.Policies, "id")
-	if err != nil {
-		t.Fatal(err)
+	version, kept, skipped := readAsOlder[minor3Policy](t, policies)
+	if version != "v1.4" {
+		t.Fatalf("version %s, want v1.4", version)
 	}
 	if len(kept) != 1 || kept[0].ID != "rls/a/p" {
 		t.Errorf("a minor 3 server enforces %+v, want rls/a/p only", kept)
@@ -241,4 +199,28 @@ func TestMinor3ServerSkipsQuotas(t *testing.T) {
 	if err := (&Config{Version: VersionFor([]Policy{bad}), Policies: []Policy{bad}}).Validate(); err == nil || !strings.Contains(err.Error(), "unknown time zone") {
 		t.Errorf("a quota in an unknown zone: %v", err)
 	}
+}
+
+// readAsOlder marshals policies as the controller writes them and decodes
+// the document as a server of an older minor version reads it (P, that
+// minor's Policy): the document's version, the policies it keeps and
+// those it skips.
+func readAsOlder[P any](t *testing.T, policies []Policy) (string, []P, []sidecarconfig.Skipped) {
+	t.Helper()
+	data, err := Marshal(&Config{Version: VersionFor(policies), Policies: policies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Version  string            `json:"version"`
+		Policies []json.RawMessage `json:"policies"`
+	}
+	if err := sidecarconfig.DecodeStrict(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	kept, skipped, err := sidecarconfig.DecodePolicies[P](doc.Policies, "id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc.Version, kept, skipped
 }
