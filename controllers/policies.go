@@ -35,6 +35,6 @@ func livePolicies(ctx context.Context, c client.Reader, forRLS bool, opts ...cli
 		return nil, err
 	}
 	return slices.DeleteFunc(list.Items, func(p v1alpha1.RateLimitPolicy) bool {
-		return !p.DeletionTimestamp.IsZero() || (p.Spec.RateLimitService != nil) != forRLS
+		return !p.DeletionTimestamp.IsZero() || p.Spec.ServedByRLS() != forRLS
 	}), nil
 }

@@ -97,6 +97,9 @@ type RateLimitServiceReconciler struct {
 	// recorded are the namespaces whose not-enforced counts were last
 	// recorded (one reconcile at a time: no lock).
 	recorded map[string]bool
+	// watchingTargets: the Gateway API was installed when the controller
+	// started, so its objects are watched (SetupWithManager).
+	watchingTargets bool
 }
 
 // +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=list;watch;patch;delete,resourceNames=slidegate-rls-config
@@ -132,7 +135,18 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 		return ctrl.Result{}, err
 	}
 
-	desired, err := render.Service(policies, render.ServiceOptions{Owners: owners, MaxBytes: r.maxBytes, MaxClientBytes: r.MaxClientBytes})
+	// Policies whose targets do not exist stay out of the document until
+	// one does (their status says which are missing).
+	attached, noAPI, err := attachments(ctx, r.Client, policies)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	renderable := slices.DeleteFunc(slices.Clone(policies), func(p v1alpha1.RateLimitPolicy) bool {
+		a, ok := attached[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}]
+		return ok && a.Problem() != ""
+	})
+
+	desired, err := render.Service(renderable, render.ServiceOptions{Owners: owners, MaxBytes: r.maxBytes, MaxClientBytes: r.MaxClientBytes})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -147,7 +161,7 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	want := policystatus.ServiceStatuses(policies, desired, servers, r.Namespace, r.serviceName(), RLSAdminPortName)
+	want := policystatus.ServiceStatuses(policies, desired, attached, servers, r.Namespace, r.serviceName(), RLSAdminPortName)
 	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, policies, want, false)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -157,7 +171,11 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	unclaimedDomainPoliciesGauge.Set(float64(len(desired.Unclaimed)))
 	logf.FromContext(ctx).V(1).Info("reconciled", "policies", len(policies), "rejected", len(desired.NotAccepted),
 		"unclaimedDomainPolicies", len(desired.Unclaimed), "revision", desired.Revision, "servers", len(servers))
-	return r.requeue(conflicted, want), nil
+	res := r.requeue(conflicted, want)
+	if (noAPI || (len(attached) > 0 && !r.watchingTargets)) && (res.RequeueAfter == 0 || res.RequeueAfter > gatewayAPIRecheck) {
+		res.RequeueAfter = gatewayAPIRecheck // nothing watched says when targets appear
+	}
+	return res, nil
 }
 
 // requeue is when to come back after writing the statuses: soon after a

@@ -68,7 +68,7 @@ func (r *RateLimitServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	always := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{rlsRequest}
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(RateLimitServiceControllerName).
 		// Policies for the rate limit service (before or after a change):
 		// spec changes and deletion, not our own status writes.
@@ -78,8 +78,15 @@ func (r *RateLimitServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind[client.Object](r.Local, &corev1.ConfigMap{}, always)).
 		WatchesRawSource(source.Kind[client.Object](r.Local, &discoveryv1.EndpointSlice{}, always)).
 		// The platform team's list of domain owners.
-		WatchesRawSource(source.Kind[client.Object](r.Domains, &corev1.ConfigMap{}, always)).
-		Complete(r)
+		WatchesRawSource(source.Kind[client.Object](r.Domains, &corev1.ConfigMap{}, always))
+	// The Gateways and HTTPRoutes policies attach to, where the Gateway
+	// API is installed.
+	watching, err := watchTargets(b, mgr.GetRESTMapper(), always)
+	if err != nil {
+		return err
+	}
+	r.watchingTargets = watching
+	return b.Complete(r)
 }
 
 // rlsPolicyChanged passes the creation, spec change or deletion of a policy
@@ -100,5 +107,5 @@ var rlsPolicyChanged = predicate.Funcs{
 // forRLS reports whether o is a policy for the rate limit service.
 func forRLS(o client.Object) bool {
 	p, ok := o.(*v1alpha1.RateLimitPolicy)
-	return ok && p.Spec.RateLimitService != nil
+	return ok && p.Spec.ServedByRLS()
 }

@@ -106,7 +106,13 @@ func runMain(m *testing.M) int {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
-	env, c, err := testsupport.StartControlPlane(scheme)
+	// The Gateway API's CRDs, so that the rate limit service controller
+	// watches the routes and gateways policies attach to.
+	gatewayCRDs, err := testsupport.GatewayAPICRDs()
+	if err != nil {
+		testsupport.MissingInMain("the Gateway API's CRDs", err)
+	}
+	env, c, err := testsupport.StartControlPlane(scheme, gatewayCRDs...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

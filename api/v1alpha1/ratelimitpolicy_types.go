@@ -406,10 +406,12 @@ type DescriptorEntry struct {
 // Istio, Contour and Envoy Gateway are pointed at the service.
 type RateLimitServiceTarget struct {
 	// domain is the domain the gateway's rate limit filter sends, e.g.
-	// "edge".
+	// "edge". ratelimit.slidegate.dev is reserved for policies with
+	// targetRefs.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self != 'ratelimit.slidegate.dev'",message="the domain ratelimit.slidegate.dev is reserved for policies with targetRefs"
 	Domain string `json:"domain"`
 	// descriptor is what a request's descriptor must be for the policy to
 	// count the request: the same keys in the same order, with the given
@@ -425,8 +427,13 @@ type RateLimitServiceTarget struct {
 }
 
 // RateLimitPolicySpec is the desired behaviour of a rate limit.
-// +kubebuilder:validation:XValidation:rule="has(self.targetSelector) != has(self.rateLimitService)",message="set exactly one of targetSelector (pods that carry the sidecar) and rateLimitService (requests of Envoy gateways)"
-// +kubebuilder:validation:XValidation:rule="has(self.rateLimitService) || has(self.key)",message="key is required with targetSelector"
+// +kubebuilder:validation:XValidation:rule="[has(self.targetSelector), has(self.rateLimitService), has(self.targetRefs)].filter(b, b).size() == 1",message="set exactly one of targetSelector (pods that carry the sidecar), rateLimitService (requests of Envoy gateways, by descriptor) and targetRefs (Gateway API routes and gateways)"
+// +kubebuilder:validation:XValidation:rule="has(self.rateLimitService) || has(self.key)",message="key is required with targetSelector and targetRefs"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetRefs) || !has(self.key) || self.key.source in ['RemoteAddress', 'Header', 'QueryParameter', 'Global']",message="with targetRefs the key source is RemoteAddress, Header, QueryParameter or Global: the gateway builds the key, and it verifies no JWT for slidegate"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetRefs) || !has(self.key) || !(self.key.source in ['Header', 'QueryParameter']) || (has(self.key.onMissing) && self.key.onMissing == 'Allow')",message="with targetRefs write key.onMissing: Allow: the gateway asks nothing about a request without the header or query parameter, so it passes uncounted"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetRefs) || !has(self.key) || !has(self.key.remoteAddress)",message="key.remoteAddress does not apply with targetRefs: the gateway reads the client address, trusting its own configured hops"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetRefs) || !has(self.match)",message="match does not apply with targetRefs: the route's own matches choose the requests; target one rule of an HTTPRoute (sectionName) to limit some of them"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetRefs) || !has(self.cost)",message="cost is not supported with targetRefs yet: use rateLimitService with the gateway's hits_addend"
 // +kubebuilder:validation:XValidation:rule="!has(self.rateLimitService) || (!has(self.key) && !has(self.match))",message="key and match do not apply with rateLimitService: the descriptor entries without a value identify the client, and the gateway's rate limit actions choose the requests"
 // +kubebuilder:validation:XValidation:rule="!has(self.networkPolicy) || has(self.targetSelector)",message="networkPolicy applies only with targetSelector: it admits traffic to the selected pods"
 // +kubebuilder:validation:XValidation:rule="!has(self.targetSelector) || !has(self.cost) || !has(self.cost.request) || has(self.cost.request.constant) || has(self.cost.request.header)",message="cost.request needs constant (the same cost for every request) or header (a request header that carries the cost)"
@@ -442,18 +449,35 @@ type RateLimitPolicySpec struct {
 	// policy, by their labels. The pods must carry the slidegate sidecar:
 	// their namespace is labelled ratelimit.slidegate.dev/injection=enabled.
 	// An empty selector selects every pod of the namespace. Exactly one of
-	// targetSelector and rateLimitService is set.
+	// targetSelector, rateLimitService and targetRefs is set.
 	// +optional
 	TargetSelector *LabelSelector `json:"targetSelector,omitempty"`
 
 	// rateLimitService makes the policy limit the requests that Envoy
 	// gateways ask slidegate's rate limit service about, instead of the
-	// traffic of pods. Exactly one of targetSelector and rateLimitService is
-	// set; key and match do not apply. docs/rls.md maps Envoy's rate limit
+	// traffic of pods. Exactly one of targetSelector, rateLimitService and
+	// targetRefs is set; key and match do not apply. docs/rls.md maps Envoy's rate limit
 	// actions to descriptor entries and shows how Istio, Contour and Envoy
 	// Gateway are pointed at the service.
 	// +optional
 	RateLimitService *RateLimitServiceTarget `json:"rateLimitService,omitempty"`
+
+	// targetRefs attaches the policy to Gateway API objects of its
+	// namespace (GEP-713 policy attachment): HTTPRoutes, or rules of them
+	// (sectionName), and Gateways, or listeners of them. Their gateways
+	// ask slidegate's rate limit service about each request they route
+	// through a target, and the policy limits those requests by key
+	// (RemoteAddress, Header, QueryParameter or Global); match does not
+	// apply (target a rule, by sectionName, instead). The controller
+	// writes status.ancestors, one entry per
+	// Gateway. Exactly one of targetSelector, rateLimitService and
+	// targetRefs is set. docs/rls.md shows what the gateway needs.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, a.kind == b.kind && a.name == b.name && (has(a.sectionName) ? a.sectionName : '') == (has(b.sectionName) ? b.sectionName : '')))",message="each target may be listed once"
+	TargetRefs []PolicyTargetReference `json:"targetRefs,omitempty"`
 
 	// targetPort is the name of the application's container port whose
 	// traffic the sidecar takes over, e.g. "http". Defaults to "http".
@@ -707,6 +731,14 @@ type RateLimitPolicyStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:default=0
 	EnforcedPods int32 `json:"enforcedPods"`
+
+	// ancestors are, for a policy with targetRefs, the Gateways its
+	// targets are attached to, each with an Accepted condition (GEP-713's
+	// ancestor status, which Gateway API tools read).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Ancestors []PolicyAncestorStatus `json:"ancestors,omitempty"`
 
 	// revision is the content hash of this policy as rendered into the
 	// ConfigMap slidegate-sidecar-config, with the namespace-wide settings

@@ -86,6 +86,17 @@ func rls(s *v1alpha1.RateLimitPolicySpec) {
 	}
 }
 
+// attach turns a sidecar policy into one attached to an HTTPRoute's rule
+// and a Gateway's listener.
+func attach(s *v1alpha1.RateLimitPolicySpec) {
+	s.TargetSelector = nil
+	s.Key.OnMissing = v1alpha1.MissingKeyAllow
+	s.TargetRefs = []v1alpha1.PolicyTargetReference{
+		{Group: v1alpha1.GatewayAPIGroup, Kind: "HTTPRoute", Name: "checkout", SectionName: "login"},
+		{Group: v1alpha1.GatewayAPIGroup, Kind: "Gateway", Name: "edge", SectionName: "https"},
+	}
+}
+
 // TestValidation creates policies through the real API server: valid specs
 // are stored, invalid ones are rejected with a message a user understands.
 func TestValidation(t *testing.T) {
@@ -98,14 +109,73 @@ func TestValidation(t *testing.T) {
 			s.RateLimitService.Descriptor = []v1alpha1.DescriptorEntry{{Key: "generic_key", Value: "checkout"}, {Key: "path", Value: "/login"}}
 		}},
 		{name: "neither targetSelector nor rateLimitService", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.TargetSelector = nil },
-			wantErr: []string{"set exactly one of targetSelector (pods that carry the sidecar) and rateLimitService"}},
+			wantErr: []string{"set exactly one of targetSelector (pods that carry the sidecar), rateLimitService (requests of Envoy gateways, by descriptor) and targetRefs"}},
 		{name: "both targetSelector and rateLimitService", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			sel := s.TargetSelector
 			rls(s)
 			s.TargetSelector = sel
 		}, wantErr: []string{"set exactly one of targetSelector"}},
 		{name: "targetSelector without key", mutate: func(s *v1alpha1.RateLimitPolicySpec) { s.Key = v1alpha1.ClientKey{} },
-			wantErr: []string{"key is required with targetSelector"}},
+			wantErr: []string{"key is required with targetSelector and targetRefs"}},
+		// Policies attached to Gateway API objects.
+		{name: "valid targetRefs, route and gateway listener", mutate: attach},
+		{name: "valid targetRefs, remote address", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress}
+		}},
+		{name: "targetRefs and targetSelector", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			sel := s.TargetSelector
+			attach(s)
+			s.TargetSelector = sel
+		}, wantErr: []string{"set exactly one of targetSelector"}},
+		{name: "targetRefs and rateLimitService", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			refs, key := s.TargetRefs, s.Key
+			rls(s)
+			s.TargetRefs, s.Key = refs, key
+		}, wantErr: []string{"set exactly one of targetSelector"}},
+		{name: "targetRefs without key", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			s.Key = v1alpha1.ClientKey{}
+		}, wantErr: []string{"key is required with targetSelector and targetRefs"}},
+		{name: "targetRefs, JWT claim", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub", JWT: &v1alpha1.JWTVerification{InsecureSkipVerification: "VerifiedUpstream"}}
+		}, wantErr: []string{"with targetRefs the key source is RemoteAddress, Header, QueryParameter or Global"}},
+		{name: "targetRefs, header key counted by address when missing", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			s.Key.OnMissing = ""
+		}, wantErr: []string{"with targetRefs write key.onMissing: Allow"}},
+		{name: "targetRefs with match", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			s.Match = &v1alpha1.RequestMatch{Methods: []v1alpha1.HTTPMethod{"GET"}}
+		}, wantErr: []string{"match does not apply with targetRefs"}},
+		{name: "targetRefs with remoteAddress", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress, RemoteAddress: &v1alpha1.ClientAddress{}}
+		}, wantErr: []string{"key.remoteAddress does not apply with targetRefs"}},
+		{name: "targetRefs, a kind other than Gateway or HTTPRoute", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			s.TargetRefs[0].Kind = "GRPCRoute"
+		}, wantErr: []string{"spec.targetRefs[0].kind", "supported values"}},
+		{name: "targetRefs, another group", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			s.TargetRefs[0].Group = "networking.istio.io"
+		}, wantErr: []string{"spec.targetRefs[0].group"}},
+		{name: "targetRefs, one target twice", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			s.TargetRefs = append(s.TargetRefs, s.TargetRefs[0])
+		}, wantErr: []string{"each target may be listed once"}},
+		{name: "targetRefs, a rule and its route both listed", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s)
+			whole := s.TargetRefs[0]
+			whole.SectionName = ""
+			s.TargetRefs = append(s.TargetRefs, whole)
+		}},
+		{name: "rateLimitService on the reserved domain", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			rls(s)
+			s.RateLimitService.Domain = v1alpha1.TargetRefsDomain
+		}, wantErr: []string{"the domain ratelimit.slidegate.dev is reserved for policies with targetRefs"}},
 		{name: "rateLimitService with key", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			rls(s)
 			s.Key = v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal}

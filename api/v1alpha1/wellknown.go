@@ -277,7 +277,39 @@ const (
 	// namespace's, or one nobody claimed while unclaimed domains are
 	// closed); it is left out of the rate limit service's configuration.
 	ReasonDomainNotAllowed ConditionReason = "DomainNotAllowed"
+	// ReasonTargetNotFound (Accepted False, on the policy or on one of its
+	// ancestors): none of the policy's targetRefs exists (or the Gateway
+	// API is not installed), or a target's sectionName names no rule or
+	// listener of it. GEP-713's reason of the same name.
+	ReasonTargetNotFound ConditionReason = "TargetNotFound"
 )
+
+// Policies with targetRefs are served by the rate limit service on a
+// domain of their own: the gateway's rate limit actions, rendered by the
+// controller, send the domain TargetRefsDomain and the descriptor
+// [(TargetRefsPolicyKey, "<namespace>/<name>"), (the client's entry)]:
+// for the key source RemoteAddress ("remote_address", the address, as
+// Envoy's remote_address action sends it), for Header and QueryParameter
+// (TargetRefsClientKey, the value), for Global none. No policy with rateLimitService may use that domain, so no
+// tenant can address another namespace's attached policy.
+const (
+	TargetRefsDomain = "ratelimit.slidegate.dev"
+	// TargetRefsPolicyKey's value names the policy.
+	TargetRefsPolicyKey = "slidegate_policy"
+	// TargetRefsClientKey's value is the client's header or query
+	// parameter value.
+	TargetRefsClientKey = "slidegate_client"
+	// AncestorControllerName is status.ancestors[].controllerName.
+	AncestorControllerName = "ratelimit.slidegate.dev/controller"
+	// GatewayAPIGroup is the Gateway API's group, of every target.
+	GatewayAPIGroup = "gateway.networking.k8s.io"
+)
+
+// ServedByRLS says whether slidegate's rate limit service enforces the
+// policy (rateLimitService or targetRefs) rather than sidecars.
+func (s *RateLimitPolicySpec) ServedByRLS() bool {
+	return s.RateLimitService != nil || len(s.TargetRefs) > 0
+}
 
 // Labels of the rate limit service's tenancy (issue 22). Which namespaces
 // may use which domain is the platform team's document, read by package

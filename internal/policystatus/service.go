@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/attachment"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
@@ -33,6 +34,8 @@ import (
 // rate limit service.
 type ServiceInput struct {
 	NotAccepted *Problem // as Input's
+	// Ancestors are, for a policy with targetRefs, its status.ancestors.
+	Ancestors []v1alpha1.PolicyAncestorStatus
 	// Unclaimed: its domain is claimed by no namespace (open to all).
 	Unclaimed bool
 	Revision  string // the policy's revision in the document
@@ -57,8 +60,14 @@ type Server struct {
 func DesiredService(p *v1alpha1.RateLimitPolicy, in ServiceInput) v1alpha1.RateLimitPolicyStatus {
 	st, c := newStatus(p)
 	st.MatchedPods, st.EnforcedPods = 0, 0
+	st.Ancestors = in.Ancestors
 	if in.NotAccepted != nil {
 		c.notAccepted(in.NotAccepted, "not enforced: the policy is not accepted")
+		if in.NotAccepted.Reason() == v1alpha1.ReasonTargetNotFound {
+			// Creating the target fixes it (GitOps tools may apply the
+			// policy first): in progress, not failed.
+			meta.RemoveStatusCondition(&st.Conditions, string(v1alpha1.ConditionStalled))
+		}
 		return *st
 	}
 	st.MatchedPods = int32(len(in.Servers))
@@ -133,7 +142,7 @@ func (l rlsLoaded) problem(in ServiceInput) *Problem {
 // limit service, in the order of policies, from the document rendered for
 // them and what the ready servers (in Service namespace/service, asked on
 // port adminPort) loaded.
-func ServiceStatuses(policies []v1alpha1.RateLimitPolicy, rendered render.ServiceResult, servers []Server, namespace, service, adminPort string) []v1alpha1.RateLimitPolicyStatus {
+func ServiceStatuses(policies []v1alpha1.RateLimitPolicy, rendered render.ServiceResult, attached map[types.NamespacedName]attachment.Result, servers []Server, namespace, service, adminPort string) []v1alpha1.RateLimitPolicyStatus {
 	want := make([]v1alpha1.RateLimitPolicyStatus, len(policies))
 	for i := range policies {
 		p := &policies[i]
@@ -146,6 +155,12 @@ func ServiceStatuses(policies []v1alpha1.RateLimitPolicy, rendered render.Servic
 		}
 		if err := rendered.NotAccepted[k]; err != nil {
 			in.NotAccepted = NotAccepted(err)
+		}
+		if a, ok := attached[k]; ok {
+			in.Ancestors = a.Ancestors
+			if why := a.Problem(); why != "" {
+				in.NotAccepted = New(v1alpha1.ReasonTargetNotFound, why)
+			}
 		}
 		want[i] = DesiredService(p, in)
 	}

@@ -303,7 +303,7 @@ func (ri *Identities) desiredUsers(ctx context.Context) ([]redisadmin.User, erro
 	for _, p := range list.Items {
 		switch {
 		case !p.DeletionTimestamp.IsZero():
-		case p.Spec.RateLimitService != nil:
+		case p.Spec.ServedByRLS():
 			rlsIDs = append(rlsIDs, rlsconfig.IDPrefix+p.Namespace+"/"+p.Name)
 		default:
 			sidecar[p.Namespace] = append(sidecar[p.Namespace], p)

@@ -153,13 +153,17 @@ func Service(policies []v1alpha1.RateLimitPolicy, opts ServiceOptions) (ServiceR
 			out.NotAccepted[k] = err
 			continue
 		}
-		unclaimed, err := opts.Owners.Check(p.Namespace, p.Name, p.Spec.RateLimitService.Domain)
-		if err != nil {
-			out.NotAccepted[k] = err
-			continue
-		}
-		if unclaimed {
-			out.Unclaimed[k] = true
+		if p.Spec.RateLimitService != nil {
+			// A policy with targetRefs has its own descriptor on a reserved
+			// domain: nobody else's to claim.
+			unclaimed, err := opts.Owners.Check(p.Namespace, p.Name, p.Spec.RateLimitService.Domain)
+			if err != nil {
+				out.NotAccepted[k] = err
+				continue
+			}
+			if unclaimed {
+				out.Unclaimed[k] = true
+			}
 		}
 		valid = append(valid, *p)
 	}

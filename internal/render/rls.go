@@ -40,12 +40,30 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 	if p.Name == "" || p.Namespace == "" {
 		add("the policy needs a name and a namespace")
 	}
-	if s.RateLimitService == nil {
-		add("the policy has no rateLimitService")
-		return rlsconfig.Policy{}, invalidPolicy(p, errs, nil)
+	target := s.RateLimitService
+	switch {
+	case target != nil && len(s.TargetRefs) > 0:
+		add("set rateLimitService or targetRefs, not both")
+	case target != nil:
+		if s.TargetSelector != nil || s.Key != (v1alpha1.ClientKey{}) || s.Match != nil {
+			add("targetSelector, key and match do not apply with rateLimitService")
+		}
+		if target.Domain == v1alpha1.TargetRefsDomain {
+			add("the domain %s is reserved for policies with targetRefs", v1alpha1.TargetRefsDomain)
+		}
+	case len(s.TargetRefs) > 0:
+		if s.TargetSelector != nil {
+			add("targetSelector does not apply with targetRefs")
+		}
+		var err error
+		if target, err = AttachedDescriptor(p); err != nil {
+			errs = append(errs, err)
+		}
+	default:
+		add("the policy has neither rateLimitService nor targetRefs")
 	}
-	if s.TargetSelector != nil || s.Key != (v1alpha1.ClientKey{}) || s.Match != nil {
-		add("targetSelector, key and match do not apply with rateLimitService")
+	if target == nil {
+		return rlsconfig.Policy{}, invalidPolicy(p, errs, nil)
 	}
 	r, err := ruleOf(s)
 	if err != nil {
@@ -59,7 +77,7 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 		Namespace:        p.Namespace,
 		Name:             p.Name,
 		ID:               rlsconfig.PolicyID(p.Namespace, p.Name),
-		Domain:           s.RateLimitService.Domain,
+		Domain:           target.Domain,
 		WindowMillis:     r.windowMillis,
 		Limit:            r.limit,
 		Algorithm:        r.algorithm,
@@ -70,7 +88,7 @@ func RLSPolicy(p *v1alpha1.RateLimitPolicy) (rlsconfig.Policy, error) {
 		AdditionalLimits: more,
 		Quotas:           quotas(s.Quotas),
 	}
-	for _, e := range s.RateLimitService.Descriptor {
+	for _, e := range target.Descriptor {
 		out.Descriptor = append(out.Descriptor, rlsconfig.Entry{Key: e.Key, Value: e.Value})
 	}
 	// The document's Validate checks bounds, enums, the id and the cost.

@@ -84,7 +84,42 @@ func TestRLSPolicy(t *testing.T) {
 		{name: "a sidecar policy", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.RateLimitService = nil
 			s.TargetSelector = &v1alpha1.LabelSelector{}
-		}, wantErr: "has no rateLimitService"},
+		}, wantErr: "has neither rateLimitService nor targetRefs"},
+		{name: "the reserved domain (an object stored before the schema's rule)", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			s.RateLimitService.Domain = v1alpha1.TargetRefsDomain
+		}, wantErr: "the domain ratelimit.slidegate.dev is reserved for policies with targetRefs"},
+		// Attached to Gateway API objects: the descriptor names the policy.
+		{name: "targetRefs, header", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s, v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User", OnMissing: v1alpha1.MissingKeyAllow})
+		}, want: rlsconfig.Policy{
+			Namespace: "shop", Name: "p", ID: "rls/shop/p", Domain: v1alpha1.TargetRefsDomain,
+			Descriptor:   []rlsconfig.Entry{{Key: v1alpha1.TargetRefsPolicyKey, Value: "shop/p"}, {Key: v1alpha1.TargetRefsClientKey}},
+			WindowMillis: 60_000, Limit: 100, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce",
+		}},
+		{name: "targetRefs, address", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s, v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress})
+		}, want: rlsconfig.Policy{
+			Namespace: "shop", Name: "p", ID: "rls/shop/p", Domain: v1alpha1.TargetRefsDomain,
+			Descriptor:   []rlsconfig.Entry{{Key: v1alpha1.TargetRefsPolicyKey, Value: "shop/p"}, {Key: "remote_address"}},
+			WindowMillis: 60_000, Limit: 100, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce",
+		}},
+		{name: "targetRefs, global", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s, v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal})
+		}, want: rlsconfig.Policy{
+			Namespace: "shop", Name: "p", ID: "rls/shop/p", Domain: v1alpha1.TargetRefsDomain,
+			Descriptor:   []rlsconfig.Entry{{Key: v1alpha1.TargetRefsPolicyKey, Value: "shop/p"}},
+			WindowMillis: 60_000, Limit: 100, Algorithm: "SlidingLog", FailMode: "Open", Mode: "Enforce",
+		}},
+		{name: "targetRefs, a header counted by address when missing (refused by the schema)", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s, v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User"})
+		}, wantErr: "key.onMissing must be Allow with targetRefs"},
+		{name: "targetRefs, JWT claim (refused by the schema)", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s, v1alpha1.ClientKey{Source: v1alpha1.KeySourceJWTClaim, Name: "sub"})
+		}, wantErr: `key source "JWTClaim" does not apply with targetRefs`},
+		{name: "targetRefs and rateLimitService (refused by the schema)", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
+			attach(s, v1alpha1.ClientKey{Source: v1alpha1.KeySourceGlobal})
+			s.RateLimitService = &v1alpha1.RateLimitServiceTarget{Domain: "edge", Descriptor: []v1alpha1.DescriptorEntry{{Key: "k"}}}
+		}, wantErr: "set rateLimitService or targetRefs, not both"},
 		{name: "both targets (an object stored before the schema's rule)", mutate: func(s *v1alpha1.RateLimitPolicySpec) {
 			s.TargetSelector = &v1alpha1.LabelSelector{}
 		}, wantErr: "do not apply with rateLimitService"},
@@ -118,6 +153,14 @@ func TestRLSPolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// attach turns a policy for the rate limit service into one attached to an
+// HTTPRoute, with key.
+func attach(s *v1alpha1.RateLimitPolicySpec, key v1alpha1.ClientKey) {
+	s.RateLimitService = nil
+	s.Key = key
+	s.TargetRefs = []v1alpha1.PolicyTargetReference{{Group: v1alpha1.GatewayAPIGroup, Kind: "HTTPRoute", Name: "checkout"}}
 }
 
 // TestRLSDeterministic: the same policies in any order give the same

@@ -35,15 +35,16 @@ func EnvtestUnavailable(err error) error {
 	return fmt.Errorf("%w (run hack/envtest.sh, or set KUBEBUILDER_ASSETS)", err)
 }
 
-// StartControlPlane starts an envtest API server with the project's CRDs,
-// for a TestMain, and returns it with a client using scheme (its rest config
+// StartControlPlane starts an envtest API server with the project's CRDs
+// (and moreCRDs: files or directories), for a TestMain, and returns it with a client using scheme (its rest config
 // is env.Config). A missing control plane goes through MissingInMain: it
 // fails under CI=true. The caller stops env.
-func StartControlPlane(scheme *runtime.Scheme) (*envtest.Environment, client.Client, error) {
+func StartControlPlane(scheme *runtime.Scheme, moreCRDs ...string) (*envtest.Environment, client.Client, error) {
 	env, err := NewEnvironment()
 	if err != nil {
 		MissingInMain("envtest control plane", EnvtestUnavailable(err))
 	}
+	env.CRDDirectoryPaths = append(env.CRDDirectoryPaths, moreCRDs...)
 	env.ErrorIfCRDPathMissing = true
 	cfg, err := env.Start()
 	if err != nil {

@@ -101,7 +101,13 @@ func runMain(m *testing.M) int {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
-	env, c, err := testsupport.StartControlPlane(scheme)
+	// The Gateway API's CRDs: the manager watches the routes and gateways
+	// that policies attach to, with the install's RBAC.
+	gatewayCRDs, err := testsupport.GatewayAPICRDs()
+	if err != nil {
+		testsupport.MissingInMain("the Gateway API's CRDs", err)
+	}
+	env, c, err := testsupport.StartControlPlane(scheme, gatewayCRDs...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -505,6 +511,31 @@ func TestRateLimitServiceWithInstallRBAC(t *testing.T) {
 	})
 	eventually(t, "refused once the domain is claimed", accepted(v1alpha1.ReasonDomainNotAllowed))
 	if err := admin.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+
+	// A policy attached to an HTTPRoute: the manager reads the route and
+	// watches for it with the install's RBAC.
+	attached := &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "checkout", Namespace: ns},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			TargetRefs: []v1alpha1.PolicyTargetReference{{Group: v1alpha1.GatewayAPIGroup, Kind: "HTTPRoute", Name: "checkout"}},
+			Window:     "1m", Limit: 5, Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress},
+		},
+	}
+	p = attached
+	mustCreate(t, attached)
+	eventually(t, "its route missing", accepted(v1alpha1.ReasonTargetNotFound))
+	route := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+		"metadata": map[string]any{"name": "checkout", "namespace": ns},
+		"spec":     map[string]any{"parentRefs": []any{map[string]any{"name": "edge"}}},
+	}}
+	if err := admin.Create(ctx, route); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "attached once the route exists", accepted(v1alpha1.ReasonAccepted))
+	if err := admin.Delete(ctx, attached); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,0 +1,160 @@
+/*
+Copyright 2026 The slidegate Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/rlsconfig"
+)
+
+// httpRoute is an HTTPRoute of the Gateway API's CRD (installed by
+// TestMain), attached to Gateway edge of namespace infra.
+func httpRoute(t *testing.T, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	doc := fmt.Sprintf(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: %s, namespace: %s}
+spec:
+  parentRefs: [{name: edge, namespace: infra}]
+  rules:
+  - name: login
+    matches: [{path: {type: PathPrefix, value: /login}}]
+    backendRefs: [{name: checkout, port: 8080}]
+  - backendRefs: [{name: checkout, port: 8080}]
+`, name, ns)
+	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// rlsDocumentPolicy is the policy id's entry in the rate limit service's
+// ConfigMap, or nil.
+func rlsDocumentPolicy(t *testing.T, id string) *rlsconfig.Policy {
+	t.Helper()
+	var cm corev1.ConfigMap
+	if err := k.Get(context.Background(), types.NamespacedName{Namespace: redisSecret.Namespace, Name: rlsconfig.ConfigMapName}, &cm); err != nil {
+		return nil
+	}
+	cfg, err := rlsconfig.Parse([]byte(cm.Data[rlsconfig.FileName]))
+	if err != nil {
+		t.Fatalf("the RLS server would refuse the ConfigMap: %v", err)
+	}
+	if i := slices.IndexFunc(cfg.Policies, func(p rlsconfig.Policy) bool { return p.ID == id }); i >= 0 {
+		return &cfg.Policies[i]
+	}
+	return nil
+}
+
+// TestTargetRefs attaches a policy to a rule of an HTTPRoute that does not
+// exist yet: TargetNotFound (in progress, not Stalled) and nothing in the
+// rate limit service's document; once the route exists, Accepted with its
+// Gateway as the ancestor and the derived descriptor in the document; the
+// route deleted, TargetNotFound again.
+func TestTargetRefs(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	p := &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "login", Namespace: ns},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			TargetRefs: []v1alpha1.PolicyTargetReference{{Group: v1alpha1.GatewayAPIGroup, Kind: "HTTPRoute", Name: "checkout", SectionName: "login"}},
+			Window:     "1m", Limit: 5,
+			Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User", OnMissing: v1alpha1.MissingKeyAllow},
+		},
+	}
+	create(t, p)
+	// Other tests see the rate limit service's ConfigMap go with their
+	// last policy.
+	t.Cleanup(func() { _ = k.Delete(ctx, p) })
+	id := rlsconfig.PolicyID(ns, "login")
+
+	notFound := func() error {
+		got := get(t, p)
+		if got.Status.ObservedGeneration != got.Generation {
+			return fmt.Errorf("observedGeneration %d", got.Status.ObservedGeneration)
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionAccepted))
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != string(v1alpha1.ReasonTargetNotFound) {
+			return fmt.Errorf("accepted = %+v", c)
+		}
+		if !strings.Contains(c.Message, "HTTPRoute checkout (rule login): not found in namespace "+ns) {
+			return fmt.Errorf("message %q does not name the missing target", c.Message)
+		}
+		if s := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.ConditionStalled)); s != nil {
+			return fmt.Errorf("stalled %+v: a missing target is in progress, not failed", s)
+		}
+		if len(got.Status.Ancestors) != 0 {
+			return fmt.Errorf("ancestors %+v, want none", got.Status.Ancestors)
+		}
+		if rlsDocumentPolicy(t, id) != nil {
+			return fmt.Errorf("in the rate limit service's document without a target")
+		}
+		return nil
+	}
+	eventually(t, "target not found", notFound)
+
+	route := httpRoute(t, ns, "checkout")
+	if err := k.Create(ctx, route); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "attached", func() error {
+		got := get(t, p)
+		if err := settled(p, readyAccepted); err != nil {
+			return err
+		}
+		if len(got.Status.Ancestors) != 1 {
+			return fmt.Errorf("ancestors %+v, want the one Gateway", got.Status.Ancestors)
+		}
+		a := got.Status.Ancestors[0]
+		want := v1alpha1.GatewayReference{Group: v1alpha1.GatewayAPIGroup, Kind: "Gateway", Namespace: "infra", Name: "edge"}
+		if a.AncestorRef != want || a.ControllerName != v1alpha1.AncestorControllerName {
+			return fmt.Errorf("ancestor %+v, want %+v by %s", a.AncestorRef, want, v1alpha1.AncestorControllerName)
+		}
+		if !meta.IsStatusConditionTrue(a.Conditions, string(v1alpha1.ConditionAccepted)) {
+			return fmt.Errorf("ancestor conditions %+v", a.Conditions)
+		}
+		rp := rlsDocumentPolicy(t, id)
+		if rp == nil {
+			return fmt.Errorf("not in the rate limit service's document")
+		}
+		wantDesc := []rlsconfig.Entry{{Key: v1alpha1.TargetRefsPolicyKey, Value: ns + "/login"}, {Key: v1alpha1.TargetRefsClientKey}}
+		if rp.Domain != v1alpha1.TargetRefsDomain || !slices.Equal(rp.Descriptor, wantDesc) {
+			return fmt.Errorf("document has %s %+v, want %s %+v", rp.Domain, rp.Descriptor, v1alpha1.TargetRefsDomain, wantDesc)
+		}
+		return nil
+	})
+
+	if err := k.Delete(ctx, route); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "target gone", notFound)
+}
