@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/envoyrender"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
 )
 
@@ -157,4 +158,35 @@ func TestTargetRefs(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "target gone", notFound)
+}
+
+// TestIstioEnvoyFilterPassesIstiosSchema: the EnvoyFilter rendered for a
+// Gateway (package envoyrender) is stored by an API server that has
+// Istio's own CRD (from istio.io/api's module); the same object with a
+// patch Istio does not know is refused, so the schema is really checked.
+// No Istio or Envoy runs here: what Envoy makes of the values is checked
+// in envoyrender against Envoy's own types.
+func TestIstioEnvoyFilterPassesIstiosSchema(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	p := &v1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Name: "login", Namespace: "shop"}, Spec: v1alpha1.RateLimitPolicySpec{
+		TargetRefs: []v1alpha1.PolicyTargetReference{{Group: v1alpha1.GatewayAPIGroup, Kind: "HTTPRoute", Name: "checkout"}},
+		Window:     "1m", Limit: 5, Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress},
+	}}
+	ef, err := envoyrender.IstioEnvoyFilter(ns, "edge", envoyrender.IstioCluster("slidegate-system", "slidegate-rls", 8081),
+		[]envoyrender.GatewayPolicy{{Policy: p, RouteNames: []string{"shop.checkout.0"}, AllPorts: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := ef.DeepCopy()
+	if err := k.Create(ctx, ef); err != nil {
+		t.Fatalf("Istio's schema refuses the rendered EnvoyFilter: %v", err)
+	}
+	patches, _, _ := unstructured.NestedSlice(bad.Object, "spec", "configPatches")
+	patches[0].(map[string]any)["applyTo"] = "HTTP_FILTERS"
+	_ = unstructured.SetNestedSlice(bad.Object, patches, "spec", "configPatches")
+	bad.SetName("slidegate-ratelimit-bad")
+	if err := k.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), "applyTo") {
+		t.Fatalf("an EnvoyFilter with applyTo HTTP_FILTERS: %v, want Istio's schema to refuse it", err)
+	}
 }

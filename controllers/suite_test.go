@@ -107,11 +107,18 @@ func runMain(m *testing.M) int {
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
 	// The Gateway API's CRDs, so that the rate limit service controller
-	// watches the routes and gateways policies attach to.
+	// watches the routes and gateways policies attach to, and Istio's.
 	gatewayCRDs, err := testsupport.GatewayAPICRDs()
 	if err != nil {
 		testsupport.MissingInMain("the Gateway API's CRDs", err)
 	}
+	// Istio's, so that the EnvoyFilters rendered for gateways are checked
+	// by Istio's own schema.
+	istioCRDs, err := testsupport.IstioCRDs()
+	if err != nil {
+		testsupport.MissingInMain("Istio's CRDs", err)
+	}
+	gatewayCRDs = append(gatewayCRDs, istioCRDs)
 	env, c, err := testsupport.StartControlPlane(scheme, gatewayCRDs...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -49,6 +49,23 @@ func GatewayAPICRDs() ([]string, error) {
 	return out, nil
 }
 
+// IstioAPIModule is the Istio API release whose CRDs (EnvoyFilter among
+// them) the tests install, from the file its Go module publishes.
+const IstioAPIModule = "istio.io/api@v1.32.0"
+
+// IstioCRDs is the file of Istio's CRDs, from IstioAPIModule.
+func IstioCRDs() (string, error) {
+	dir, err := moduleDir(IstioAPIModule)
+	if err != nil {
+		return "", err
+	}
+	f := filepath.Join(dir, "kubernetes", "customresourcedefinitions.gen.yaml")
+	if _, err := os.Stat(f); err != nil {
+		return "", fmt.Errorf("%s: %w", IstioAPIModule, err)
+	}
+	return f, nil
+}
+
 // moduleDir downloads a module (go mod download) and returns its
 // directory in the module cache; a second call reads the cache.
 func moduleDir(module string) (string, error) {
