@@ -75,11 +75,13 @@ func watchTargets(b *builder.Builder, mapper meta.RESTMapper, h handler.EventHan
 }
 
 // attachments looks up the targets of each policy with targetRefs and
-// resolves them (attachment.Resolve), keyed by policy. The lookups read the
+// resolves them (attachment.Resolve), keyed by policy, with the objects
+// found. The lookups read the
 // API server (unstructured objects are not cached), one per target; a
 // Gateway API that is not installed makes every target missing.
-func attachments(ctx context.Context, c client.Reader, policies []v1alpha1.RateLimitPolicy) (map[types.NamespacedName]attachment.Result, bool, error) {
+func attachments(ctx context.Context, c client.Reader, policies []v1alpha1.RateLimitPolicy) (map[types.NamespacedName]attachment.Result, map[types.NamespacedName][]attachment.Found, bool, error) {
 	out := map[types.NamespacedName]attachment.Result{}
+	objects := map[types.NamespacedName][]attachment.Found{}
 	noAPI := ""
 	for i := range policies {
 		p := &policies[i]
@@ -102,10 +104,12 @@ func attachments(ctx context.Context, c client.Reader, policies []v1alpha1.RateL
 			case meta.IsNoMatchError(err):
 				noAPI = "the Gateway API (" + v1alpha1.GatewayAPIGroup + "/v1) is not installed in this cluster"
 			default:
-				return nil, false, fmt.Errorf("reading %s %s/%s: %w", ref.Kind, p.Namespace, ref.Name, err)
+				return nil, nil, false, fmt.Errorf("reading %s %s/%s: %w", ref.Kind, p.Namespace, ref.Name, err)
 			}
 		}
-		out[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = attachment.Resolve(p, found, noAPI, p.Generation)
+		k := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		out[k] = attachment.Resolve(p, found, noAPI, p.Generation)
+		objects[k] = found
 	}
-	return out, noAPI != "", nil
+	return out, objects, noAPI != "", nil
 }

@@ -190,3 +190,138 @@ func TestIstioEnvoyFilterPassesIstiosSchema(t *testing.T) {
 		t.Fatalf("an EnvoyFilter with applyTo HTTP_FILTERS: %v, want Istio's schema to refuse it", err)
 	}
 }
+
+// apply creates a Gateway API object from YAML.
+func applyDoc(t *testing.T, doc string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Create(context.Background(), u); err != nil {
+		t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+	return u
+}
+
+// envoyFilter reads the EnvoyFilter of Gateway ns/gw, or nil.
+func envoyFilter(t *testing.T, ns, gw string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("networking.istio.io/v1alpha3")
+	u.SetKind("EnvoyFilter")
+	if err := k.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "slidegate-ratelimit-" + gw}, u); err != nil {
+		return nil
+	}
+	return u
+}
+
+// routePatches are the route names an EnvoyFilter patches, and the number
+// of rate limit filters it inserts.
+func routePatches(ef *unstructured.Unstructured) (names []string, filters int) {
+	patches, _, _ := unstructured.NestedSlice(ef.Object, "spec", "configPatches")
+	for _, p := range patches {
+		m := p.(map[string]any)
+		switch m["applyTo"] {
+		case "HTTP_FILTER":
+			filters++
+		case "HTTP_ROUTE":
+			n, _, _ := unstructured.NestedString(m, "match", "routeConfiguration", "vhost", "route", "name")
+			names = append(names, n)
+		}
+	}
+	return names, filters
+}
+
+// TestIstioGateways: a policy attached to an HTTPRoute of an Istio Gateway
+// in another namespace gets the Gateway's EnvoyFilter (in the Gateway's
+// namespace, accepted by Istio's CRD) with the rate limit filter once and
+// the actions on the route's unnamed rule; its named rule is reported, not
+// patched. A Gateway of another class gets nothing and the policy's
+// ancestor says so. The policy deleted, the EnvoyFilter goes.
+func TestIstioGateways(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	infra := newNamespaceWith(t, nil)
+	applyDoc(t, `
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: istio-`+ns+`}
+spec: {controllerName: istio.io/gateway-controller}`)
+	applyDoc(t, `
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: other-`+ns+`}
+spec: {controllerName: example.com/gateway}`)
+	for _, gw := range []struct{ name, class string }{{"edge", "istio-" + ns}, {"other", "other-" + ns}} {
+		applyDoc(t, fmt.Sprintf(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: %s, namespace: %s}
+spec:
+  gatewayClassName: %s
+  listeners: [{name: http, port: 80, protocol: HTTP}]`, gw.name, infra, gw.class))
+	}
+	applyDoc(t, fmt.Sprintf(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: checkout, namespace: %s}
+spec:
+  parentRefs: [{name: edge, namespace: %s}, {name: other, namespace: %s}]
+  rules:
+  - name: login
+    backendRefs: [{name: checkout, port: 8080}]
+  - backendRefs: [{name: checkout, port: 8080}]`, ns, infra, infra))
+	p := &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "checkout", Namespace: ns},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			TargetRefs: []v1alpha1.PolicyTargetReference{{Group: v1alpha1.GatewayAPIGroup, Kind: "HTTPRoute", Name: "checkout"}},
+			Window:     "1m", Limit: 5, Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress},
+		},
+	}
+	create(t, p)
+	t.Cleanup(func() { _ = k.Delete(ctx, p) })
+
+	eventually(t, "the Istio Gateway's EnvoyFilter", func() error {
+		ef := envoyFilter(t, infra, "edge")
+		if ef == nil {
+			return fmt.Errorf("no EnvoyFilter in %s", infra)
+		}
+		names, filters := routePatches(ef)
+		if want := []string{ns + ".checkout.1"}; !slices.Equal(names, want) || filters != 1 {
+			return fmt.Errorf("routes %q and %d filters, want %q and 1", names, filters, want)
+		}
+		if envoyFilter(t, infra, "other") != nil {
+			return fmt.Errorf("an EnvoyFilter for the Gateway of another class")
+		}
+		got := get(t, p)
+		if len(got.Status.Ancestors) != 2 {
+			return fmt.Errorf("ancestors %+v", got.Status.Ancestors)
+		}
+		msgs := map[string]string{}
+		for _, a := range got.Status.Ancestors {
+			c := meta.FindStatusCondition(a.Conditions, string(v1alpha1.ConditionAccepted))
+			if c == nil || c.Status != metav1.ConditionTrue {
+				return fmt.Errorf("ancestor %s: %+v", a.AncestorRef.Name, c)
+			}
+			msgs[a.AncestorRef.Name] = c.Message
+		}
+		if !strings.Contains(msgs["edge"], "does not configure rules login of HTTPRoute checkout") {
+			return fmt.Errorf("edge's message %q does not name the named rule left out", msgs["edge"])
+		}
+		if !strings.Contains(msgs["other"], `controlled by "example.com/gateway"`) {
+			return fmt.Errorf("other's message %q does not say its gateway is not configured", msgs["other"])
+		}
+		return nil
+	})
+
+	if err := k.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the EnvoyFilter deleted with the last policy on the Gateway", func() error {
+		if envoyFilter(t, infra, "edge") != nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+}

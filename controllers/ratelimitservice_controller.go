@@ -33,6 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
+	"github.com/slidegate/slidegate/internal/attachment"
+	"github.com/slidegate/slidegate/internal/envoyrender"
 	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
@@ -97,6 +99,12 @@ type RateLimitServiceReconciler struct {
 	// recorded are the namespaces whose not-enforced counts were last
 	// recorded (one reconcile at a time: no lock).
 	recorded map[string]bool
+	// IstioGateways makes the controller keep, for each Istio Gateway that
+	// serves policies with targetRefs, the EnvoyFilter that calls the
+	// rate limit service (applyIstioGateways). It needs write access to
+	// EnvoyFilters, which config/components/istio-gateways grants.
+	IstioGateways bool
+
 	// watchingTargets: the Gateway API was installed when the controller
 	// started, so its objects are watched (SetupWithManager).
 	watchingTargets bool
@@ -125,6 +133,9 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 		recordRLSEnforcement(nil, r.recorded)
 		r.recorded = nil
 		unclaimedDomainPoliciesGauge.Set(0)
+		if err := r.applyIstioGateways(ctx, nil); err != nil { // the last EnvoyFilters go too
+			return ctrl.Result{}, err
+		}
 		return ctrl.Result{}, deleteManaged(ctx, r.Client, r.reader(), key, &corev1.ConfigMap{}, "configmap", "no policy for the rate limit service is left")
 	}
 	owners, err := r.domainOwners(ctx)
@@ -137,7 +148,7 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 
 	// Policies whose targets do not exist stay out of the document until
 	// one does (their status says which are missing).
-	attached, noAPI, err := attachments(ctx, r.Client, policies)
+	attached, targets, noAPI, err := attachments(ctx, r.Client, policies)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -161,9 +172,24 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// What the Istio gateways serve of the accepted policies (their
+	// ancestors say what they cannot).
+	accepted := func(k types.NamespacedName) bool {
+		_, refused := desired.NotAccepted[k]
+		return !refused && attached[k].Problem() == ""
+	}
+	var plans map[attachment.Gateway][]envoyrender.GatewayPolicy
+	if r.IstioGateways {
+		if plans, err = r.gatewayPlans(ctx, policies, accepted, targets, attached); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	want := policystatus.ServiceStatuses(policies, desired, attached, servers, r.Namespace, r.serviceName(), RLSAdminPortName)
 	conflicted, err := writeStatuses(ctx, r.Client, r.Recorder, policies, want, false)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.applyIstioGateways(ctx, plans); err != nil {
 		return ctrl.Result{}, err
 	}
 

@@ -236,6 +236,8 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		Namespace:  redisSecret.Namespace,
 		HTTPClient: &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: rlsTestDial}},
 		Recheck:    300 * time.Millisecond,
+		// The EnvoyFilters of Istio gateways (TestIstioGateways).
+		IstioGateways: true,
 		// Small, so that TestRLSFloodKeepsOthers fills it with a hundred
 		// policies rather than thousands.
 		maxBytes: rlsTestMaxBytes,

@@ -176,6 +176,48 @@ func hasNamed(obj *unstructured.Unstructured, list, name string) bool {
 	return false
 }
 
+// Gateway names a Gateway (sectionName: a listener of it, or "").
+type Gateway struct{ Namespace, Name, SectionName string }
+
+// ParentGateways are the Gateways among an HTTPRoute's parentRefs, each
+// once, in order.
+func ParentGateways(route *unstructured.Unstructured) []Gateway {
+	var out []Gateway
+	for _, k := range parentGateways(route, route.GetNamespace()) {
+		out = append(out, Gateway{Namespace: k.namespace, Name: k.name, SectionName: k.section})
+	}
+	return out
+}
+
+// RuleNames are the names of an HTTPRoute's rules, in order ("" for a rule
+// without one).
+func RuleNames(route *unstructured.Unstructured) []string {
+	rules, _, _ := unstructured.NestedSlice(route.Object, "spec", "rules")
+	out := make([]string, len(rules))
+	for i, r := range rules {
+		if m, ok := r.(map[string]any); ok {
+			out[i], _ = m["name"].(string)
+		}
+	}
+	return out
+}
+
+// ListenerPort is the port of a Gateway's listener called name, or 0.
+func ListenerPort(gw *unstructured.Unstructured, name string) int32 {
+	ls, _, _ := unstructured.NestedSlice(gw.Object, "spec", "listeners")
+	for _, l := range ls {
+		if m, ok := l.(map[string]any); ok && m["name"] == name {
+			switch p := m["port"].(type) {
+			case int64:
+				return int32(p)
+			case float64:
+				return int32(p)
+			}
+		}
+	}
+	return 0
+}
+
 // parentGateways are the Gateways among an HTTPRoute's parentRefs (group
 // and kind default to the Gateway API's Gateway, namespace to the route's),
 // each once.
@@ -206,4 +248,30 @@ func str(m map[string]any, key, def string) string {
 		return s
 	}
 	return def
+}
+
+// Refuse sets the Accepted condition of the ancestors that are Gateway gw
+// (any listener) False, for reason, told by msg: the Gateway cannot serve
+// the policy as attached.
+func (r *Result) Refuse(gw Gateway, reason v1alpha1.ConditionReason, msg string) {
+	r.amend(gw, func(c *metav1.Condition) {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(reason), msg
+	})
+}
+
+// Remark adds msg to the message of the ancestors that are Gateway gw.
+func (r *Result) Remark(gw Gateway, msg string) {
+	r.amend(gw, func(c *metav1.Condition) { c.Message += "; " + msg })
+}
+
+func (r *Result) amend(gw Gateway, f func(*metav1.Condition)) {
+	for i := range r.Ancestors {
+		a := &r.Ancestors[i]
+		if a.AncestorRef.Namespace != gw.Namespace || a.AncestorRef.Name != gw.Name {
+			continue
+		}
+		if c := meta.FindStatusCondition(a.Conditions, string(v1alpha1.ConditionAccepted)); c != nil {
+			f(c)
+		}
+	}
 }

@@ -59,26 +59,26 @@ type RouteRules struct {
 
 // IstioRouteNames are the names of the Envoy routes Istio makes of the
 // route's rules, or of its rule section alone when section is not "".
-// A named rule's Envoy route carries its name alone, which a rule of
-// another HTTPRoute on the same Gateway may share: taken holds the rule
-// names of the Gateway's other HTTPRoutes, and such a rule is left out and
-// named in conflicts, so that a policy never limits another route's
-// requests.
-func IstioRouteNames(r RouteRules, section string, taken map[string]bool) (names, conflicts []string) {
+// Istio names the Envoy routes of a named rule by the rule's name alone,
+// which a rule of any other HTTPRoute on the same Gateway may share: a
+// patch by that name would put the policy on the other route's requests
+// too (a tenant limiting another's traffic), and leaving shared names out
+// would let another tenant switch a policy off by naming a rule alike. So
+// named rules are not patched at all, whatever other routes hold (the
+// answer depends on the route alone): they are returned in named, for the
+// policy's status to say.
+func IstioRouteNames(r RouteRules, section string) (names, named []string) {
 	for i, rule := range r.Rules {
 		if section != "" && rule != section {
 			continue
 		}
-		switch {
-		case rule == "":
-			names = append(names, r.Namespace+"."+r.Name+"."+strconv.Itoa(i))
-		case taken[rule]:
-			conflicts = append(conflicts, rule)
-		default:
-			names = append(names, rule)
+		if rule != "" {
+			named = append(named, rule)
+			continue
 		}
+		names = append(names, r.Namespace+"."+r.Name+"."+strconv.Itoa(i))
 	}
-	return names, conflicts
+	return names, named
 }
 
 // GatewayPolicy is a policy as one Gateway serves it: on the Envoy routes

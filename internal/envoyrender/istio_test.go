@@ -32,24 +32,22 @@ import (
 )
 
 func TestIstioRouteNames(t *testing.T) {
-	r := RouteRules{Namespace: "shop", Name: "checkout", Rules: []string{"login", "", "signup"}}
+	r := RouteRules{Namespace: "shop", Name: "checkout", Rules: []string{"login", "", "signup", ""}}
 	for _, tc := range []struct {
-		name             string
-		section          string
-		taken            map[string]bool
-		names, conflicts []string
+		name         string
+		section      string
+		names, named []string
 	}{
-		{name: "the whole route", names: []string{"login", "shop.checkout.1", "signup"}},
-		{name: "one rule", section: "signup", names: []string{"signup"}},
-		{name: "a rule no other route names", section: "login", taken: map[string]bool{"signup": true}, names: []string{"login"}},
-		// Another HTTPRoute on the Gateway has a rule "login": its Envoy
-		// routes carry the same name, so the patch would limit them too.
-		{name: "a rule name another route shares", taken: map[string]bool{"login": true}, names: []string{"shop.checkout.1", "signup"}, conflicts: []string{"login"}},
+		{name: "the whole route", names: []string{"shop.checkout.1", "shop.checkout.3"}, named: []string{"login", "signup"}},
+		// Istio gives the rule's Envoy routes its name alone, which
+		// another HTTPRoute's rule may share: never patched.
+		{name: "a named rule", section: "signup", named: []string{"signup"}},
+		{name: "a rule the route does not have", section: "gone"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			names, conflicts := IstioRouteNames(r, tc.section, tc.taken)
-			if !slices.Equal(names, tc.names) || !slices.Equal(conflicts, tc.conflicts) {
-				t.Errorf("names %q conflicts %q, want %q %q", names, conflicts, tc.names, tc.conflicts)
+			names, named := IstioRouteNames(r, tc.section)
+			if !slices.Equal(names, tc.names) || !slices.Equal(named, tc.named) {
+				t.Errorf("names %q named %q, want %q %q", names, named, tc.names, tc.named)
 			}
 		})
 	}
@@ -63,7 +61,7 @@ func TestIstioEnvoyFilterGolden(t *testing.T) {
 	byAddress := attached("edge", v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress})
 	u, err := IstioEnvoyFilter("infra", "edge", IstioCluster("slidegate-system", "slidegate-rls", 8081), []GatewayPolicy{
 		{Policy: byAddress, Ports: []int32{443}},
-		{Policy: byHeader, RouteNames: []string{"shop.checkout.0", "login"}},
+		{Policy: byHeader, RouteNames: []string{"shop.checkout.0", "shop.checkout.2"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +98,7 @@ func TestIstioEnvoyFilterGolden(t *testing.T) {
 	}
 	// The same input in another order renders the same object.
 	again, err := IstioEnvoyFilter("infra", "edge", IstioCluster("slidegate-system", "slidegate-rls", 8081), []GatewayPolicy{
-		{Policy: byHeader, RouteNames: []string{"login", "shop.checkout.0"}},
+		{Policy: byHeader, RouteNames: []string{"shop.checkout.2", "shop.checkout.0"}},
 		{Policy: byAddress, Ports: []int32{443}},
 	})
 	if err != nil {

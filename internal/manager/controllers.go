@@ -71,6 +71,8 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []
 		Recorder:    mgr.GetEventRecorder("slidegate-controller"),
 		Namespace:   namespace,
 		ServiceName: o.rlsService,
+		// EnvoyFilters of Istio gateways: opt in (config/components/istio-gateways).
+		IstioGateways: o.istioGateways,
 		// The same bound: one Redis holds both.
 		MaxClientBytes: o.maxClientBytes,
 	}
