@@ -225,6 +225,7 @@ func TestChartRendersTheInstall(t *testing.T) {
 		{name: "createNamespace", overlay: "default", values: "createNamespace: true"},
 		{name: "rls", overlay: "rls", values: "rls: {enabled: true}", withoutNamespace: true},
 		{name: "rls mTLS", overlay: "rls-mtls", values: "rls: {enabled: true, mtls: true}", withoutNamespace: true},
+		{name: "istio gateways", overlay: "istio-gateways", values: "rls: {enabled: true}\nistioGateways: {enabled: true}", withoutNamespace: true},
 		{name: "monitoring", overlay: "monitoring", values: "monitoring: {enabled: true}", withoutNamespace: true},
 		{name: "cert-manager", overlay: "cert-manager", values: "webhook: {certificates: cert-manager}", withoutNamespace: true},
 	} {
