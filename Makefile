@@ -88,6 +88,7 @@ verify: generate manifests docs ## Regenerate code, manifests and API docs; fail
 	kubectl kustomize config/rls >/dev/null
 	kubectl kustomize config/rls-mtls >/dev/null
 	kubectl kustomize config/istio-gateways >/dev/null
+	kubectl kustomize config/envoy-gateways >/dev/null
 	@# config/default installs the release in VERSION.
 	@test "$$(sed -n 's/^ *newTag: *//p' config/manager/kustomization.yaml)" = "$(VERSION)" || \
 		{ echo "verify: config/manager/kustomization.yaml's newTag is not VERSION ($(VERSION))"; exit 1; }

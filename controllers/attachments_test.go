@@ -174,7 +174,7 @@ func TestIstioEnvoyFilterPassesIstiosSchema(t *testing.T) {
 		Window:     "1m", Limit: 5, Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress},
 	}}
 	ef, err := envoyrender.IstioEnvoyFilter(ns, "edge", envoyrender.IstioCluster("slidegate-system", "slidegate-rls", 8081),
-		[]envoyrender.GatewayPolicy{{Policy: p, RouteNames: []string{"shop.checkout.0"}, AllPorts: true}})
+		[]envoyrender.GatewayPolicy{{Policy: p, Rules: []envoyrender.Rule{{Namespace: "shop", Route: "checkout"}}, AllPorts: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ spec:
 		if !strings.Contains(msgs["edge"], "does not configure rules login of HTTPRoute checkout") {
 			return fmt.Errorf("edge's message %q does not name the named rule left out", msgs["edge"])
 		}
-		if !strings.Contains(msgs["other"], `controlled by "example.com/gateway"`) {
+		if !strings.Contains(msgs["other"], `GatewayClass controller "example.com/gateway"`) {
 			return fmt.Errorf("other's message %q does not say its gateway is not configured", msgs["other"])
 		}
 		return nil
@@ -320,6 +320,92 @@ spec:
 	}
 	eventually(t, "the EnvoyFilter deleted with the last policy on the Gateway", func() error {
 		if envoyFilter(t, infra, "edge") != nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+}
+
+// TestEnvoyGateways: a policy attached to a rule of an HTTPRoute on an
+// Envoy Gateway Gateway gets the Gateway's EnvoyPatchPolicy (accepted by
+// Envoy Gateway's CRD), with the cluster, the filter on each HTTP port's
+// listener and the actions on the rule's routes; the policy deleted, it
+// goes. What Envoy Gateway does with the patches (its JSONPath and JSON
+// Patch libraries on its xDS) is not run here.
+func TestEnvoyGateways(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	infra := newNamespaceWith(t, nil)
+	applyDoc(t, `
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: eg-`+ns+`}
+spec: {controllerName: gateway.envoyproxy.io/gatewayclass-controller}`)
+	applyDoc(t, fmt.Sprintf(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: %s}
+spec:
+  gatewayClassName: eg-%s
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+  - {name: tcp, port: 9000, protocol: TCP}`, infra, ns))
+	applyDoc(t, fmt.Sprintf(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: checkout, namespace: %s}
+spec:
+  parentRefs: [{name: edge, namespace: %s}]
+  rules:
+  - name: login
+    backendRefs: [{name: checkout, port: 8080}]
+  - backendRefs: [{name: checkout, port: 8080}]`, ns, infra))
+	p := &v1alpha1.RateLimitPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "login", Namespace: ns},
+		Spec: v1alpha1.RateLimitPolicySpec{
+			TargetRefs: []v1alpha1.PolicyTargetReference{{Group: v1alpha1.GatewayAPIGroup, Kind: "HTTPRoute", Name: "checkout", SectionName: "login"}},
+			Window:     "1m", Limit: 5, Key: v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User", OnMissing: v1alpha1.MissingKeyAllow},
+		},
+	}
+	create(t, p)
+	t.Cleanup(func() { _ = k.Delete(ctx, p) })
+
+	readPolicy := func() *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("gateway.envoyproxy.io/v1alpha1")
+		u.SetKind("EnvoyPatchPolicy")
+		if err := k.Get(ctx, types.NamespacedName{Namespace: infra, Name: "slidegate-ratelimit-edge"}, u); err != nil {
+			return nil
+		}
+		return u
+	}
+	eventually(t, "the Gateway's EnvoyPatchPolicy", func() error {
+		epp := readPolicy()
+		if epp == nil {
+			return fmt.Errorf("no EnvoyPatchPolicy in %s", infra)
+		}
+		patches, _, _ := unstructured.NestedSlice(epp.Object, "spec", "jsonPatches")
+		var got []string
+		for _, x := range patches {
+			m := x.(map[string]any)
+			jp, _, _ := unstructured.NestedString(m, "operation", "jsonPath")
+			got = append(got, m["name"].(string)+" "+jp)
+		}
+		want := []string{
+			"slidegate-rls ",
+			infra + "/edge/http ..filters[?(@.name=='envoy.filters.network.http_connection_manager')].typed_config.http_filters[0]",
+			infra + "/edge/http ..routes[?(@.name=~'^httproute/" + ns + "/checkout/rule/0/')]",
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("patches %q, want %q", got, want)
+		}
+		return nil
+	})
+	if err := k.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the EnvoyPatchPolicy deleted", func() error {
+		if readPolicy() != nil {
 			return fmt.Errorf("still there")
 		}
 		return nil

@@ -34,7 +34,6 @@ import (
 
 	"github.com/slidegate/slidegate/api/v1alpha1"
 	"github.com/slidegate/slidegate/internal/attachment"
-	"github.com/slidegate/slidegate/internal/envoyrender"
 	"github.com/slidegate/slidegate/internal/policystatus"
 	"github.com/slidegate/slidegate/internal/render"
 	"github.com/slidegate/slidegate/internal/rlsconfig"
@@ -101,9 +100,12 @@ type RateLimitServiceReconciler struct {
 	recorded map[string]bool
 	// IstioGateways makes the controller keep, for each Istio Gateway that
 	// serves policies with targetRefs, the EnvoyFilter that calls the
-	// rate limit service (applyIstioGateways). It needs write access to
+	// rate limit service (applyGateways). It needs write access to
 	// EnvoyFilters, which config/components/istio-gateways grants.
 	IstioGateways bool
+	// EnvoyGateways does the same for Envoy Gateway's Gateways, with an
+	// EnvoyPatchPolicy (config/components/envoy-gateways).
+	EnvoyGateways bool
 
 	// watchingTargets: the Gateway API was installed when the controller
 	// started, so its objects are watched (SetupWithManager).
@@ -133,7 +135,7 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 		recordRLSEnforcement(nil, r.recorded)
 		r.recorded = nil
 		unclaimedDomainPoliciesGauge.Set(0)
-		if err := r.applyIstioGateways(ctx, nil); err != nil { // the last EnvoyFilters go too
+		if err := r.applyGateways(ctx, nil); err != nil { // the gateways' last objects go too
 			return ctrl.Result{}, err
 		}
 		return ctrl.Result{}, deleteManaged(ctx, r.Client, r.reader(), key, &corev1.ConfigMap{}, "configmap", "no policy for the rate limit service is left")
@@ -172,14 +174,14 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// What the Istio gateways serve of the accepted policies (their
+	// What the configured gateways serve of the accepted policies (their
 	// ancestors say what they cannot).
 	accepted := func(k types.NamespacedName) bool {
 		_, refused := desired.NotAccepted[k]
 		return !refused && attached[k].Problem() == ""
 	}
-	var plans map[attachment.Gateway][]envoyrender.GatewayPolicy
-	if r.IstioGateways {
+	var plans map[attachment.Gateway]*gatewayPlan
+	if r.IstioGateways || r.EnvoyGateways {
 		if plans, err = r.gatewayPlans(ctx, policies, accepted, targets, attached); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -189,7 +191,7 @@ func (r *RateLimitServiceReconciler) Reconcile(ctx context.Context, _ ctrl.Reque
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.applyIstioGateways(ctx, plans); err != nil {
+	if err := r.applyGateways(ctx, plans); err != nil {
 		return ctrl.Result{}, err
 	}
 

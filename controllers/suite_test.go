@@ -112,13 +112,17 @@ func runMain(m *testing.M) int {
 	if err != nil {
 		testsupport.MissingInMain("the Gateway API's CRDs", err)
 	}
-	// Istio's, so that the EnvoyFilters rendered for gateways are checked
-	// by Istio's own schema.
+	// Istio's and Envoy Gateway's, so that the objects rendered for
+	// gateways are checked by their own schemas.
 	istioCRDs, err := testsupport.IstioCRDs()
 	if err != nil {
 		testsupport.MissingInMain("Istio's CRDs", err)
 	}
-	gatewayCRDs = append(gatewayCRDs, istioCRDs)
+	egCRD, err := testsupport.EnvoyGatewayCRDs()
+	if err != nil {
+		testsupport.MissingInMain("Envoy Gateway's EnvoyPatchPolicy CRD", err)
+	}
+	gatewayCRDs = append(gatewayCRDs, istioCRDs, egCRD)
 	env, c, err := testsupport.StartControlPlane(scheme, gatewayCRDs...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -236,8 +240,10 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 		Namespace:  redisSecret.Namespace,
 		HTTPClient: &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: rlsTestDial}},
 		Recheck:    300 * time.Millisecond,
-		// The EnvoyFilters of Istio gateways (TestIstioGateways).
+		// The objects of Istio's and Envoy Gateway's gateways
+		// (TestIstioGateways, TestEnvoyGateways).
 		IstioGateways: true,
+		EnvoyGateways: true,
 		// Small, so that TestRLSFloodKeepsOthers fills it with a hundred
 		// policies rather than thousands.
 		maxBytes: rlsTestMaxBytes,

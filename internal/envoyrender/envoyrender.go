@@ -89,12 +89,13 @@ func RateLimit(p *v1alpha1.RateLimitPolicy) (*routev3.RateLimit, error) {
 	return rl, nil
 }
 
-// Filter is the rate limit HTTP filter that asks the rate limit service,
+// Filter is the rate limit HTTP filter, named name, that asks the rate
+// limit service,
 // reached through the Envoy cluster named cluster (the gateway's own name
 // for slidegate's RLS Service), on the reserved domain. It goes before
 // the router, once per gateway: two such filters would count each
 // request twice.
-func Filter(cluster string, timeout time.Duration) (*hcmv3.HttpFilter, error) {
+func Filter(name, cluster string, timeout time.Duration) (*hcmv3.HttpFilter, error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
@@ -118,7 +119,7 @@ func Filter(cluster string, timeout time.Duration) (*hcmv3.HttpFilter, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &hcmv3.HttpFilter{Name: FilterName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyCfg}}
+	f := &hcmv3.HttpFilter{Name: name, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: anyCfg}}
 	if err := f.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("the rendered rate limit filter: %w", err)
 	}

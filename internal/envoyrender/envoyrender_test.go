@@ -105,7 +105,7 @@ func TestRateLimitGolden(t *testing.T) {
 }
 
 func TestFilterGolden(t *testing.T) {
-	f, err := Filter("outbound|8081||slidegate-rls.slidegate-system.svc.cluster.local", 0)
+	f, err := Filter(FilterName, "outbound|8081||slidegate-rls.slidegate-system.svc.cluster.local", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,38 +57,51 @@ type RouteRules struct {
 	Rules           []string
 }
 
-// IstioRouteNames are the names of the Envoy routes Istio makes of the
-// route's rules, or of its rule section alone when section is not "".
-// Istio names the Envoy routes of a named rule by the rule's name alone,
-// which a rule of any other HTTPRoute on the same Gateway may share: a
-// patch by that name would put the policy on the other route's requests
-// too (a tenant limiting another's traffic), and leaving shared names out
-// would let another tenant switch a policy off by naming a rule alike. So
-// named rules are not patched at all, whatever other routes hold (the
-// answer depends on the route alone): they are returned in named, for the
-// policy's status to say.
-func IstioRouteNames(r RouteRules, section string) (names, named []string) {
-	for i, rule := range r.Rules {
-		if section != "" && rule != section {
-			continue
-		}
-		if rule != "" {
-			named = append(named, rule)
-			continue
-		}
-		names = append(names, r.Namespace+"."+r.Name+"."+strconv.Itoa(i))
-	}
-	return names, named
+// Rule is one rule of an HTTPRoute that a policy targets, as a Gateway
+// serves it: Ports are the ports of the Gateway's listeners the route is
+// attached to (its parentRef's sectionName), or every listener's when
+// empty.
+type Rule struct {
+	Namespace, Route, Name string
+	Index                  int
+	Ports                  []int32
 }
 
-// GatewayPolicy is a policy as one Gateway serves it: on the Envoy routes
-// named RouteNames (HTTPRoute targets), and, for a Gateway target, on
-// every route of the listeners on Ports (AllPorts: of every listener).
+// RulesOf are the rules of r that section selects (every rule when
+// section is ""), on ports.
+func RulesOf(r RouteRules, section string, ports []int32) []Rule {
+	var out []Rule
+	for i, name := range r.Rules {
+		if section == "" || name == section {
+			out = append(out, Rule{Namespace: r.Namespace, Route: r.Name, Name: name, Index: i, Ports: ports})
+		}
+	}
+	return out
+}
+
+// IstioRouteName is the name Istio gives the Envoy routes of rule, or ok
+// false for a named rule. Istio names the Envoy routes of a named rule by
+// the rule's name alone, which a rule of any other HTTPRoute on the same
+// Gateway may share: a patch by that name would put the policy on the
+// other route's requests too (a tenant limiting another's traffic), and
+// leaving shared names out would let another tenant switch a policy off
+// by naming a rule alike. So named rules are not patched at all, whatever
+// other routes hold (the answer depends on the route alone).
+func IstioRouteName(rule Rule) (name string, ok bool) {
+	if rule.Name != "" {
+		return "", false
+	}
+	return rule.Namespace + "." + rule.Route + "." + strconv.Itoa(rule.Index), true
+}
+
+// GatewayPolicy is a policy as one Gateway serves it: on the routes of
+// Rules (HTTPRoute targets), and, for a Gateway target, on every route of
+// the listeners on Ports (AllPorts: of every listener).
 type GatewayPolicy struct {
-	Policy     *v1alpha1.RateLimitPolicy
-	RouteNames []string
-	Ports      []int32
-	AllPorts   bool
+	Policy   *v1alpha1.RateLimitPolicy
+	Rules    []Rule
+	Ports    []int32
+	AllPorts bool
 }
 
 // IstioEnvoyFilter is the one EnvoyFilter of a Gateway: the rate limit
@@ -98,7 +111,7 @@ type GatewayPolicy struct {
 // INCLUDE), and the virtual hosts' actions of Gateway targets. Policies
 // and routes are sorted, so the same input renders the same object.
 func IstioEnvoyFilter(gwNamespace, gwName, cluster string, policies []GatewayPolicy) (*unstructured.Unstructured, error) {
-	filter, err := Filter(cluster, 0)
+	filter, err := Filter(FilterName, cluster, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +134,10 @@ func IstioEnvoyFilter(gwNamespace, gwName, cluster string, policies []GatewayPol
 		if err != nil {
 			return nil, err
 		}
-		for _, n := range gp.RouteNames {
-			byRoute[n] = append(byRoute[n], rl)
+		for _, rule := range gp.Rules {
+			if n, ok := IstioRouteName(rule); ok {
+				byRoute[n] = append(byRoute[n], rl)
+			}
 		}
 		if gp.AllPorts {
 			byPort[0] = append(byPort[0], rl)
@@ -180,9 +195,7 @@ func IstioEnvoyFilter(gwNamespace, gwName, cluster string, policies []GatewayPol
 			"configPatches": patches,
 		},
 	}}
-	// Through JSON, so that every value is what the API server stores
-	// (int64, map[string]any) and compares equal after a read.
-	return roundTripJSON(u)
+	return roundTripJSON(u, "configPatches", "patch")
 }
 
 // jsonValue is m as a JSON object value of an EnvoyFilter patch.
@@ -206,17 +219,20 @@ func gatewayObjectName(gw string) string {
 	return "slidegate-ratelimit-" + hex.EncodeToString(sum[:8])
 }
 
-func roundTripJSON(u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	// The filter is a proto message: its JSON is Envoy's.
+// roundTripJSON turns the proto messages among the values of the object's
+// spec.<list>[].<field>.value into their JSON (Envoy's), and the whole
+// object into what the API server stores (int64, map[string]any), so that
+// it compares equal after a read.
+func roundTripJSON(u *unstructured.Unstructured, list, field string) (*unstructured.Unstructured, error) {
 	spec := u.Object["spec"].(map[string]any)
-	for _, p := range spec["configPatches"].([]any) {
-		patch := p.(map[string]any)["patch"].(map[string]any)
-		if m, ok := patch["value"].(proto.Message); ok {
+	for _, p := range spec[list].([]any) {
+		holder := p.(map[string]any)[field].(map[string]any)
+		if m, ok := holder["value"].(proto.Message); ok {
 			v, err := jsonValue(m)
 			if err != nil {
 				return nil, err
 			}
-			patch["value"] = v
+			holder["value"] = v
 		}
 	}
 	data, err := json.Marshal(u.Object)

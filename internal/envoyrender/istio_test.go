@@ -18,13 +18,17 @@ package envoyrender
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -45,7 +49,14 @@ func TestIstioRouteNames(t *testing.T) {
 		{name: "a rule the route does not have", section: "gone"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			names, named := IstioRouteNames(r, tc.section)
+			var names, named []string
+			for _, rule := range RulesOf(r, tc.section, nil) {
+				if n, ok := IstioRouteName(rule); ok {
+					names = append(names, n)
+				} else {
+					named = append(named, rule.Name)
+				}
+			}
 			if !slices.Equal(names, tc.names) || !slices.Equal(named, tc.named) {
 				t.Errorf("names %q named %q, want %q %q", names, named, tc.names, tc.named)
 			}
@@ -61,7 +72,7 @@ func TestIstioEnvoyFilterGolden(t *testing.T) {
 	byAddress := attached("edge", v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress})
 	u, err := IstioEnvoyFilter("infra", "edge", IstioCluster("slidegate-system", "slidegate-rls", 8081), []GatewayPolicy{
 		{Policy: byAddress, Ports: []int32{443}},
-		{Policy: byHeader, RouteNames: []string{"shop.checkout.0", "shop.checkout.2"}},
+		{Policy: byHeader, Rules: RulesOf(RouteRules{Namespace: "shop", Name: "checkout", Rules: []string{"", "login", ""}}, "", nil)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +109,7 @@ func TestIstioEnvoyFilterGolden(t *testing.T) {
 	}
 	// The same input in another order renders the same object.
 	again, err := IstioEnvoyFilter("infra", "edge", IstioCluster("slidegate-system", "slidegate-rls", 8081), []GatewayPolicy{
-		{Policy: byHeader, RouteNames: []string{"shop.checkout.2", "shop.checkout.0"}},
+		{Policy: byHeader, Rules: reversed(RulesOf(RouteRules{Namespace: "shop", Name: "checkout", Rules: []string{"", "login", ""}}, "", nil))},
 		{Policy: byAddress, Ports: []int32{443}},
 	})
 	if err != nil {
@@ -114,5 +125,67 @@ func mustRead(t *testing.T, value []byte, into proto.Message) {
 	t.Helper()
 	if err := protojson.Unmarshal(value, into); err != nil {
 		t.Errorf("Envoy would refuse %s: %v", value, err)
+	}
+}
+
+func reversed[T any](s []T) []T {
+	s = slices.Clone(s)
+	slices.Reverse(s)
+	return s
+}
+
+// TestEnvoyPatchPolicyGolden: an Envoy Gateway Gateway with two HTTP
+// listeners on one port and one on another, serving a policy on a route's
+// rule attached to one listener and a policy on every listener; each value
+// reads back as Envoy's own types.
+func TestEnvoyPatchPolicyGolden(t *testing.T) {
+	byHeader := attached("login", v1alpha1.ClientKey{Source: v1alpha1.KeySourceHeader, Name: "X-User", OnMissing: v1alpha1.MissingKeyAllow})
+	byAddress := attached("edge", v1alpha1.ClientKey{Source: v1alpha1.KeySourceRemoteAddress})
+	listeners := []Listener{{Name: "http", Port: 80}, {Name: "http-alt", Port: 80}, {Name: "https", Port: 443}}
+	rules := RulesOf(RouteRules{Namespace: "shop", Name: "checkout.v2", Rules: []string{"login", ""}}, "login", []int32{443})
+	u, err := EnvoyPatchPolicy("infra", "edge", listeners, "slidegate-rls.slidegate-system.svc.cluster.local", 8081, []GatewayPolicy{
+		{Policy: byHeader, Rules: rules},
+		{Policy: byAddress, AllPorts: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := yaml.Marshal(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "envoypatchpolicy.yaml", data)
+	patches, _, _ := unstructured.NestedSlice(u.Object, "spec", "jsonPatches")
+	counts := map[string]int{}
+	for _, p := range patches {
+		m := p.(map[string]any)
+		op := m["operation"].(map[string]any)
+		value, err := json.Marshal(op["value"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		typ := m["type"].(string)
+		path, _ := op["jsonPath"].(string)
+		switch {
+		case strings.HasSuffix(typ, "Cluster"):
+			mustRead(t, value, &clusterv3.Cluster{})
+		case strings.HasSuffix(typ, "Listener"):
+			mustRead(t, value, &hcmv3.HttpFilter{})
+		case strings.HasPrefix(path, "..routes"):
+			mustRead(t, value, &anypb.Any{})
+		default:
+			mustRead(t, value, &anypb.Any{})
+		}
+		counts[typ+" "+m["name"].(string)]++
+	}
+	want := map[string]int{
+		"type.googleapis.com/envoy.config.cluster.v3.Cluster slidegate-rls":             1,
+		"type.googleapis.com/envoy.config.listener.v3.Listener infra/edge/http":         1, // port 80's, once
+		"type.googleapis.com/envoy.config.listener.v3.Listener infra/edge/https":        1,
+		"type.googleapis.com/envoy.config.route.v3.RouteConfiguration infra/edge/http":  1, // the virtual hosts
+		"type.googleapis.com/envoy.config.route.v3.RouteConfiguration infra/edge/https": 2, // and the rule on 443
+	}
+	if !maps.Equal(counts, want) {
+		t.Errorf("patches %v, want %v", counts, want)
 	}
 }

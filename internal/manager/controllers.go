@@ -73,6 +73,8 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, o options, proxies []
 		ServiceName: o.rlsService,
 		// EnvoyFilters of Istio gateways: opt in (config/components/istio-gateways).
 		IstioGateways: o.istioGateways,
+		// EnvoyPatchPolicies of Envoy Gateway's: opt in (config/components/envoy-gateways).
+		EnvoyGateways: o.envoyGateways,
 		// The same bound: one Redis holds both.
 		MaxClientBytes: o.maxClientBytes,
 	}

@@ -118,6 +118,7 @@ type options struct {
 	webhookPort            int
 	rlsService             string
 	istioGateways          bool
+	envoyGateways          bool
 	// jwksRefresh is how often key set URLs are fetched again.
 	jwksRefresh time.Duration
 	// jwksAllowedCIDRs are the ranges besides public addresses that key
@@ -204,6 +205,8 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 		"Service, in the manager's namespace, in front of the rate limit service's servers (config/components/rls); the controller asks its ready endpoints what they loaded.")
 	fs.BoolVar(&o.istioGateways, "istio-gateways", false,
 		"Keep, for each Istio Gateway that serves policies with targetRefs, an EnvoyFilter in its namespace that calls the rate limit service; needs write access to EnvoyFilters (config/components/istio-gateways).")
+	fs.BoolVar(&o.envoyGateways, "envoy-gateways", false,
+		"Keep, for each Envoy Gateway Gateway that serves policies with targetRefs, an EnvoyPatchPolicy in its namespace that calls the rate limit service; needs write access to EnvoyPatchPolicies (config/components/envoy-gateways).")
 	wh := &o.webhook
 	fs.StringVar(&wh.CertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with the webhook's tls.crt and tls.key (the mounted Secret).")
 	fs.StringVar(&wh.CertMode, "cert-mode", webhook.CertModeSelf,

@@ -66,6 +66,24 @@ func IstioCRDs() (string, error) {
 	return f, nil
 }
 
+// EnvoyGatewayModule is the Envoy Gateway release whose EnvoyPatchPolicy
+// CRD the tests install, from the file its Go module publishes.
+const EnvoyGatewayModule = "github.com/envoyproxy/gateway@v1.6.3"
+
+// EnvoyGatewayCRDs is the file of Envoy Gateway's EnvoyPatchPolicy CRD,
+// from EnvoyGatewayModule.
+func EnvoyGatewayCRDs() (string, error) {
+	dir, err := moduleDir(EnvoyGatewayModule)
+	if err != nil {
+		return "", err
+	}
+	f := filepath.Join(dir, "charts", "gateway-helm", "crds", "generated", "gateway.envoyproxy.io_envoypatchpolicies.yaml")
+	if _, err := os.Stat(f); err != nil {
+		return "", fmt.Errorf("%s: %w", EnvoyGatewayModule, err)
+	}
+	return f, nil
+}
+
 // moduleDir downloads a module (go mod download) and returns its
 // directory in the module cache; a second call reads the cache.
 func moduleDir(module string) (string, error) {

@@ -226,6 +226,7 @@ func TestChartRendersTheInstall(t *testing.T) {
 		{name: "rls", overlay: "rls", values: "rls: {enabled: true}", withoutNamespace: true},
 		{name: "rls mTLS", overlay: "rls-mtls", values: "rls: {enabled: true, mtls: true}", withoutNamespace: true},
 		{name: "istio gateways", overlay: "istio-gateways", values: "rls: {enabled: true}\nistioGateways: {enabled: true}", withoutNamespace: true},
+		{name: "envoy gateways", overlay: "envoy-gateways", values: "rls: {enabled: true}\nenvoyGateways: {enabled: true}", withoutNamespace: true},
 		{name: "monitoring", overlay: "monitoring", values: "monitoring: {enabled: true}", withoutNamespace: true},
 		{name: "cert-manager", overlay: "cert-manager", values: "webhook: {certificates: cert-manager}", withoutNamespace: true},
 	} {
