@@ -143,3 +143,22 @@ func TestResolveBoundsAncestors(t *testing.T) {
 		t.Fatalf("got %d ancestors starting at %q, want %d from gwa", len(r.Ancestors), r.Ancestors[0].AncestorRef.Name, MaxAncestors)
 	}
 }
+
+// TestRefuseAndRemark: what a Gateway cannot serve amends its ancestor
+// only (any listener of it), not the others.
+func TestRefuseAndRemark(t *testing.T) {
+	p := &v1alpha1.RateLimitPolicy{}
+	p.Namespace, p.Name = "shop", "limit"
+	r := Resolve(p, []Found{{Ref: ref("HTTPRoute", "checkout", ""), Object: object(t, route)}}, "", 1)
+	r.Refuse(Gateway{Namespace: "infra", Name: "edge"}, v1alpha1.ReasonInvalid, "not here")
+	r.Remark(Gateway{Namespace: "shop", Name: "internal"}, "by hand")
+	if got := ancestorLines(r); strings.Join(got, ",") != "infra/edge/https=False Invalid,shop/internal/=True Accepted" {
+		t.Fatalf("ancestors %q", got)
+	}
+	if m := r.Ancestors[0].Conditions[0].Message; m != "not here" {
+		t.Errorf("refused message %q", m)
+	}
+	if m := r.Ancestors[1].Conditions[0].Message; !strings.HasSuffix(m, "; by hand") {
+		t.Errorf("remarked message %q", m)
+	}
+}
