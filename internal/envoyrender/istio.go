@@ -18,16 +18,12 @@ package envoyrender
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -50,35 +46,6 @@ func IstioCluster(namespace, service string, port int32) string {
 	return fmt.Sprintf("outbound|%d||%s.%s.svc.cluster.local", port, service, namespace)
 }
 
-// RouteRules are an HTTPRoute's rules, by name ("" for a rule without one),
-// in order.
-type RouteRules struct {
-	Namespace, Name string
-	Rules           []string
-}
-
-// Rule is one rule of an HTTPRoute that a policy targets, as a Gateway
-// serves it: Ports are the ports of the Gateway's listeners the route is
-// attached to (its parentRef's sectionName), or every listener's when
-// empty.
-type Rule struct {
-	Namespace, Route, Name string
-	Index                  int
-	Ports                  []int32
-}
-
-// RulesOf are the rules of r that section selects (every rule when
-// section is ""), on ports.
-func RulesOf(r RouteRules, section string, ports []int32) []Rule {
-	var out []Rule
-	for i, name := range r.Rules {
-		if section == "" || name == section {
-			out = append(out, Rule{Namespace: r.Namespace, Route: r.Name, Name: name, Index: i, Ports: ports})
-		}
-	}
-	return out
-}
-
 // IstioRouteName is the name Istio gives the Envoy routes of rule, or ok
 // false for a named rule. Istio names the Envoy routes of a named rule by
 // the rule's name alone, which a rule of any other HTTPRoute on the same
@@ -92,16 +59,6 @@ func IstioRouteName(rule Rule) (name string, ok bool) {
 		return "", false
 	}
 	return rule.Namespace + "." + rule.Route + "." + strconv.Itoa(rule.Index), true
-}
-
-// GatewayPolicy is a policy as one Gateway serves it: on the routes of
-// Rules (HTTPRoute targets), and, for a Gateway target, on every route of
-// the listeners on Ports (AllPorts: of every listener).
-type GatewayPolicy struct {
-	Policy   *v1alpha1.RateLimitPolicy
-	Rules    []Rule
-	Ports    []int32
-	AllPorts bool
 }
 
 // IstioEnvoyFilter is the one EnvoyFilter of a Gateway: the rate limit
@@ -196,58 +153,4 @@ func IstioEnvoyFilter(gwNamespace, gwName, cluster string, policies []GatewayPol
 		},
 	}}
 	return roundTripJSON(u, "configPatches", "patch")
-}
-
-// jsonValue is m as a JSON object value of an EnvoyFilter patch.
-func jsonValue(m proto.Message) (map[string]any, error) {
-	data, err := JSON(m)
-	if err != nil {
-		return nil, err
-	}
-	var v map[string]any
-	return v, json.Unmarshal(data, &v)
-}
-
-// gatewayObjectName names a Gateway's object: slidegate-ratelimit-<name>,
-// or a hash of the name where that would exceed an object name's 253
-// characters.
-func gatewayObjectName(gw string) string {
-	if n := "slidegate-ratelimit-" + gw; len(n) <= 253 {
-		return n
-	}
-	sum := sha256.Sum256([]byte(gw))
-	return "slidegate-ratelimit-" + hex.EncodeToString(sum[:8])
-}
-
-// roundTripJSON turns the proto messages among the values of the object's
-// spec.<list>[].<field>.value into their JSON (Envoy's), and the whole
-// object into what the API server stores (int64, map[string]any), so that
-// it compares equal after a read.
-func roundTripJSON(u *unstructured.Unstructured, list, field string) (*unstructured.Unstructured, error) {
-	spec := u.Object["spec"].(map[string]any)
-	for _, p := range spec[list].([]any) {
-		holder := p.(map[string]any)[field].(map[string]any)
-		if m, ok := holder["value"].(proto.Message); ok {
-			v, err := jsonValue(m)
-			if err != nil {
-				return nil, err
-			}
-			holder["value"] = v
-		}
-	}
-	data, err := json.Marshal(u.Object)
-	if err != nil {
-		return nil, err
-	}
-	out := &unstructured.Unstructured{}
-	return out, out.UnmarshalJSON(data)
-}
-
-func sortedKeys[K int32 | string, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
